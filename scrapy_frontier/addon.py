@@ -1,0 +1,73 @@
+"""``ADDONS = {"scrapy_frontier.Addon": 0}``: everything the frontier needs, in one line."""
+
+from __future__ import annotations
+
+import logging
+
+from scrapy.settings import BaseSettings, Settings
+
+logger = logging.getLogger("scrapy_frontier.addon")
+
+SCHEDULER_PATH = "scrapy_frontier.scheduler.FrontierScheduler"
+MIDDLEWARE_PATH = "scrapy_frontier.middleware.FetchTimingMiddleware"
+MIDDLEWARE_ORDER = 950
+
+#: Settings the add-on sets at "addon" priority: a project's own values win.
+ADDON_SETTINGS = {
+    "SCHEDULER": SCHEDULER_PATH,
+    "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
+    "DOWNLOAD_DELAY": 0,
+    "AUTOTHROTTLE_ENABLED": False,
+}
+
+
+class Addon:
+    """Installs the frontier scheduler and its fetch-timing middleware."""
+
+    def update_settings(self, settings: Settings) -> None:
+        _warn_about_overrides(settings)
+        for name, value in ADDON_SETTINGS.items():
+            settings.set(name, value, "addon")
+        mws = settings["DOWNLOADER_MIDDLEWARES"]
+        if isinstance(mws, BaseSettings):
+            if mws.get(MIDDLEWARE_PATH) is None and MIDDLEWARE_PATH not in mws:
+                mws.set(MIDDLEWARE_PATH, MIDDLEWARE_ORDER, "addon")
+        else:  # pragma: no cover - settings built from a plain dict
+            settings.set(
+                "DOWNLOADER_MIDDLEWARES",
+                {**(mws or {}), MIDDLEWARE_PATH: MIDDLEWARE_ORDER},
+                "addon",
+            )
+
+
+def _warn_about_overrides(settings: Settings) -> None:
+    addon_priority = settings.getpriority("SCHEDULER") or 0
+    scheduler = settings.get("SCHEDULER")
+    if addon_priority > _addon_level() and _dotted(scheduler) not in (
+        SCHEDULER_PATH,
+        "scrapy_frontier.FrontierScheduler",
+    ):
+        logger.warning(
+            "SCHEDULER=%r in your settings overrides scrapy-frontier's add-on: "
+            "the frontier (and its politeness) is not used.",
+            scheduler,
+        )
+    mws = settings["DOWNLOADER_MIDDLEWARES"]
+    if isinstance(mws, BaseSettings) and MIDDLEWARE_PATH in mws and mws.get(MIDDLEWARE_PATH) is None:
+        logger.warning(
+            "%s is disabled in DOWNLOADER_MIDDLEWARES: fetch ends will be learnt from "
+            "signals, and fetch times measured less precisely.",
+            MIDDLEWARE_PATH,
+        )
+
+
+def _addon_level() -> int:
+    from scrapy.settings import SETTINGS_PRIORITIES
+
+    return SETTINGS_PRIORITIES["addon"]
+
+
+def _dotted(obj: object) -> str:
+    if isinstance(obj, str):
+        return obj
+    return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}"

@@ -1,0 +1,107 @@
+"""All ``FRONTIER_*`` settings, read and validated in one place."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from scrapy.settings import BaseSettings
+
+from scrapy_frontier.core.politeness import DelayPolicy
+
+
+class FrontierConfigError(ValueError):
+    """A ``FRONTIER_*`` setting has a value the frontier cannot use."""
+
+
+@dataclass(frozen=True, slots=True)
+class FrontierConfig:
+    front_queues: int
+    priority_bias: float
+    back_queues: int
+    back_queues_max: int
+    delay_factor: float
+    min_delay: float
+    max_delay: float
+    lease_timeout: float
+    seed: int | None
+    concurrent_requests: int
+
+    @property
+    def policy(self) -> DelayPolicy:
+        return DelayPolicy(self.delay_factor, self.min_delay, self.max_delay)
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> FrontierConfig:
+        concurrency = _int(settings, "CONCURRENT_REQUESTS", 16, minimum=1)
+        factor = _float(settings, "FRONTIER_DELAY_FACTOR", 10.0, minimum=0.0)
+        min_delay = _float(settings, "FRONTIER_MIN_DELAY", 1.0, minimum=0.0)
+        max_delay = _float(settings, "FRONTIER_MAX_DELAY", 60.0, minimum=0.0)
+        if max_delay < min_delay:
+            raise FrontierConfigError(
+                f"FRONTIER_MAX_DELAY ({max_delay}) must be >= FRONTIER_MIN_DELAY ({min_delay})"
+            )
+        # Mercator's rule of thumb: 3 back queues per fetching thread.
+        back = _int(settings, "FRONTIER_BACK_QUEUES", 3 * concurrency, minimum=1)
+        # A host rests about `factor` fetch times per fetch, so keeping every
+        # download slot busy needs about (factor + 1) x CONCURRENT_REQUESTS hosts
+        # with work; twice that absorbs uneven fetch times. More hosts are only
+        # activated on demand (see Frontier.pop), so this is a ceiling, not a size.
+        default_max = max(back, 2 * (math.ceil(factor) + 1) * concurrency)
+        back_max = _int(settings, "FRONTIER_BACK_QUEUES_MAX", default_max, minimum=1)
+        if back_max < back:
+            raise FrontierConfigError(
+                f"FRONTIER_BACK_QUEUES_MAX ({back_max}) must be >= FRONTIER_BACK_QUEUES ({back})"
+            )
+        timeout = _float(settings, "DOWNLOAD_TIMEOUT", 180.0, minimum=0.0)
+        lease = _float(settings, "FRONTIER_LEASE_TIMEOUT", timeout + 60.0, minimum=0.001)
+        seed_raw = settings.get("FRONTIER_SEED")
+        seed = None if seed_raw in (None, "") else _int(settings, "FRONTIER_SEED", 0)
+        return cls(
+            front_queues=_int(settings, "FRONTIER_FRONT_QUEUES", 8, minimum=1),
+            priority_bias=_float(settings, "FRONTIER_PRIORITY_BIAS", 2.0, minimum=1.0),
+            back_queues=back,
+            back_queues_max=back_max,
+            delay_factor=factor,
+            min_delay=min_delay,
+            max_delay=max_delay,
+            lease_timeout=lease,
+            seed=seed,
+            concurrent_requests=concurrency,
+        )
+
+
+def _raw(settings: BaseSettings, name: str, default: Any) -> Any:
+    value = settings.get(name)
+    return default if value is None or value == "" else value
+
+
+def _int(settings: BaseSettings, name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = _raw(settings, name, default)
+    try:
+        if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+            raise ValueError
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise FrontierConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise FrontierConfigError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _float(
+    settings: BaseSettings, name: str, default: float, *, minimum: float | None = None
+) -> float:
+    raw = _raw(settings, name, default)
+    try:
+        if isinstance(raw, bool):
+            raise ValueError
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise FrontierConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if math.isnan(value) or math.isinf(value):
+        raise FrontierConfigError(f"{name} must be finite, got {raw!r}")
+    if minimum is not None and value < minimum:
+        raise FrontierConfigError(f"{name} must be >= {minimum}, got {value}")
+    return value

@@ -1,0 +1,394 @@
+"""A Mercator-style URL frontier: F front queues, B back queues, a ready heap.
+
+Vocabulary (Najork and Heydon's Mercator, as restated in REFERENCE.md 1):
+
+* **front queues** -- F FIFO queues, one per priority level 1..F (F is the
+  highest). A URL whose host has no back queue waits here.
+* **back queues** -- one per *active* host, holding only that host's URLs.
+  Served highest level first, FIFO within a level (see ``push``).
+* **ready heap** -- one entry ``(t_e, host)`` per active host that has queued
+  URLs and no fetch in flight; ``t_e`` is the earliest time the host may be
+  contacted again.
+* **lease** -- a URL handed out for fetching. Its host has no heap entry until
+  the lease is completed, which is what makes "one fetch per host at a time"
+  hold; completing sets the host's next contact from the fetch duration.
+
+The number of back queues adapts to demand between two bounds: the frontier
+keeps at least ``back_queues`` hosts active whenever the front queues have work
+(Mercator's refill), and activates more -- up to ``back_queues_max`` -- only
+when asked for a URL while every active host is resting. See docs/design.rst.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from scrapy_frontier.core.clock import Clock
+from scrapy_frontier.core.politeness import DelayPolicy
+from scrapy_frontier.core.prioritizer import FrontQueueChooser
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True, eq=False)
+class Lease(Generic[T]):
+    """One URL handed out for fetching; its host is busy until completed."""
+
+    ticket: int
+    host: str
+    item: T
+    level: int
+    handed_at: float
+    deadline: float
+    ready_at: float
+    """When the host became contactable (the heap entry's t_e)."""
+
+
+@dataclass(slots=True)
+class FrontierStats:
+    pushed: int = 0
+    popped: int = 0
+    completed: int = 0
+    expired: int = 0
+    activations: int = 0
+    releases: int = 0
+    peak_active: int = 0
+    politeness_hold_seconds: float = 0.0
+    """Sum, over fetches followed by another URL of the same host, of the rest imposed."""
+    dispatch_lateness_seconds: float = 0.0
+    """Sum, over URLs released by a politeness hold, of (handed out - t_e)."""
+    dispatch_lateness_max: float = 0.0
+    held_dispatches: int = 0
+
+
+@dataclass(slots=True, eq=False)
+class _Host(Generic[T]):
+    key: str
+    next_contact: float = 0.0
+    last_fetch: float | None = None
+    # The back queue: a heap of (-level, seq, item); None when the host owns none.
+    queue: list[tuple[int, int, T]] | None = None
+    lease: Lease[T] | None = None
+    held: bool = field(default=False)
+    """True while the host's heap entry comes from a politeness hold."""
+
+
+class Frontier(Generic[T]):
+    """The in-memory Mercator frontier. ``T`` is whatever the caller queues."""
+
+    def __init__(
+        self,
+        *,
+        front_queues: int = 8,
+        priority_bias: float = 2.0,
+        back_queues: int = 48,
+        back_queues_max: int | None = None,
+        policy: DelayPolicy | None = None,
+        lease_timeout: float = 240.0,
+        clock: Clock,
+        rng: random.Random | None = None,
+    ) -> None:
+        if front_queues < 1:
+            raise ValueError(f"front_queues must be >= 1, got {front_queues}")
+        if back_queues < 1:
+            raise ValueError(f"back_queues must be >= 1, got {back_queues}")
+        if back_queues_max is None:
+            back_queues_max = back_queues
+        if back_queues_max < back_queues:
+            raise ValueError(
+                f"back_queues_max ({back_queues_max}) must be >= back_queues ({back_queues})"
+            )
+        if lease_timeout <= 0:
+            raise ValueError(f"lease_timeout must be > 0, got {lease_timeout}")
+        self.levels = front_queues
+        self.back_queues = back_queues
+        self.back_queues_max = back_queues_max
+        self.policy = policy or DelayPolicy()
+        self.lease_timeout = lease_timeout
+        self.clock = clock
+        self.chooser = FrontQueueChooser(front_queues, priority_bias, rng or random.Random(0))
+        self.stats = FrontierStats()
+        # front[i] holds level i + 1 as (host, item) pairs.
+        self._front: list[deque[tuple[str, T]]] = [deque() for _ in range(front_queues)]
+        self._front_len = 0
+        self._back_len = 0
+        self._active = 0
+        self._hosts: dict[str, _Host[T]] = {}
+        self._ready: list[tuple[float, int, str]] = []
+        # Hosts without a back queue whose rest has not ended yet: kept so that a
+        # host that comes back through the front queues still honours its rest.
+        self._cooling: list[tuple[float, str]] = []
+        # Insertion-ordered; deadlines grow with tickets (constant timeout).
+        self._leases: dict[int, Lease[T]] = {}
+        self._seq = 0
+
+    # -- sizes -------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """URLs queued (front and back), not counting those in flight."""
+        return self._front_len + self._back_len
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._leases)
+
+    @property
+    def active_back_queues(self) -> int:
+        return self._active
+
+    @property
+    def front_len(self) -> int:
+        return self._front_len
+
+    @property
+    def tracked_hosts(self) -> int:
+        return len(self._hosts)
+
+    def next_contact(self, host: str) -> float | None:
+        """The host's earliest next contact, if the frontier still remembers it."""
+        hs = self._hosts.get(host)
+        return None if hs is None else hs.next_contact
+
+    def host_busy(self, host: str) -> bool:
+        hs = self._hosts.get(host)
+        return hs is not None and hs.lease is not None
+
+    # -- adding ------------------------------------------------------------
+
+    def push(self, host: str, level: int, item: T) -> None:
+        """Queue ``item`` for ``host`` at priority ``level`` (1..F, F highest).
+
+        A host that owns a back queue gets the item straight into it (the
+        result Mercator's refill would reach, without the round trip through a
+        front queue); other hosts' items wait in front queue ``level``.
+        """
+        if not 1 <= level <= self.levels:
+            raise ValueError(f"level must be in 1..{self.levels}, got {level}")
+        self.stats.pushed += 1
+        hs = self._hosts.get(host)
+        if hs is not None and hs.queue is not None:
+            self._append_back(hs, level, item)
+            return
+        self._front[level - 1].append((host, item))
+        self._front_len += 1
+        self._fill_to_floor()
+
+    def _append_back(self, hs: _Host[T], level: int, item: T) -> None:
+        assert hs.queue is not None
+        self._seq += 1
+        was_empty = not hs.queue
+        heapq.heappush(hs.queue, (-level, self._seq, item))
+        self._back_len += 1
+        if was_empty and hs.lease is None:
+            # A host coming back while still resting counts as held for politeness.
+            self._schedule(hs, held=hs.next_contact > self.clock())
+
+    def _schedule(self, hs: _Host[T], *, held: bool) -> None:
+        self._seq += 1
+        hs.held = held
+        heapq.heappush(self._ready, (hs.next_contact, self._seq, hs.key))
+
+    # -- Mercator refill ---------------------------------------------------
+
+    def _fill_to_floor(self) -> None:
+        while self._active < self.back_queues and self._front_len:
+            self._activate_one()
+
+    def _activate_one(self) -> bool:
+        """Refill: move front-queue heads into back queues until a host without
+        a back queue is found and given one. False if the front queues ran dry."""
+        front = self._front
+        while self._front_len:
+            non_empty = [i for i in range(self.levels) if front[i]]
+            index = self.chooser.choose(non_empty)
+            host, item = front[index].popleft()
+            self._front_len -= 1
+            hs = self._hosts.get(host)
+            if hs is not None and hs.queue is not None:
+                self._append_back(hs, index + 1, item)
+                continue
+            if hs is None:
+                hs = _Host(host)
+                self._hosts[host] = hs
+            hs.queue = []
+            self._active += 1
+            self.stats.activations += 1
+            if self._active > self.stats.peak_active:
+                self.stats.peak_active = self._active
+            self._append_back(hs, index + 1, item)
+            return True
+        return False
+
+    # -- taking ------------------------------------------------------------
+
+    def pop(self) -> Lease[T] | None:
+        """The next URL whose host may be contacted now, or None.
+
+        When no active host is ready and the front queues hold other hosts,
+        more back queues are activated (up to ``back_queues_max``): the caller
+        only asks when it has a free download slot, so this is demand.
+        """
+        now = self.clock()
+        self._purge_cooling(now)
+        ready = self._ready
+        while True:
+            if ready and ready[0][0] <= now:
+                t_e, _, key = heapq.heappop(ready)
+                return self._hand_out(self._hosts[key], t_e, now)
+            if self._active < self.back_queues_max and self._front_len:
+                self._activate_one()
+                continue
+            return None
+
+    def _hand_out(self, hs: _Host[T], t_e: float, now: float) -> Lease[T]:
+        assert hs.queue
+        neg_level, _, item = heapq.heappop(hs.queue)
+        self._back_len -= 1
+        self._seq += 1
+        lease = Lease(
+            ticket=self._seq,
+            host=hs.key,
+            item=item,
+            level=-neg_level,
+            handed_at=now,
+            deadline=now + self.lease_timeout,
+            ready_at=t_e,
+        )
+        hs.lease = lease
+        self._leases[lease.ticket] = lease
+        stats = self.stats
+        stats.popped += 1
+        if hs.held:
+            late = now - t_e
+            stats.held_dispatches += 1
+            stats.dispatch_lateness_seconds += late
+            if late > stats.dispatch_lateness_max:
+                stats.dispatch_lateness_max = late
+        return lease
+
+    # -- finishing ---------------------------------------------------------
+
+    def complete(self, ticket: int, fetch_seconds: float) -> Lease[T] | None:
+        """Report that the fetch of lease ``ticket`` ended now after ``fetch_seconds``.
+
+        Returns the lease, or None if it was unknown (already completed or
+        expired) -- a late report must not release a host twice.
+        """
+        lease = self._leases.pop(ticket, None)
+        if lease is None:
+            return None
+        self._release(lease, fetch_seconds, self.clock())
+        self.stats.completed += 1
+        return lease
+
+    def _release(self, lease: Lease[T], fetch_seconds: float, now: float) -> None:
+        hs = self._hosts[lease.host]
+        hs.lease = None
+        hs.last_fetch = fetch_seconds
+        hs.next_contact = self.policy.next_contact(now, fetch_seconds)
+        if hs.queue:
+            self.stats.politeness_hold_seconds += hs.next_contact - now
+            self._schedule(hs, held=True)
+            return
+        # Back queue empty: the host gives up its back queue (Mercator refill).
+        hs.queue = None
+        self._active -= 1
+        self.stats.releases += 1
+        heapq.heappush(self._cooling, (hs.next_contact, hs.key))
+        self._fill_to_floor()
+
+    def next_lease_deadline(self) -> float | None:
+        for lease in self._leases.values():
+            return lease.deadline
+        return None
+
+    def expire_leases(self) -> list[Lease[T]]:
+        """Release hosts whose fetch was never reported (the safety net).
+
+        The host rests as if the fetch had lasted until now, which the delay
+        policy clamps to at most ``max_delay``.
+        """
+        now = self.clock()
+        expired: list[Lease[T]] = []
+        leases = self._leases
+        while leases:
+            ticket, lease = next(iter(leases.items()))
+            if lease.deadline > now:
+                break
+            del leases[ticket]
+            self._release(lease, now - lease.handed_at, now)
+            self.stats.expired += 1
+            expired.append(lease)
+        return expired
+
+    def leases(self) -> list[Lease[T]]:
+        return list(self._leases.values())
+
+    # -- time --------------------------------------------------------------
+
+    def next_wakeup(self) -> float | None:
+        """Earliest time at which ``pop`` could return something new, if any."""
+        return self._ready[0][0] if self._ready else None
+
+    def _purge_cooling(self, now: float) -> None:
+        cooling = self._cooling
+        hosts = self._hosts
+        while cooling and cooling[0][0] <= now:
+            _, key = heapq.heappop(cooling)
+            hs = hosts.get(key)
+            if (
+                hs is not None
+                and hs.queue is None
+                and hs.lease is None
+                and hs.next_contact <= now
+            ):
+                del hosts[key]
+
+    # -- inspection --------------------------------------------------------
+
+    def iter_queued(self) -> Iterator[tuple[str, int, T]]:
+        """Every queued (host, level, item), front queues then back queues."""
+        for index, queue in enumerate(self._front):
+            for host, item in queue:
+                yield host, index + 1, item
+        for hs in self._hosts.values():
+            if hs.queue:
+                for neg_level, _, item in sorted(hs.queue):
+                    yield hs.key, -neg_level, item
+
+    def _check(self) -> None:
+        """Assert every structural invariant; for tests, O(size)."""
+        assert self._front_len == sum(len(q) for q in self._front), "front_len drift"
+        slot_hosts = [hs for hs in self._hosts.values() if hs.queue is not None]
+        assert self._active == len(slot_hosts), "active count drift"
+        assert self._active <= self.back_queues_max, "more back queues than allowed"
+        assert self._back_len == sum(len(hs.queue or ()) for hs in slot_hosts), "back_len drift"
+        if self._front_len:
+            assert self._active >= self.back_queues, "front queues wait while back queues are free"
+        for hs in slot_hosts:
+            assert hs.queue or hs.lease is not None, f"idle empty back queue for {hs.key}"
+        for hs in self._hosts.values():
+            if hs.queue is None:
+                assert hs.lease is None, f"{hs.key} in flight without a back queue"
+        entries: dict[str, float] = {}
+        for t_e, _, key in self._ready:
+            assert key not in entries, f"two heap entries for {key}"
+            entries[key] = t_e
+        for hs in slot_hosts:
+            if hs.queue and hs.lease is None:
+                assert entries.get(hs.key) == hs.next_contact, f"heap entry wrong for {hs.key}"
+            else:
+                assert hs.key not in entries, f"heap entry for busy or empty host {hs.key}"
+        assert len(entries) == sum(1 for hs in slot_hosts if hs.queue and hs.lease is None)
+        busy: set[str] = set()
+        for ticket, lease in self._leases.items():
+            assert lease.ticket == ticket
+            assert lease.host not in busy, f"two leases on {lease.host}"
+            busy.add(lease.host)
+            assert self._hosts[lease.host].lease is lease
+        assert busy == {hs.key for hs in self._hosts.values() if hs.lease is not None}

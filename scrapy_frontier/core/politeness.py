@@ -1,0 +1,36 @@
+"""How long a host rests after a fetch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class DelayPolicy:
+    """Next contact = end of fetch + clamp(factor x fetch time, min_delay, max_delay).
+
+    Mercator's rule of thumb is factor 10: a host is then busy with us at most
+    about 1/11 of the time, however fast or slow it answers.
+    """
+
+    factor: float = 10.0
+    min_delay: float = 0.0
+    max_delay: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.factor < 0:
+            raise ValueError(f"delay factor must be >= 0, got {self.factor}")
+        if self.min_delay < 0:
+            raise ValueError(f"min delay must be >= 0, got {self.min_delay}")
+        if self.max_delay < self.min_delay:
+            raise ValueError(
+                f"max delay ({self.max_delay}) must be >= min delay ({self.min_delay})"
+            )
+
+    def delay(self, fetch_seconds: float) -> float:
+        """The rest a host gets after a fetch that took ``fetch_seconds``."""
+        wanted = self.factor * max(0.0, fetch_seconds)
+        return min(self.max_delay, max(self.min_delay, wanted))
+
+    def next_contact(self, finished_at: float, fetch_seconds: float) -> float:
+        return finished_at + self.delay(fetch_seconds)
