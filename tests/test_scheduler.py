@@ -1,0 +1,306 @@
+"""The Scrapy-facing scheduler, driven directly with a fake clock (no downloads)."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from scrapy import Request, Spider
+from scrapy.settings import Settings
+from scrapy.utils.test import get_crawler
+
+from scrapy_frontier import Addon, FetchTimingMiddleware, FrontierScheduler
+from scrapy_frontier.addon import MIDDLEWARE_PATH, SCHEDULER_PATH
+from scrapy_frontier.config import FrontierConfig, FrontierConfigError
+from scrapy_frontier.core import FakeClock
+from scrapy_frontier.hostkey import HostlessURL, host_key
+from scrapy_frontier.scheduler import FETCH_START_META, LEASE_META
+
+
+class _Spider(Spider):
+    name = "t"
+
+
+class _NextCall:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def schedule(self, delay: float = 0) -> None:
+        assert delay == 0
+        self.calls += 1
+
+
+def make_scheduler(
+    settings: dict[str, Any] | None = None, *, middleware: bool = True
+) -> tuple[FrontierScheduler, FakeClock, Any]:
+    base = {"FRONTIER_MIN_DELAY": 0.0, "FRONTIER_SEED": 1}
+    crawler = get_crawler(_Spider, {**base, **(settings or {})})
+    clock = FakeClock(100.0)
+    config = FrontierConfig.from_settings(crawler.settings)
+    from scrapy.dupefilters import RFPDupeFilter
+
+    sched = FrontierScheduler(crawler, config, RFPDupeFilter.from_crawler(crawler), clock=clock)
+    mws = [FetchTimingMiddleware(crawler)] if middleware else []
+    nextcall = _NextCall()
+    crawler.engine = SimpleNamespace(
+        downloader=SimpleNamespace(middleware=SimpleNamespace(middlewares=mws)),
+        _slot=SimpleNamespace(nextcall=nextcall, inprogress=set(), scheduler=sched),
+    )
+    crawler.spider = _Spider.from_crawler(crawler)
+    sched.open(crawler.spider)
+    return sched, clock, crawler
+
+
+def finish(sched: FrontierScheduler, clock: FakeClock, request: Request, seconds: float) -> None:
+    request.meta[FETCH_START_META] = clock()
+    clock.advance(seconds)
+    sched.fetch_finished(request)
+
+
+def test_one_request_per_host_until_finished_then_ten_times_fetch_time() -> None:
+    sched, clock, _ = make_scheduler()
+    for i in range(3):
+        assert sched.enqueue_request(Request(f"http://a.example/{i}"))
+    first = sched.next_request()
+    assert first is not None and first.url == "http://a.example/0"
+    assert sched.next_request() is None  # host busy
+    assert sched.has_pending_requests()
+    finish(sched, clock, first, 0.2)
+    assert sched.next_request() is None  # resting 10 x 0.2 s
+    clock.advance(1.99)
+    assert sched.next_request() is None
+    clock.advance(0.011)
+    second = sched.next_request()
+    assert second is not None and second.url == "http://a.example/1"
+
+
+def test_duplicates_filtered_and_dont_filter_honoured() -> None:
+    sched, _, crawler = make_scheduler()
+    assert sched.enqueue_request(Request("http://a.example/x"))
+    assert not sched.enqueue_request(Request("http://a.example/x"))
+    assert sched.enqueue_request(Request("http://a.example/x", dont_filter=True))
+    assert len(sched) == 2
+    assert crawler.stats.get_value("frontier/enqueued") == 2
+
+
+def test_redirect_copy_loses_the_old_lease() -> None:
+    sched, clock, _ = make_scheduler()
+    sched.enqueue_request(Request("http://a.example/old"))
+    req = sched.next_request()
+    assert req is not None and LEASE_META in req.meta
+    redirected = req.replace(url="http://b.example/new")  # meta is copied, like RedirectMiddleware
+    finish(sched, clock, req, 0.01)
+    assert sched.enqueue_request(redirected)
+    assert LEASE_META not in redirected.meta
+    again = sched.next_request()
+    assert again is redirected
+    assert again.meta[LEASE_META] != req.meta[LEASE_META]
+
+
+def test_late_report_does_not_release_twice() -> None:
+    sched, clock, crawler = make_scheduler({"FRONTIER_LEASE_TIMEOUT": 5})
+    for i in range(2):
+        sched.enqueue_request(Request(f"http://a.example/{i}"))
+    req = sched.next_request()
+    assert req is not None
+    clock.advance(5.0)
+    assert sched.next_request() is None  # lease expired now; host rests
+    assert crawler.stats.get_value("frontier/lease_expired") == 1
+    sched.fetch_finished(req)  # too late: ignored
+    assert crawler.stats.get_value("frontier/completed") is None
+
+
+def test_engine_woken_at_next_contact_not_by_heartbeat() -> None:
+    sched, clock, crawler = make_scheduler()
+    sched.enqueue_request(Request("http://a.example/0"))
+    sched.enqueue_request(Request("http://a.example/1"))
+    req = sched.next_request()
+    assert req is not None
+    finish(sched, clock, req, 0.1)
+    calls: list[tuple[float, Any]] = []
+
+    class _Timer:
+        def cancel(self) -> None:
+            calls.append((-1, None))
+
+    import scrapy_frontier.scheduler as mod
+
+    original = mod.call_later
+    mod.call_later = lambda delay, func: (calls.append((delay, func)), _Timer())[1]
+    try:
+        assert sched.next_request() is None
+        assert len(calls) == 1
+        delay, func = calls[0]
+        assert delay == pytest.approx(1.0)
+        assert sched.next_request() is None  # already armed for that time: no second timer
+        assert len(calls) == 1
+        clock.advance(delay)
+        func()
+        assert crawler.engine._slot.nextcall.calls == 1
+        assert crawler.stats.get_value("frontier/engine_wakeups") == 1
+        assert sched.next_request() is not None
+        sched.close("finished")
+    finally:
+        mod.call_later = original
+
+
+def test_close_cancels_timer_and_reports_left_over() -> None:
+    sched, clock, crawler = make_scheduler()
+    for i in range(3):
+        sched.enqueue_request(Request(f"http://a.example/{i}"))
+    req = sched.next_request()
+    assert req is not None
+    finish(sched, clock, req, 1.0)
+    assert sched.next_request() is None
+    assert sched._timer is not None
+    sched.close("shutdown")
+    assert sched._timer is None
+    assert crawler.stats.get_value("frontier/queued_at_close") == 2
+
+
+def test_signals_fallback_when_middleware_missing(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="scrapy_frontier"):
+        sched, clock, crawler = make_scheduler(middleware=False)
+    assert sched.uses_signals
+    assert sum("scrapy_frontier.Addon" in r.getMessage() for r in caplog.records) == 1
+    sched.enqueue_request(Request("http://a.example/0"))
+    sched.enqueue_request(Request("http://a.example/1"))
+    req = sched.next_request()
+    assert req is not None
+    # The request never reached the downloader (e.g. robots.txt IgnoreRequest):
+    # the engine no longer tracks it, so the next pull reaps its lease.
+    crawler.engine._slot.inprogress.clear()
+    clock.advance(0.5)
+    nxt = sched.next_request()
+    assert nxt is not None and nxt.url == "http://a.example/1"
+
+
+def test_signals_fallback_times_fetch_from_downloader_signals() -> None:
+    sched, clock, crawler = make_scheduler(middleware=False)
+    sched.enqueue_request(Request("http://a.example/0"))
+    sched.enqueue_request(Request("http://a.example/1"))
+    req = sched.next_request()
+    assert req is not None
+    crawler.engine._slot.inprogress.add(req)
+    sched._on_reached_downloader(req, crawler.spider)
+    clock.advance(0.3)
+    sched._on_left_downloader(req, crawler.spider)
+    assert sched.frontier.next_contact("a.example") == pytest.approx(clock() + 3.0)
+
+
+@pytest.mark.parametrize(
+    ("url", "key"),
+    [
+        ("http://Example.COM:81/", "example.com"),
+        ("https://example.com/", "example.com"),
+        ("http://[::1]:8080/a", "::1"),
+        ("http://BÜCHER.de/x", "xn--bcher-kva.de"),
+        ("data:,hello", "data:"),
+        ("file:///etc/hostname", "file:"),
+        ("about:blank", "about:"),
+    ],
+)
+def test_host_keys(url: str, key: str) -> None:
+    assert host_key(Request(url)) == key
+
+
+def test_download_slot_meta_is_the_host_key() -> None:
+    assert host_key(Request("http://a.example/", meta={"download_slot": "proxy-1"})) == "proxy-1"
+
+
+def test_hostless_network_url_is_a_counted_rejection() -> None:
+    with pytest.raises(HostlessURL):
+        host_key(Request("http:///nohost"))
+    sched, _, crawler = make_scheduler()
+    assert not sched.enqueue_request(Request("http:///nohost"))
+    assert crawler.stats.get_value("frontier/rejected/no_host") == 1
+    assert not sched.has_pending_requests()
+
+
+def test_priority_maps_to_levels_and_higher_goes_first_within_host() -> None:
+    sched, clock, _ = make_scheduler()
+    sched.enqueue_request(Request("http://a.example/low", priority=-2))
+    first = sched.next_request()
+    assert first is not None
+    sched.enqueue_request(Request("http://a.example/normal"))
+    sched.enqueue_request(Request("http://a.example/high", priority=3))
+    finish(sched, clock, first, 0.0)
+    nxt = sched.next_request()
+    assert nxt is not None and nxt.url == "http://a.example/high"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("FRONTIER_DELAY_FACTOR", -1),
+        ("FRONTIER_FRONT_QUEUES", 0),
+        ("FRONTIER_BACK_QUEUES", "many"),
+        ("FRONTIER_PRIORITY_BIAS", 0.5),
+        ("FRONTIER_MIN_DELAY", float("nan")),
+    ],
+)
+def test_bad_settings_give_clear_errors(name: str, value: Any) -> None:
+    with pytest.raises(FrontierConfigError, match=name):
+        FrontierConfig.from_settings(Settings({name: value}))
+
+
+def test_max_delay_below_min_delay_is_rejected() -> None:
+    with pytest.raises(FrontierConfigError, match="FRONTIER_MAX_DELAY"):
+        FrontierConfig.from_settings(Settings({"FRONTIER_MIN_DELAY": 5, "FRONTIER_MAX_DELAY": 1}))
+
+
+def test_default_back_queue_bounds_follow_concurrency() -> None:
+    config = FrontierConfig.from_settings(Settings({"CONCURRENT_REQUESTS": 16}))
+    assert config.back_queues == 48  # Mercator: 3 x threads
+    assert config.back_queues_max == 2 * 11 * 16  # 2 x (factor + 1) x concurrency
+
+
+def test_addon_sets_defaults_but_project_settings_win() -> None:
+    settings = Settings()
+    settings.set("CONCURRENT_REQUESTS_PER_DOMAIN", 4, "project")
+    Addon().update_settings(settings)
+    assert settings["SCHEDULER"] == SCHEDULER_PATH
+    assert settings["DOWNLOADER_MIDDLEWARES"][MIDDLEWARE_PATH] == 950
+    assert settings["AUTOTHROTTLE_ENABLED"] is False
+    assert settings.getfloat("DOWNLOAD_DELAY") == 0
+    assert settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN") == 4
+
+
+def test_addon_warns_when_project_replaces_the_scheduler(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = Settings()
+    settings.set("SCHEDULER", "scrapy.core.scheduler.Scheduler", "project")
+    with caplog.at_level(logging.WARNING, logger="scrapy_frontier"):
+        Addon().update_settings(settings)
+    assert settings["SCHEDULER"] == "scrapy.core.scheduler.Scheduler"
+    assert any("not used" in r.getMessage() for r in caplog.records)
+
+
+def test_stacked_delays_warn(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="scrapy_frontier"):
+        FrontierScheduler.from_crawler(
+            get_crawler(_Spider, {"DOWNLOAD_DELAY": 2, "AUTOTHROTTLE_ENABLED": True})
+        )
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert "DOWNLOAD_DELAY" in messages and "AUTOTHROTTLE_ENABLED" in messages
+
+
+def test_timing_middleware_reports_only_frontier_requests() -> None:
+    sched, clock, crawler = make_scheduler()
+    mw = FetchTimingMiddleware(crawler)
+    robots = Request("http://a.example/robots.txt")  # bypasses the scheduler
+    mw.process_request(robots)
+    assert FETCH_START_META not in robots.meta
+    sched.enqueue_request(Request("http://a.example/0"))
+    sched.enqueue_request(Request("http://a.example/1"))
+    req = sched.next_request()
+    assert req is not None
+    mw.process_request(req)
+    assert FETCH_START_META in req.meta
+    mw.process_exception(robots, RuntimeError("x"))
+    assert sched.frontier.host_busy("a.example")
+    mw.process_exception(req, RuntimeError("boom"))
+    assert not sched.frontier.host_busy("a.example")
