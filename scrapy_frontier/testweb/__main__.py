@@ -1,0 +1,168 @@
+"""Command line: ``serve`` a test web until signalled, or ``audit`` a request log.
+
+Examples::
+
+    python -m scrapy_frontier.testweb serve --shape skewed --log /tmp/web.jsonl
+    python -m scrapy_frontier.testweb audit /tmp/web.jsonl --factor 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, cast
+
+from scrapy_frontier.testweb.audit import audit
+from scrapy_frontier.testweb.docs import doc_tree_hosts
+from scrapy_frontier.testweb.log import read_log
+from scrapy_frontier.testweb.server import TestWebServer
+from scrapy_frontier.testweb.spec import WebSpec, skewed_web, wide_web
+
+
+def build_spec(args: argparse.Namespace) -> WebSpec:
+    latency = tuple(args.latency) if args.latency else None
+    common: dict[str, Any] = {"seed": args.seed, "cross_links": args.cross_links}
+    if latency is not None:
+        common["latency"] = latency
+    if args.hosts is not None:
+        common["hosts"] = args.hosts
+    if args.shape == "skewed":
+        if args.largest is not None:
+            common["largest"] = args.largest
+        if args.zipf_s is not None:
+            common["zipf_s"] = args.zipf_s
+        spec = skewed_web(**common)
+    else:
+        if args.pages is not None:
+            common["pages"] = args.pages
+        spec = wide_web(**common)
+    if args.docs:
+        spec = spec.with_hosts(doc_tree_hosts(max_hosts=args.docs_max))
+    return spec
+
+
+class _RunnableReactor(Protocol):
+    def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def callLater(self, delay: float, f: Callable[[], object]) -> object: ...
+
+    def addSystemEventTrigger(self, phase: str, event: str, f: Callable[[], object]) -> object: ...
+
+
+def serve(args: argparse.Namespace) -> int:
+    from twisted.internet import reactor as installed
+    from twisted.internet.task import LoopingCall
+
+    # Twisted's zope interfaces are not plain classes to mypy; describe what is used here.
+    reactor = cast(_RunnableReactor, installed)
+
+    spec = build_spec(args)
+    robots = None
+    if args.robots_txt is not None:
+        with open(args.robots_txt, encoding="utf-8") as f:
+            robots = f.read()
+    server = TestWebServer(spec, log_path=args.log, port=args.port, robots_txt=robots)
+    server.start()
+    announcement = {
+        "start_urls": server.start_urls(),
+        "expected": sorted([h, p] for h, p in server.expected()),
+        "allowed_domains": server.allowed_domains(),
+        "pid": os.getpid(),
+        "port": server.port,
+        "hosts": [
+            {"address": h.address, "pages": h.pages, "latency": h.latency, "doc_root": h.doc_root}
+            for h in spec.hosts
+        ],
+    }
+    sys.stdout.write(json.dumps(announcement) + "\n")
+    sys.stdout.flush()
+
+    # Shutdown waits for the ports to close and the log file to be flushed and closed.
+    reactor.addSystemEventTrigger("before", "shutdown", server.stop)
+    # Never outlive the time budget, nor the process that started us (a crashed test run
+    # must not leave hundreds of listening sockets behind).
+    reactor.callLater(args.max_seconds, reactor.stop)
+    if not args.detached:
+        parent = os.getppid()
+
+        def check_parent() -> None:
+            if os.getppid() != parent:
+                reactor.stop()
+
+        LoopingCall(check_parent).start(1.0, now=False)
+    reactor.run()
+    return 0
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    expected: set[tuple[str, str]] | None = None
+    if args.expected is not None:
+        with open(args.expected, encoding="utf-8") as f:
+            data = json.loads(f.readline())
+        pairs = data["expected"] if isinstance(data, dict) else data
+        expected = {(str(h), str(p)) for h, p in pairs}
+    report = audit(
+        read_log(args.log),
+        expected=expected,
+        factor=args.factor,
+        min_delay=args.min_delay,
+        max_delay=args.max_delay,
+        concurrency=args.concurrency,
+        tolerance=args.tolerance,
+        include_robots=args.include_robots,
+    )
+    print(json.dumps(report.as_dict()) if args.json else report.summary())
+    return 1 if args.strict and not report.polite else 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m scrapy_frontier.testweb")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="serve a simulated multi-host web on loopback")
+    s.add_argument("--shape", choices=("skewed", "wide"), default="skewed")
+    s.add_argument("--hosts", type=int, help="number of hosts (skewed: 30, wide: 300)")
+    s.add_argument("--pages", type=int, help="pages per host (wide only; default 8)")
+    s.add_argument("--largest", type=int, help="pages of the largest host (skewed; 150)")
+    s.add_argument("--zipf-s", type=float, help="Zipf exponent of host sizes (skewed; 1.0)")
+    s.add_argument("--latency", type=float, nargs=2, metavar=("LO", "HI"))
+    s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--cross-links", type=int, default=2)
+    s.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    s.add_argument("--log", help="append request log entries (JSON lines) to this file")
+    s.add_argument("--robots-txt", help="file whose content every host serves as robots.txt")
+    s.add_argument("--docs", action="store_true", help="add hosts serving installed HTML docs")
+    s.add_argument("--docs-max", type=int, default=2)
+    s.add_argument("--max-seconds", type=float, default=3600.0, help="exit after this long")
+    s.add_argument(
+        "--detached", action="store_true", help="keep serving if the parent process exits"
+    )
+    s.set_defaults(func=serve)
+
+    a = sub.add_parser("audit", help="check politeness and coverage of a request log")
+    a.add_argument("log")
+    a.add_argument("--factor", type=float, default=10.0)
+    a.add_argument("--min-delay", type=float, default=0.0)
+    a.add_argument("--max-delay", type=float, default=60.0)
+    a.add_argument("--concurrency", type=int, default=16)
+    a.add_argument("--tolerance", type=float, default=0.002)
+    a.add_argument("--include-robots", action="store_true")
+    a.add_argument("--expected", help="the JSON line printed by serve (or a JSON list of pairs)")
+    a.add_argument("--json", action="store_true", help="print the report as JSON")
+    a.add_argument("--strict", action="store_true", help="exit 1 if the log is impolite")
+    a.set_defaults(func=run_audit)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,359 @@
+"""A Twisted HTTP server that plays many hosts at once, one loopback address per host.
+
+Latency is simulated with ``callLater`` so one reactor thread can keep hundreds of slow requests
+open at the same time, as hundreds of real hosts would.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+import os
+import re
+import resource
+import time
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, cast
+from urllib.parse import quote, unquote
+
+from twisted.internet.defer import Deferred, gatherResults, succeed
+from twisted.internet.error import CannotListenError
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET, Request, Site
+
+from scrapy_frontier.testweb.docs import html_files
+from scrapy_frontier.testweb.log import CLIENT_CLOSED, LogEntry, LogWriter
+from scrapy_frontier.testweb.spec import PAGE_PREFIX, WebSpec
+
+if TYPE_CHECKING:
+    from twisted.internet.protocol import Protocol as TwistedProtocol
+    from twisted.python.failure import Failure
+
+
+# Structural types for the few reactor features used here: Twisted's zope interfaces do not
+# type-check as plain classes without a mypy plugin.
+class _Address(Protocol):
+    port: int
+
+
+class _ListeningPort(Protocol):
+    def getHost(self) -> _Address: ...
+
+    def stopListening(self) -> Deferred[None] | None: ...
+
+
+class _DelayedCall(Protocol):
+    def active(self) -> bool: ...
+
+    def cancel(self) -> None: ...
+
+
+class _Closable(Protocol):
+    def loseConnection(self) -> None: ...
+
+
+class _Reactor(Protocol):
+    def listenTCP(
+        self, port: int, factory: Site, backlog: int = 50, interface: str = ""
+    ) -> _ListeningPort: ...
+
+    def callLater(
+        self, delay: float, callable: Callable[..., object], *args: object
+    ) -> _DelayedCall: ...
+
+
+DEFAULT_ROBOTS_TXT = "User-agent: *\nDisallow:\n"
+#: Files bigger than this are not served from documentation trees (keeps memory bounded).
+MAX_DOC_FILE_BYTES = 20 * 1024 * 1024
+#: Entries in the generated index of a documentation tree without an index.html.
+MAX_LISTING_ENTRIES = 2000
+#: File descriptors kept free on top of one per listening address, for client connections.
+FD_HEADROOM = 1024
+
+_PAGE_RE = re.compile(re.escape(PAGE_PREFIX) + r"(0|[1-9][0-9]{0,8})")
+_HTML = "text/html; charset=utf-8"
+
+
+def _reactor() -> _Reactor:
+    # Imported late: importing the reactor module installs the default reactor, which must not
+    # happen before Scrapy (or a test) had the chance to install its own.
+    from twisted.internet import reactor
+
+    return cast(_Reactor, reactor)
+
+
+def ensure_fd_limit(needed: int) -> int:
+    """Raise the soft RLIMIT_NOFILE towards the hard limit if ``needed`` fds would not fit.
+
+    Returns the soft limit in force afterwards; raises RuntimeError if even the hard limit is
+    too small.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = hard if hard == resource.RLIM_INFINITY else max(soft, hard)
+        if target != resource.RLIM_INFINITY and target < needed:
+            raise RuntimeError(f"need {needed} file descriptors, hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    return soft
+
+
+class _QuietSite(Site):
+    """A Site without access logging that remembers its connections so stop() can close them."""
+
+    noisy = False
+
+    def __init__(self, root: Resource, channels: weakref.WeakSet[TwistedProtocol]) -> None:
+        super().__init__(root)
+        self._channels = channels
+
+    def log(self, request: object) -> None:
+        pass  # the TestWebServer keeps its own, structured log
+
+    def buildProtocol(self, addr: Any) -> Any:
+        proto = super().buildProtocol(addr)
+        if proto is not None:
+            self._channels.add(proto)
+        return proto
+
+
+class _HostResource(Resource):
+    isLeaf = True
+
+    def __init__(self, handler: Callable[[int, Request], int], host_index: int) -> None:
+        super().__init__()
+        self._handler = handler
+        self._index = host_index
+
+    def render(self, request: Request) -> int:
+        return self._handler(self._index, request)
+
+
+class TestWebServer:
+    """Twisted HTTP server(s) on loopback, one listening address per host.
+
+    ``start()`` only calls ``listenTCP``, so it works before the reactor runs or inside a running
+    one (pytest-twisted, Scrapy's own reactor in-process). Every answered request is appended to
+    ``log`` and, if ``log_path`` is given, written to that file as a JSON line.
+
+    All hosts share one port when possible: with ``port=0`` the first host gets an ephemeral
+    port and the others try the same one; a host whose address already has that port in use (by
+    another process) falls back to its own ephemeral port. ``port_of`` always has the truth.
+    """
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    def __init__(
+        self,
+        spec: WebSpec,
+        log_path: str | None = None,
+        port: int = 0,
+        robots_txt: str | None = None,
+    ) -> None:
+        if not 0 <= port <= 65535:
+            raise ValueError(f"port out of range: {port}")
+        self.spec = spec
+        self.log_path = log_path
+        self.requested_port = port
+        self.robots_txt = DEFAULT_ROBOTS_TXT if robots_txt is None else robots_txt
+        self.log: list[LogEntry] = []
+        self.port_of: dict[str, int] = {}
+        self._ports: list[_ListeningPort] = []
+        self._pending: dict[Request, _DelayedCall] = {}
+        self._channels: weakref.WeakSet[TwistedProtocol] = weakref.WeakSet()
+        self._writer: LogWriter | None = None
+        self._doc_roots = {
+            i: os.path.realpath(h.doc_root)
+            for i, h in enumerate(spec.hosts)
+            if h.doc_root is not None
+        }
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The port of the first host (all hosts' port unless one had to fall back)."""
+        if not self.spec.hosts or not self.port_of:
+            raise RuntimeError("server not started")
+        return self.port_of[self.spec.hosts[0].address]
+
+    def start(self) -> None:
+        if self._ports:
+            raise RuntimeError("server already started")
+        ensure_fd_limit(len(self.spec.hosts) + FD_HEADROOM)
+        if self.log_path is not None:
+            self._writer = LogWriter(self.log_path)
+        tcp = _reactor()
+        shared = self.requested_port
+        try:
+            for i, host in enumerate(self.spec.hosts):
+                site = _QuietSite(_HostResource(self._handle, i), self._channels)
+                try:
+                    lp = tcp.listenTCP(shared, site, interface=host.address)
+                except CannotListenError:
+                    if self.requested_port != 0 or shared == 0:
+                        raise  # an explicit port must be honoured exactly
+                    lp = tcp.listenTCP(0, site, interface=host.address)
+                bound = lp.getHost().port
+                if shared == 0:
+                    shared = bound
+                self._ports.append(lp)
+                self.port_of[host.address] = bound
+        except BaseException:
+            for lp in self._ports:
+                lp.stopListening()
+            self._ports.clear()
+            self.port_of.clear()
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+            raise
+
+    def stop(self) -> Deferred[None]:
+        """Stop listening on every address, drop pending responses and open connections."""
+        stops = [lp.stopListening() or succeed(None) for lp in self._ports]
+        self._ports = []
+        for call in list(self._pending.values()):
+            if call.active():
+                call.cancel()
+        self._pending.clear()
+        for proto in list(self._channels):
+            transport = cast("_Closable | None", proto.transport)
+            if transport is not None:
+                transport.loseConnection()
+        done: Deferred[None] = gatherResults(stops).addCallback(lambda _: None)
+
+        def close_log(result: object) -> object:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+            return result
+
+        done.addBoth(close_log)
+        return done
+
+    # -- what a crawl should do --------------------------------------------------------------
+
+    def start_urls(self) -> list[str]:
+        """One root URL per host, e.g. http://127.0.1.7:PORT/p/0."""
+        if not self.port_of:
+            raise RuntimeError("server not started")
+        return [
+            self.spec.url(i, self.spec.root_path(i), self.port_of)
+            for i in range(len(self.spec.hosts))
+        ]
+
+    def allowed_domains(self) -> list[str]:
+        """The host addresses: put them in ``allowed_domains`` so a crawl stays on loopback
+        (documentation hosts link to the real web)."""
+        return self.spec.addresses()
+
+    def expected(self) -> set[tuple[str, str]]:
+        """Every (host address, path) a complete crawl fetches; doc hosts and robots excluded."""
+        return self.spec.expected_paths()
+
+    # -- request handling --------------------------------------------------------------------
+
+    def _handle(self, index: int, request: Request) -> int:
+        start = time.monotonic()
+        host = self.spec.hosts[index]
+        raw_path = request.path.decode("latin-1")
+        query = request.uri.partition(b"?")[2].decode("latin-1")
+        logged_path = raw_path + ("?" + query if query else "")
+        method = request.method
+        if method not in (b"GET", b"HEAD"):
+            status, ctype, body = 405, "text/plain", b"method not allowed\n"
+        elif raw_path == "/robots.txt" and not query:
+            status, ctype, body = 200, "text/plain", self.robots_txt.encode("utf-8")
+        elif index in self._doc_roots:
+            status, ctype, body = self._doc_response(self._doc_roots[index], raw_path)
+        else:
+            status, ctype, body = self._page_response(index, raw_path, query)
+
+        def respond() -> None:
+            self._pending.pop(request, None)
+            # callLater runs on the reactor's wall clock; re-arm if the monotonic clock says the
+            # latency has not fully passed, so the logged duration is never below it.
+            left = host.latency - (time.monotonic() - start)
+            if left > 0.0005:
+                self._pending[request] = _reactor().callLater(left, respond)
+                return
+            if getattr(request, "_disconnected", False):
+                return
+            request.setResponseCode(status)
+            request.setHeader(b"Content-Type", ctype.encode("ascii"))
+            request.setHeader(b"Content-Length", str(len(body)).encode("ascii"))
+            request.write(body)
+            request.finish()
+            self._record(LogEntry(host.address, logged_path, start, time.monotonic(), status))
+
+        def aborted(failure: Failure) -> None:
+            del failure  # any failure here means the client went away
+            call = self._pending.pop(request, None)
+            if call is not None and call.active():
+                call.cancel()
+                self._record(
+                    LogEntry(host.address, logged_path, start, time.monotonic(), CLIENT_CLOSED)
+                )
+
+        request.notifyFinish().addErrback(aborted)
+        self._pending[request] = _reactor().callLater(host.latency, respond)
+        return cast(int, NOT_DONE_YET)
+
+    def _record(self, entry: LogEntry) -> None:
+        self.log.append(entry)
+        if self._writer is not None:
+            self._writer.write(entry)
+
+    def _page_response(self, index: int, path: str, query: str) -> tuple[int, str, bytes]:
+        m = _PAGE_RE.fullmatch(path)
+        if m is None or query:
+            return _not_found()
+        page = int(m.group(1))
+        if page >= self.spec.hosts[index].pages:
+            return _not_found()
+        return 200, _HTML, self.spec.render_page(index, page, self.port_of)
+
+    def _doc_response(self, root: str, raw_path: str) -> tuple[int, str, bytes]:
+        path = unquote(raw_path)
+        parts = [p for p in path.split("/") if p]
+        if "\x00" in path or any(p in (".", "..") for p in parts):
+            return _not_found()
+        fs_path = os.path.join(root, *parts)
+        if os.path.isdir(fs_path):
+            index_file = os.path.join(fs_path, "index.html")
+            if os.path.isfile(index_file):
+                fs_path = index_file
+            elif not parts:
+                return 200, _HTML, _listing(root)
+            else:
+                return _not_found()
+        real = os.path.realpath(fs_path)
+        # Symlinks may point anywhere; serve only what really lives inside the tree.
+        if not real.startswith(root + os.sep) or not os.path.isfile(real):
+            return _not_found()
+        try:
+            if os.path.getsize(real) > MAX_DOC_FILE_BYTES:
+                return _not_found()
+            with open(real, "rb") as f:
+                body = f.read(MAX_DOC_FILE_BYTES + 1)
+        except OSError:
+            return _not_found()
+        ctype, encoding = mimetypes.guess_type(real)
+        if encoding is not None:
+            ctype = "application/gzip" if encoding == "gzip" else "application/octet-stream"
+        return 200, ctype or "application/octet-stream", body
+
+
+def _not_found() -> tuple[int, str, bytes]:
+    return 404, "text/plain", b"not found\n"
+
+
+def _listing(root: str) -> bytes:
+    """An index page linking every HTML file of a tree that has no index.html of its own."""
+    rels = html_files(root, MAX_LISTING_ENTRIES)
+    items = "\n".join(f'<li><a href="/{quote(r)}">{quote(r)}</a></li>' for r in rels)
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>Index</title>'
+        f"</head>\n<body><h1>Index</h1>\n<ul>\n{items}\n</ul>\n</body></html>\n"
+    ).encode()

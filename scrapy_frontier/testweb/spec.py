@@ -1,0 +1,298 @@
+"""The shape of a simulated web: hosts, their sizes and latencies, and the link graph.
+
+Everything here is pure data and deterministic from ``WebSpec.seed``, so tests can reason about
+the graph (reachability, expected fetches) without starting a server.
+"""
+
+from __future__ import annotations
+
+import html
+import ipaddress
+import random
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+#: The generated pages live under this prefix; /p/0 is each host's root.
+PAGE_PREFIX = "/p/"
+#: Seeded random same-host links per page, on top of the tree links (they create duplicate
+#: discoveries, which is what a real site's navigation does to a crawler's seen-set).
+SAME_HOST_EXTRA_LINKS = 2
+#: Upper bounds that keep a spec (and a server) finite.
+MAX_HOSTS = 5000
+MAX_PAGES_PER_HOST = 1_000_000
+
+DEFAULT_FIRST_ADDRESS = "127.0.1.1"
+
+
+def check_loopback(address: str) -> str:
+    """Return ``address`` if it is an allowed simulated-host address, else raise ValueError.
+
+    Only 127.0.x.y with x >= 1 is accepted: loopback keeps traffic on this machine, and staying
+    out of 127.0.0.0/24 leaves the usual 127.0.0.1 to whatever else runs here.
+    """
+    try:
+        ip = ipaddress.IPv4Address(address)
+    except ValueError as exc:
+        raise ValueError(f"not an IPv4 address: {address!r}") from exc
+    if ip not in ipaddress.IPv4Network("127.0.0.0/8") or ip in ipaddress.IPv4Network(
+        "127.0.0.0/24"
+    ):
+        raise ValueError(f"simulated hosts must be 127.0.x.y with x >= 1, got {address}")
+    return address
+
+
+def host_addresses(count: int, first: str = DEFAULT_FIRST_ADDRESS) -> list[str]:
+    """``count`` consecutive loopback addresses from ``first``, skipping .0 and .255 last octets.
+
+    Skipping them avoids addresses that look like network/broadcast addresses to humans and tools.
+    """
+    if count < 0 or count > MAX_HOSTS:
+        raise ValueError(f"host count must be in 0..{MAX_HOSTS}, got {count}")
+    out: list[str] = []
+    ip = ipaddress.IPv4Address(check_loopback(first))
+    while len(out) < count:
+        last = int(ip) & 0xFF
+        if last not in (0, 255):
+            out.append(check_loopback(str(ip)))
+        ip += 1
+    return out
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """One simulated host.
+
+    ``address`` is both the listening address and the host key Scrapy sees (URLs use the IP).
+    A generated host serves /p/0 .. /p/{pages-1}. A host with ``doc_root`` serves the static files
+    of that directory instead; ``pages`` is then only informative (its number of .html files).
+    """
+
+    address: str
+    pages: int
+    latency: float
+    doc_root: str | None = None
+
+    def __post_init__(self) -> None:
+        check_loopback(self.address)
+        if self.doc_root is None and not 1 <= self.pages <= MAX_PAGES_PER_HOST:
+            raise ValueError(f"pages must be in 1..{MAX_PAGES_PER_HOST}, got {self.pages}")
+        if not 0.0 <= self.latency <= 60.0:
+            raise ValueError(f"latency must be in [0, 60] seconds, got {self.latency}")
+
+
+def _rng(*parts: object) -> random.Random:
+    # A string seed is hashed with SHA-512 by random.Random, so it is stable across runs and
+    # Python versions (unlike hash() of a tuple).
+    return random.Random(":".join(str(p) for p in parts))
+
+
+@dataclass(frozen=True)
+class WebSpec:
+    """A set of hosts plus a deterministic link graph over their generated pages."""
+
+    hosts: tuple[HostSpec, ...]
+    seed: int
+    cross_links: int = 2
+
+    def __post_init__(self) -> None:
+        if len(self.hosts) > MAX_HOSTS:
+            raise ValueError(f"at most {MAX_HOSTS} hosts, got {len(self.hosts)}")
+        addresses = [h.address for h in self.hosts]
+        if len(set(addresses)) != len(addresses):
+            raise ValueError("host addresses must be unique")
+        if self.cross_links < 0:
+            raise ValueError(f"cross_links must be >= 0, got {self.cross_links}")
+
+    # -- graph -------------------------------------------------------------------------------
+
+    def index_of(self, address: str) -> int:
+        for i, h in enumerate(self.hosts):
+            if h.address == address:
+                return i
+        raise KeyError(address)
+
+    def root_path(self, host_index: int) -> str:
+        """Path of a host's entry page: /p/0, or / for a documentation host."""
+        return "/" if self.hosts[host_index].doc_root is not None else PAGE_PREFIX + "0"
+
+    def edges(self, host_index: int, page: int) -> list[tuple[int, str]]:
+        """The links of a generated page as (target host index, path), in page order.
+
+        Same-host links: the tree children 2j+1 and 2j+2 (so every page is reachable from /p/0)
+        plus a few seeded random pages. Then ``cross_links`` links to other hosts' roots.
+        Documentation hosts have no generated pages, so their edges are [].
+        """
+        host = self.hosts[host_index]
+        if host.doc_root is not None:
+            return []
+        if not 0 <= page < host.pages:
+            raise IndexError(f"host {host_index} has no page {page}")
+        rng = _rng(self.seed, host_index, page)
+        out: list[tuple[int, str]] = []
+        for child in (2 * page + 1, 2 * page + 2):
+            if child < host.pages:
+                out.append((host_index, f"{PAGE_PREFIX}{child}"))
+        for _ in range(SAME_HOST_EXTRA_LINKS):
+            out.append((host_index, f"{PAGE_PREFIX}{rng.randrange(host.pages)}"))
+        others = len(self.hosts) - 1
+        for k in rng.sample(range(others), min(self.cross_links, others)):
+            target = k if k < host_index else k + 1  # skip our own index
+            out.append((target, self.root_path(target)))
+        return out
+
+    def links(
+        self, host_index: int, page: int, port_of: Mapping[str, int] | None = None
+    ) -> list[str]:
+        """The hrefs of a generated page: same-host links as absolute paths, others as URLs.
+
+        Cross-host URLs carry the target's port from ``port_of`` (address -> port); without it
+        they have no port, which is enough for graph checks but not for fetching.
+        """
+        out: list[str] = []
+        for target, path in self.edges(host_index, page):
+            if target == host_index:
+                out.append(path)
+            else:
+                out.append(self.url(target, path, port_of))
+        return out
+
+    def url(self, host_index: int, path: str, port_of: Mapping[str, int] | None = None) -> str:
+        address = self.hosts[host_index].address
+        if port_of is None:
+            return f"http://{address}{path}"
+        return f"http://{address}:{port_of[address]}{path}"
+
+    def expected_paths(self, port_of: Mapping[str, int] | None = None) -> set[tuple[str, str]]:
+        """Every (host address, path) a complete crawl fetches, robots.txt excluded.
+
+        Documentation hosts are left out: which of their files a crawl reaches depends on the
+        crawler's link extraction, so only politeness (not coverage) is checked for them.
+        ``port_of`` is accepted for symmetry with :meth:`links` and ignored (ports are not part
+        of the host key).
+        """
+        del port_of
+        return {
+            (h.address, f"{PAGE_PREFIX}{p}")
+            for h in self.hosts
+            if h.doc_root is None
+            for p in range(h.pages)
+        }
+
+    def addresses(self) -> list[str]:
+        """Every host address, e.g. for a spider's ``allowed_domains``.
+
+        Restricting a crawl to these matters: documentation hosts contain links to the real
+        web, and a crawl of the test web must never follow them off loopback.
+        """
+        return [h.address for h in self.hosts]
+
+    def total_pages(self) -> int:
+        return sum(h.pages for h in self.hosts if h.doc_root is None)
+
+    def with_hosts(self, extra: Iterable[HostSpec]) -> WebSpec:
+        """A copy with ``extra`` hosts appended (e.g. documentation hosts)."""
+        return WebSpec(
+            hosts=self.hosts + tuple(extra), seed=self.seed, cross_links=self.cross_links
+        )
+
+    # -- content -----------------------------------------------------------------------------
+
+    def render_page(self, host_index: int, page: int, port_of: Mapping[str, int]) -> bytes:
+        """Small valid HTML for a generated page (raises IndexError for unknown pages)."""
+        links = self.links(host_index, page, port_of)
+        address = self.hosts[host_index].address
+        title = f"Host {address} page {page}"
+        rng = _rng(self.seed, "text", host_index, page)
+        # A little seeded filler so pages differ in size, as real pages do.
+        filler = " ".join(rng.choice(_WORDS) for _ in range(rng.randrange(20, 80)))
+        items = "\n".join(
+            f'<li><a href="{html.escape(href)}">link {i}</a></li>' for i, href in enumerate(links)
+        )
+        body = (
+            "<!DOCTYPE html>\n"
+            f'<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            "</head>\n"
+            f"<body><h1>{html.escape(title)}</h1>\n<p>{filler}</p>\n<ul>\n{items}\n</ul>\n"
+            "</body></html>\n"
+        )
+        return body.encode("utf-8")
+
+
+_WORDS = (
+    "frontier",
+    "host",
+    "queue",
+    "polite",
+    "crawl",
+    "fetch",
+    "delay",
+    "heap",
+    "page",
+    "link",
+    "robots",
+    "seed",
+    "zipf",
+    "latency",
+    "mercator",
+    "priority",
+    "budget",
+    "server",
+    "socket",
+)
+
+
+def _latencies(n: int, latency: tuple[float, float], seed: int) -> list[float]:
+    lo, hi = latency
+    if not 0.0 <= lo <= hi:
+        raise ValueError(f"latency range must satisfy 0 <= lo <= hi, got {latency}")
+    rng = _rng(seed, "latency")
+    return [rng.uniform(lo, hi) for _ in range(n)]
+
+
+def zipf_sizes(hosts: int, largest: int, zipf_s: float) -> list[int]:
+    """Host i has max(1, round(largest / (i+1)**zipf_s)) pages."""
+    if largest < 1:
+        raise ValueError(f"largest must be >= 1, got {largest}")
+    return [max(1, round(largest / (i + 1) ** zipf_s)) for i in range(hosts)]
+
+
+def skewed_web(
+    hosts: int = 30,
+    largest: int = 150,
+    zipf_s: float = 1.0,
+    latency: tuple[float, float] = (0.005, 0.040),
+    seed: int = 1,
+    first_address: str = DEFAULT_FIRST_ADDRESS,
+    cross_links: int = 2,
+) -> WebSpec:
+    """Few hosts with Zipf-distributed sizes: a big host dominates, as on the real web.
+
+    This is the shape where a plain priority queue bursts at one host and where the per-host
+    delay, not concurrency, bounds the crawl time.
+    """
+    addresses = host_addresses(hosts, first_address)
+    sizes = zipf_sizes(hosts, largest, zipf_s)
+    lats = _latencies(hosts, latency, seed)
+    return WebSpec(
+        hosts=tuple(HostSpec(a, s, lat) for a, s, lat in zip(addresses, sizes, lats, strict=True)),
+        seed=seed,
+        cross_links=cross_links,
+    )
+
+
+def wide_web(
+    hosts: int = 300,
+    pages: int = 8,
+    latency: tuple[float, float] = (0.050, 0.150),
+    seed: int = 1,
+    first_address: str = DEFAULT_FIRST_ADDRESS,
+    cross_links: int = 2,
+) -> WebSpec:
+    """Many small, slow hosts: the shape where concurrency, not politeness, bounds crawl time."""
+    addresses = host_addresses(hosts, first_address)
+    lats = _latencies(hosts, latency, seed)
+    return WebSpec(
+        hosts=tuple(HostSpec(a, pages, lat) for a, lat in zip(addresses, lats, strict=True)),
+        seed=seed,
+        cross_links=cross_links,
+    )
