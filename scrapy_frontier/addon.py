@@ -53,7 +53,8 @@ def _warn_about_overrides(settings: Settings) -> None:
             scheduler,
         )
     mws = settings["DOWNLOADER_MIDDLEWARES"]
-    if isinstance(mws, BaseSettings) and MIDDLEWARE_PATH in mws and mws.get(MIDDLEWARE_PATH) is None:
+    disabled = MIDDLEWARE_PATH in mws and mws.get(MIDDLEWARE_PATH) is None
+    if isinstance(mws, BaseSettings) and disabled:
         logger.warning(
             "%s is disabled in DOWNLOADER_MIDDLEWARES: fetch ends will be learnt from "
             "signals, and fetch times measured less precisely.",

@@ -142,14 +142,14 @@ class FrontierScheduler:
         if self.uses_signals:
             self._reap_finished_leases()
         if frontier.in_flight:
-            for lease in frontier.expire_leases():
+            for expired in frontier.expire_leases():
                 self.stats.inc_value("frontier/lease_expired")
                 logger.warning(
                     "No end was reported for %s within %.0f s (FRONTIER_LEASE_TIMEOUT); "
                     "releasing host %r",
-                    lease.item,
+                    expired.item,
                     self.config.lease_timeout,
-                    lease.host,
+                    expired.host,
                 )
         lease = frontier.pop()
         if lease is None:
@@ -279,7 +279,8 @@ class FrontierScheduler:
                 "frontier/dispatch_lateness_ms/mean",
                 round(1000 * st.dispatch_lateness_seconds / st.held_dispatches, 3),
             )
-            set_value("frontier/dispatch_lateness_ms/max", round(1000 * st.dispatch_lateness_max, 3))
+            late_max = round(1000 * st.dispatch_lateness_max, 3)
+            set_value("frontier/dispatch_lateness_ms/max", late_max)
         set_value("frontier/queued_at_close", len(self.frontier))
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 
 class Timer(Protocol):
@@ -15,5 +16,5 @@ def call_later(delay: float, func: Callable[[], Any]) -> Timer:
     except ImportError:  # pragma: no cover - Scrapy 2.13
         from twisted.internet import reactor
 
-        return reactor.callLater(delay, func)  # type: ignore[attr-defined,no-any-return]
+        return reactor.callLater(delay, func)  # type: ignore[attr-defined,arg-type,no-any-return]
     return scrapy_call_later(delay, func)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 #: Any zero-argument callable returning seconds as a float (``time.monotonic``).
 Clock = Callable[[], float]

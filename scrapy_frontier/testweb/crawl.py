@@ -11,13 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,14 +36,6 @@ FRONTIER_ADDON = {"scrapy_frontier.Addon": 0}
 
 
 @dataclass
-class ServedWeb:
-    start_urls: list[str]
-    expected: set[tuple[str, str]]
-    log_path: Path
-    process: subprocess.Popen[str]
-
-
-@dataclass
 class CrawlResult:
     returncode: int
     elapsed: float
@@ -53,62 +43,21 @@ class CrawlResult:
     output: str = ""
 
 
-@contextmanager
-def serve(args: Sequence[str], log_path: Path, *, timeout: float = 60.0) -> Iterator[ServedWeb]:
-    """Run ``python -m scrapy_frontier.testweb serve ARGS`` until the block ends."""
-    cmd = [sys.executable, "-m", "scrapy_frontier.testweb", "serve", *args, "--log", str(log_path)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = _read_line(proc, timeout)
-        info = json.loads(line)
-        yield ServedWeb(
-            start_urls=list(info["start_urls"]),
-            expected={(h, p) for h, p in info["expected"]},
-            log_path=log_path,
-            process=proc,
-        )
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        if proc.stdout:
-            proc.stdout.close()
-        if proc.stderr:
-            proc.stderr.close()
-
-
-def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout
-    import selectors
-
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            err = proc.stderr.read() if proc.stderr else ""
-            raise RuntimeError(f"test web exited with {proc.returncode}: {err[-2000:]}")
-        if sel.select(timeout=0.2):
-            line = proc.stdout.readline()
-            if line.strip():
-                return line
-    raise TimeoutError(f"test web did not start within {timeout} s")
-
-
 def run_crawl(
     start_urls: Sequence[str],
     settings: dict[str, Any],
     *,
+    allowed_domains: Sequence[str] = (),
     timeout: float = 300.0,
     workdir: Path | None = None,
     kill_after: float | None = None,
     cwd: Path | None = None,
 ) -> CrawlResult:
     """Crawl ``start_urls`` in a fresh process; follow every link found.
+
+    Serve the web with :class:`~scrapy_frontier.testweb.ServerProcess` and
+    pass its ``allowed_domains`` so that doc-tree hosts' external links are
+    not followed.
 
     ``kill_after`` SIGKILLs the crawl after that many seconds (crash tests).
     """
@@ -117,7 +66,13 @@ def run_crawl(
     spec = tmp / "crawl.json"
     out = tmp / "result.json"
     spec.write_text(
-        json.dumps({"start_urls": list(start_urls), "settings": {**BASE_SETTINGS, **settings}})
+        json.dumps(
+            {
+                "start_urls": list(start_urls),
+                "allowed_domains": list(allowed_domains),
+                "settings": {**BASE_SETTINGS, **settings},
+            }
+        )
     )
     cmd = [sys.executable, "-m", "scrapy_frontier.testweb.crawl", str(spec), str(out)]
     started = time.monotonic()
@@ -143,9 +98,12 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
 
     spec = json.loads(Path(spec_path).read_text())
     start_urls: list[str] = spec["start_urls"]
+    # Doc-tree hosts link to the real web: stay on loopback.
+    domains: list[str] = spec.get("allowed_domains") or []
 
     class TestWebSpider(scrapy.Spider):
         name = "testweb"
+        allowed_domains = domains
 
         async def start(self) -> Any:
             for url in start_urls:

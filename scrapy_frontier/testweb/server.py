@@ -218,7 +218,7 @@ class TestWebServer:
                 call.cancel()
         self._pending.clear()
         for proto in list(self._channels):
-            transport = cast("_Closable | None", proto.transport)
+            transport = cast("_Closable | None", getattr(proto, "transport", None))
             if transport is not None:
                 transport.loseConnection()
         done: Deferred[None] = gatherResults(stops).addCallback(lambda _: None)

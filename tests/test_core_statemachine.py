@@ -1,0 +1,277 @@
+"""Model-based test of the Frontier: random push/pop/complete/expire on a fake clock.
+
+After every step the frontier's own structural check runs, and a model kept
+here checks what the frontier promises from the outside: one lease per host,
+the next-contact rule, nothing lost or duplicated, and (in teardown) that
+everything pushed is eventually handed out.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from scrapy_frontier.core import DelayPolicy, FakeClock, Frontier, Lease
+
+HOSTS = "abcdef"
+
+
+def clamp_delay(policy: DelayPolicy, fetch: float) -> float:
+    """The documented rule, computed independently of DelayPolicy.delay."""
+    wanted = policy.factor * max(0.0, fetch)
+    return min(policy.max_delay, max(policy.min_delay, wanted))
+
+
+class FrontierMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.frontier: Frontier[int] | None = None
+
+    @initialize(
+        back_queues=st.integers(1, 3),
+        extra=st.integers(0, 3),
+        front_queues=st.integers(1, 4),
+        bias=st.sampled_from([1.0, 1.5, 2.0, 5.0]),
+        factor=st.sampled_from([0.0, 0.5, 1.0, 10.0]),
+        min_delay=st.sampled_from([0.0, 0.25, 1.0]),
+        span=st.sampled_from([0.0, 1.0, 5.0]),
+        lease_timeout=st.sampled_from([0.5, 2.0, 7.0]),
+        start=st.sampled_from([0.0, 1000.5]),
+        seed=st.integers(0, 2**16),
+    )
+    def setup(
+        self,
+        back_queues,
+        extra,
+        front_queues,
+        bias,
+        factor,
+        min_delay,
+        span,
+        lease_timeout,
+        start,
+        seed,
+    ):
+        self.clock = FakeClock(start)
+        self.policy = DelayPolicy(factor=factor, min_delay=min_delay, max_delay=min_delay + span)
+        self.frontier = Frontier(
+            front_queues=front_queues,
+            priority_bias=bias,
+            back_queues=back_queues,
+            back_queues_max=back_queues + extra,
+            policy=self.policy,
+            lease_timeout=lease_timeout,
+            clock=self.clock,
+            rng=random.Random(seed),
+        )
+        self.next_id = 0
+        self.pushed: dict[int, tuple[str, int]] = {}
+        self.popped: set[int] = set()
+        self.outstanding: dict[int, Lease[int]] = {}
+        self.finished_tickets: list[int] = []
+        # host -> earliest time it may be contacted again, from its last release
+        self.rest_until: dict[str, float] = {}
+        self.completed = 0
+        self.expired = 0
+
+    # -- model bookkeeping ---------------------------------------------------------
+
+    def _record_pop(self, lease: Lease[int]) -> None:
+        now = self.clock.now
+        assert lease.item in self.pushed, "handed out something never pushed"
+        assert lease.item not in self.popped, f"item {lease.item} handed out twice"
+        host, level = self.pushed[lease.item]
+        assert (lease.host, lease.level) == (host, level)
+        busy = {held.host for held in self.outstanding.values()}
+        assert host not in busy, f"second concurrent lease on {host}"
+        assert now >= self.rest_until.get(host, float("-inf")), (
+            f"{host} contacted at {now} before its rest ended at {self.rest_until[host]}"
+        )
+        assert lease.ready_at <= now
+        assert lease.handed_at == now
+        assert lease.deadline == now + self.frontier.lease_timeout
+        assert lease.ticket not in self.outstanding
+        self.popped.add(lease.item)
+        self.outstanding[lease.ticket] = lease
+
+    def _record_release(self, lease: Lease[int], fetch: float) -> None:
+        self.rest_until[lease.host] = self.clock.now + clamp_delay(self.policy, fetch)
+        self.finished_tickets.append(lease.ticket)
+
+    # -- rules -----------------------------------------------------------------------
+
+    @rule(host=st.sampled_from(HOSTS), level=st.integers(1, 4))
+    def push(self, host, level):
+        level = 1 + (level - 1) % self.frontier.levels
+        item = self.next_id
+        self.next_id += 1
+        self.frontier.push(host, level, item)
+        self.pushed[item] = (host, level)
+
+    @rule()
+    def pop(self):
+        lease = self.frontier.pop()
+        if lease is not None:
+            self._record_pop(lease)
+            return
+        if len(self.frontier):
+            event("pop found nothing ready with items queued")
+        # Nothing handed out: no host is ready, and no more back queues could be added.
+        wake = self.frontier.next_wakeup()
+        assert wake is None or wake > self.clock.now
+        f = self.frontier
+        assert f.front_len == 0 or f.active_back_queues == f.back_queues_max
+
+    @rule()
+    def pop_all_ready(self):
+        while (lease := self.frontier.pop()) is not None:
+            self._record_pop(lease)
+
+    @precondition(lambda self: self.frontier is not None and self.outstanding)
+    @rule(data=st.data(), fetch=st.floats(-1.0, 20.0, allow_nan=False))
+    def complete(self, data, fetch):
+        ticket = data.draw(st.sampled_from(sorted(self.outstanding)))
+        lease = self.outstanding.pop(ticket)
+        assert self.frontier.complete(ticket, fetch) is lease
+        self.completed += 1
+        self._record_release(lease, fetch)
+
+    @precondition(lambda self: self.frontier is not None and self.finished_tickets)
+    @rule(data=st.data(), fetch=st.floats(0.0, 5.0))
+    def complete_stale(self, data, fetch):
+        ticket = data.draw(st.sampled_from(self.finished_tickets))
+        before = (self.frontier.stats.completed, self.frontier.active_back_queues)
+        assert self.frontier.complete(ticket, fetch) is None
+        after = (self.frontier.stats.completed, self.frontier.active_back_queues)
+        assert before == after
+
+    @rule(dt=st.one_of(st.sampled_from([0.0, 0.25, 1.0, 3.0]), st.floats(0.0, 10.0)))
+    def advance(self, dt):
+        self.clock.advance(dt)
+
+    @rule()
+    def advance_to_wakeup(self):
+        wake = self.frontier.next_wakeup()
+        if wake is not None and wake > self.clock.now:
+            self.clock.now = wake  # exactly t_e
+            lease = self.frontier.pop()
+            assert lease is not None, "nothing handed out exactly at next_wakeup()"
+            self._record_pop(lease)
+
+    @rule()
+    def expire(self):
+        now = self.clock.now
+        expired = self.frontier.expire_leases()
+        if expired:
+            event("a lease expired")
+        for lease in expired:
+            assert lease.deadline <= now
+            assert self.outstanding.pop(lease.ticket) is lease
+            self.expired += 1
+            self._record_release(lease, now - lease.handed_at)
+        assert all(lease.deadline > now for lease in self.outstanding.values())
+
+    # -- invariants ------------------------------------------------------------------
+
+    @invariant()
+    def structure(self):
+        if self.frontier is not None:
+            self.frontier._check()
+            if self.frontier.front_len:
+                event("hosts waiting in front queues")
+            if self.frontier.active_back_queues > self.frontier.back_queues:
+                event("back queues grown above the floor")
+
+    @invariant()
+    def conservation(self):
+        f = self.frontier
+        if f is None:
+            return
+        queued = Counter(item for _, _, item in f.iter_queued())
+        assert all(n == 1 for n in queued.values()), "an item is queued twice"
+        assert not (set(queued) & self.popped), "a handed-out item is still queued"
+        assert set(queued) | self.popped == set(self.pushed), "an item was lost"
+        assert len(f) == len(queued)
+        for host, level, item in f.iter_queued():
+            assert self.pushed[item] == (host, level)
+        assert f.in_flight == len(self.outstanding)
+        assert {lease.ticket for lease in f.leases()} == set(self.outstanding)
+        s = f.stats
+        assert (s.pushed, s.popped, s.completed, s.expired) == (
+            len(self.pushed),
+            len(self.popped),
+            self.completed,
+            self.expired,
+        )
+        assert s.activations - s.releases == f.active_back_queues
+        assert s.peak_active <= f.back_queues_max
+
+    @invariant()
+    def one_lease_per_host(self):
+        if self.frontier is None:
+            return
+        hosts = [lease.host for lease in self.outstanding.values()]
+        assert len(hosts) == len(set(hosts))
+        for host in HOSTS:
+            assert self.frontier.host_busy(host) == (host in hosts)
+
+    @invariant()
+    def next_contact_matches_model(self):
+        if self.frontier is None:
+            return
+        now = self.clock.now
+        for host, until in self.rest_until.items():
+            remembered = self.frontier.next_contact(host)
+            if remembered == until:
+                continue
+            # Only a host whose rest is over may be forgotten (and later start afresh).
+            assert until <= now, f"{host} forgotten while still resting"
+            assert remembered is None or remembered == 0.0
+
+    # -- eventual delivery -------------------------------------------------------------
+
+    def teardown(self):
+        f = self.frontier
+        if f is None:
+            return
+        bound = 3 * len(self.pushed) + 10
+        for _ in range(bound):
+            if len(self.popped) == len(self.pushed):
+                break
+            for ticket in sorted(self.outstanding):
+                lease = self.outstanding.pop(ticket)
+                assert f.complete(ticket, 0.1) is lease
+                self.completed += 1
+                self._record_release(lease, 0.1)
+            f._check()
+            wake = f.next_wakeup()
+            assert wake is not None, "items queued but no host scheduled"
+            if wake > self.clock.now:
+                self.clock.now = wake
+            lease = f.pop()
+            assert lease is not None, "no progress at next_wakeup()"
+            self._record_pop(lease)
+            while (lease := f.pop()) is not None:
+                self._record_pop(lease)
+            f._check()
+        assert self.popped == set(self.pushed), "some pushed items were never handed out"
+        assert len(f) == 0
+
+
+FrontierMachine.TestCase.settings = settings(
+    max_examples=200,
+    stateful_step_count=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestFrontierStateMachine = FrontierMachine.TestCase

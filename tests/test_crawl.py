@@ -1,0 +1,128 @@
+"""Real Scrapy crawls of the loopback test web, audited from the server's own log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scrapy_frontier.testweb import ServerProcess, audit, read_log
+from scrapy_frontier.testweb.crawl import FRONTIER_ADDON, CrawlResult, run_crawl
+
+pytestmark = pytest.mark.crawl
+
+SKEWED = ["--shape", "skewed", "--hosts", "8", "--largest", "30", "--latency", "0.005", "0.02"]
+
+
+def crawl_web(
+    tmp_path: Path, web_args: list[str], settings: dict[str, Any], *, timeout: float = 240
+) -> tuple[CrawlResult, Any, ServerProcess]:
+    log = tmp_path / "server.jsonl"
+    with ServerProcess(web_args, log_path=str(log)) as web:
+        result = run_crawl(
+            web.start_urls,
+            settings,
+            allowed_domains=web.allowed_domains,
+            timeout=timeout,
+            workdir=tmp_path / "crawl",
+        )
+    assert result.returncode == 0, result.output[-3000:]
+    report = audit(
+        read_log(log),
+        expected=web.expected,
+        factor=settings.get("FRONTIER_DELAY_FACTOR", 10.0),
+        min_delay=settings.get("FRONTIER_MIN_DELAY", 1.0),
+        max_delay=settings.get("FRONTIER_MAX_DELAY", 60.0),
+        concurrency=settings.get("CONCURRENT_REQUESTS", 16),
+    )
+    return result, report, web
+
+
+def test_addon_crawl_is_polite_complete_and_without_duplicates(tmp_path: Path) -> None:
+    settings = {"ADDONS": FRONTIER_ADDON, "FRONTIER_MIN_DELAY": 0.0}
+    result, report, web = crawl_web(tmp_path, SKEWED, settings)
+    assert report.overlaps == 0, report.summary()
+    assert report.short_gaps == 0, report.summary()
+    assert report.coverage == 1.0, report.summary()
+    assert report.duplicates == 0, report.summary()
+    stats = result.stats
+    assert stats["frontier/dequeued"] == stats["frontier/completed"] == len(web.expected)
+    assert stats.get("frontier/end_reports/signals") is None
+    assert stats.get("frontier/lease_expired") is None
+    assert stats["frontier/queued_at_close"] == 0
+
+
+def test_scheduler_setting_alone_is_polite_and_warns_once(tmp_path: Path) -> None:
+    settings = {"SCHEDULER": "scrapy_frontier.FrontierScheduler", "FRONTIER_MIN_DELAY": 0.0}
+    result, report, web = crawl_web(tmp_path, SKEWED, settings)
+    assert report.overlaps == 0, report.summary()
+    assert report.short_gaps == 0, report.summary()
+    assert report.coverage == 1.0 and report.duplicates == 0, report.summary()
+    assert result.stats["frontier/end_reports/signals"] == 1
+    assert result.output.count("ADDONS = {'scrapy_frontier.Addon': 0}") == 1
+    assert result.stats.get("frontier/lease_expired") is None
+
+
+def test_robots_txt_and_max_delay_clamp(tmp_path: Path) -> None:
+    # robots.txt requests bypass the scheduler and must not release a host;
+    # the 30 ms max delay caps the 10 x rule for the slower hosts.
+    settings = {
+        "ADDONS": FRONTIER_ADDON,
+        "ROBOTSTXT_OBEY": True,
+        "FRONTIER_MIN_DELAY": 0.0,
+        "FRONTIER_MAX_DELAY": 0.03,
+    }
+    result, report, _ = crawl_web(tmp_path, SKEWED, settings)
+    assert report.overlaps == 0 and report.short_gaps == 0, report.summary()
+    assert report.coverage == 1.0, report.summary()
+    assert result.stats["robotstxt/request_count"] >= 8
+    assert result.stats.get("frontier/lease_expired") is None
+
+
+def test_held_request_leaves_when_host_is_ready_not_at_heartbeat(tmp_path: Path) -> None:
+    # One host, 1 s minimum rest. Scrapy's engine only re-polls a scheduler
+    # that returned None on its 5 s heartbeat; the frontier's own timer must
+    # release each request when its host is ready, long before that.
+    web = ["--shape", "wide", "--hosts", "1", "--pages", "5", "--latency", "0.01", "0.01"]
+    settings = {"ADDONS": FRONTIER_ADDON, "FRONTIER_MIN_DELAY": 1.0}
+    log = tmp_path / "server.jsonl"
+    with ServerProcess(web, log_path=str(log)) as served:
+        result = run_crawl(served.start_urls, settings, workdir=tmp_path / "crawl")
+    assert result.returncode == 0, result.output[-3000:]
+    entries = sorted(read_log(log), key=lambda e: e.start)
+    assert len(entries) == 5
+    gaps = [b.start - a.end for a, b in zip(entries, entries[1:])]
+    assert all(gap >= 1.0 for gap in gaps), gaps  # polite
+    # Released at the next contact time: each gap ends well before the engine's
+    # next heartbeat could have fired (5 s after the previous poll).
+    assert all(gap < 2.5 for gap in gaps), gaps
+    assert result.stats["frontier/engine_wakeups"] >= 4
+    assert result.stats["frontier/dispatch_lateness_ms/max"] < 1000
+
+
+def test_wide_web_activates_back_queues_on_demand(tmp_path: Path) -> None:
+    # 60 hosts but a back-queue floor of 4: hosts must be activated on demand
+    # (bounded by FRONTIER_BACK_QUEUES_MAX) to keep the slots busy.
+    web = ["--shape", "wide", "--hosts", "60", "--pages", "3", "--latency", "0.01", "0.03"]
+    settings = {
+        "ADDONS": FRONTIER_ADDON,
+        "FRONTIER_MIN_DELAY": 0.0,
+        "FRONTIER_BACK_QUEUES": 4,
+        "FRONTIER_BACK_QUEUES_MAX": 40,
+        "CONCURRENT_REQUESTS": 8,
+    }
+    result, report, _ = crawl_web(tmp_path, web, settings)
+    assert report.overlaps == 0 and report.short_gaps == 0, report.summary()
+    assert report.coverage == 1.0 and report.duplicates == 0, report.summary()
+    peak = result.stats["frontier/back_queues/peak"]
+    assert 4 < peak <= 40
+
+
+def test_control_scrapy_default_scheduler_is_seen_impolite(tmp_path: Path) -> None:
+    # The same audit on Scrapy's own scheduler must find violations, or the
+    # assertions above would prove nothing.
+    settings = {"FRONTIER_MIN_DELAY": 0.0, "CONCURRENT_REQUESTS_PER_DOMAIN": 8}
+    _, report, _ = crawl_web(tmp_path, SKEWED, settings)
+    assert report.coverage == 1.0
+    assert report.overlaps + report.short_gaps > 0, report.summary()
