@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import logging
+import pickle
 import random
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from scrapy import Request, signals
 from scrapy.utils.misc import build_from_crawler, load_object
+from scrapy.utils.request import request_from_dict
 
+from scrapy_frontier import jobdir
 from scrapy_frontier.config import FrontierConfig
 from scrapy_frontier.core.frontier import Frontier
 from scrapy_frontier.core.prioritizer import PriorityMapper
@@ -71,6 +75,7 @@ class FrontierScheduler:
         self._timer_at: float | None = None
         self._closed = False
         self.uses_signals = False
+        self._state_path: Path | None = None
         self._wakeups = 0
 
     @classmethod
@@ -90,16 +95,17 @@ class FrontierScheduler:
             self._use_signals()
         self.stats.set_value("frontier/back_queues/floor", self.config.back_queues)
         self.stats.set_value("frontier/back_queues/max", self.config.back_queues_max)
-        if self.crawler.settings.get("JOBDIR"):
-            logger.warning(
-                "JOBDIR is set, but this version of scrapy-frontier keeps its queues in "
-                "memory: requests still queued when the crawl stops are not saved."
-            )
+        job = self.crawler.settings.get("JOBDIR")
+        self._state_path = jobdir.state_path(job) if job else None
+        if self._state_path is not None:
+            self._restore(self._state_path, spider)
         return self.df.open()
 
     def close(self, reason: str) -> Deferred[None] | None:
         self._closed = True
         self._cancel_timer()
+        if self._state_path is not None:
+            self._save(self._state_path)
         self._publish_stats()
         left = len(self.frontier)
         if left:
@@ -129,10 +135,14 @@ class FrontierScheduler:
             self.stats.inc_value(f"frontier/rejected/{exc.reason}")
             logger.warning("Dropped %s: %s", request, exc)
             return False
-        # A redirect or retry copies meta: forget the original's lease.
+        # A redirect, a retry, or a middleware that swaps the request copies
+        # meta: the fetch that held this lease is over whatever happened to it
+        # (a no-op when the timing middleware already reported it).
         meta = request.meta
-        meta.pop(LEASE_META, None)
-        meta.pop(FETCH_START_META, None)
+        ticket = meta.pop(LEASE_META, None)
+        started = meta.pop(FETCH_START_META, None)
+        if ticket is not None:
+            self._finish(ticket, started)
         self.frontier.push(host, self.mapper.level(request.priority), request)
         self.stats.inc_value("frontier/enqueued")
         return True
@@ -165,10 +175,13 @@ class FrontierScheduler:
     def fetch_finished(self, request: Request) -> None:
         """Called once a fetch of a request this frontier handed out ended."""
         ticket = request.meta.get(LEASE_META)
-        if ticket is None or self._closed:
+        if ticket is not None:
+            self._finish(ticket, request.meta.get(FETCH_START_META))
+
+    def _finish(self, ticket: int, started: float | None) -> None:
+        if self._closed:
             return
         now = self.clock()
-        started = request.meta.get(FETCH_START_META)
         # No start stamp: the response never touched the network (a cache hit,
         # or an IgnoreRequest before the downloader).
         duration = 0.0 if started is None else max(0.0, now - started)
@@ -179,7 +192,7 @@ class FrontierScheduler:
         if politeness_log.isEnabledFor(logging.DEBUG):
             next_contact = self.frontier.next_contact(lease.host)
             politeness_log.debug(
-                "host %r: fetch took %.3f s, next contact in %.3f s",
+                "host %r: fetch took %.4f s, next contact in %.3f s",
                 lease.host,
                 duration,
                 (next_contact or now) - now,
@@ -230,6 +243,73 @@ class FrontierScheduler:
         for lease in self.frontier.leases():
             if lease.item not in inprogress:
                 self.fetch_finished(lease.item)
+
+    # -- pause and resume (JOBDIR) ------------------------------------------
+
+    def _restore(self, path: Path, spider: Spider) -> None:
+        saved = jobdir.load(path, spider.name)
+        if saved is None:
+            return
+        now = self.clock()
+        for host, rest in saved.rests.items():
+            self.frontier.rest_until(host, now + rest)
+        for host, level, data in saved.requests:
+            try:
+                request = request_from_dict(data, spider=spider)
+            except Exception as exc:
+                raise jobdir.FrontierStateError(
+                    f"{path}: cannot rebuild the saved request {data.get('url')!r} ({exc}). "
+                    "Was the spider's code changed (a callback renamed)? Restore the "
+                    "callback, or move the file away to drop the saved queue."
+                ) from exc
+            self.frontier.push(host, level, request)
+        self.stats.set_value("frontier/restored", len(saved.requests))
+        logger.info(
+            "Resumed %d queued requests and %d resting hosts from %s",
+            len(saved.requests),
+            len(saved.rests),
+            path,
+        )
+
+    def _save(self, path: Path) -> None:
+        spider = self.spider
+        now = self.clock()
+        saved = jobdir.SavedQueue(spider.name if spider else "")
+        pending = [(host, level, item) for host, level, item in self.frontier.iter_queued()]
+        # Fetches still in flight at close were not completed: save them too.
+        pending += [(lease.host, lease.level, lease.item) for lease in self.frontier.leases()]
+        lost: list[Request] = []
+        for host, level, request in pending:
+            request.meta.pop(LEASE_META, None)
+            request.meta.pop(FETCH_START_META, None)
+            try:
+                data = request.to_dict(spider=spider)
+                pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:
+                lost.append(request)
+                logger.error("Cannot save %s for resuming (%s)", request, exc)
+                continue
+            saved.requests.append((host, level, data))
+        saved.rests = {h: t - now for h, t in self.frontier.rests().items()}
+        try:
+            jobdir.save(path, saved)
+        except jobdir.FrontierStateError as exc:
+            logger.error("%s", exc)
+            for _, _, request in pending:
+                logger.error("Not saved: %s", request)
+            self.stats.set_value("frontier/save_failed", len(pending))
+            return
+        self.stats.set_value("frontier/saved", len(saved.requests))
+        if lost:
+            self.stats.set_value("frontier/unserializable", len(lost))
+            logger.error(
+                "%d queued requests could not be saved to %s (callbacks must be spider "
+                "methods and meta must be picklable) and will not be resumed; see above.",
+                len(lost),
+                path,
+            )
+        if saved.requests:
+            logger.info("Saved %d queued requests to %s", len(saved.requests), path)
 
     # -- waking the engine -------------------------------------------------
 

@@ -304,3 +304,19 @@ def test_timing_middleware_reports_only_frontier_requests() -> None:
     assert sched.frontier.host_busy("a.example")
     mw.process_exception(req, RuntimeError("boom"))
     assert not sched.frontier.host_busy("a.example")
+
+
+def test_request_coming_back_releases_its_lease() -> None:
+    # A middleware below 950 may replace a request in process_request: the
+    # copy comes back through enqueue_request and the original never reaches
+    # the timing middleware. Its host must not stay blocked until the lease
+    # times out.
+    sched, clock, crawler = make_scheduler()
+    sched.enqueue_request(Request("http://a.example/0"))
+    sched.enqueue_request(Request("http://a.example/1"))
+    req = sched.next_request()
+    assert req is not None and sched.frontier.host_busy("a.example")
+    swapped = req.replace(url="http://a.example/0?swapped", dont_filter=True)
+    assert sched.enqueue_request(swapped)
+    assert not sched.frontier.host_busy("a.example")
+    assert crawler.stats.get_value("frontier/completed") == 1

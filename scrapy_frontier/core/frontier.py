@@ -158,6 +158,26 @@ class Frontier(Generic[T]):
         hs = self._hosts.get(host)
         return hs is not None and hs.lease is not None
 
+    def rest_until(self, host: str, until: float) -> None:
+        """Make ``host`` wait until at least ``until`` (restoring saved state).
+
+        Only for a host that has no back queue yet, i.e. before its URLs are
+        pushed again.
+        """
+        hs = self._hosts.get(host)
+        if hs is not None and (hs.queue is not None or hs.lease is not None):
+            raise ValueError(f"host {host!r} is active; set its rest before pushing")
+        if hs is None:
+            hs = _Host(host)
+            self._hosts[host] = hs
+        hs.next_contact = max(hs.next_contact, until)
+        heapq.heappush(self._cooling, (hs.next_contact, host))
+
+    def rests(self) -> dict[str, float]:
+        """Every remembered host whose next contact is still ahead of the clock."""
+        now = self.clock()
+        return {k: hs.next_contact for k, hs in self._hosts.items() if hs.next_contact > now}
+
     # -- adding ------------------------------------------------------------
 
     def push(self, host: str, level: int, item: T) -> None:

@@ -35,7 +35,7 @@ class DemoSpider(scrapy.Spider):
         yield {"url": response.url, "title": response.css("title::text").get()}
         yield from response.follow_all(css="a", callback=self.parse)
 
-    def summarize(self, spider: scrapy.Spider) -> Any:
+    def summarize(self, spider: scrapy.Spider) -> None:
         settings = self.crawler.settings
         report = audit(
             self.web.log,
@@ -47,4 +47,4 @@ class DemoSpider(scrapy.Spider):
         )
         print("\n=== scrapy-frontier demo: politeness and coverage ===")
         print(report.summary())
-        return self.web.stop()
+        self.web.stop()
