@@ -150,14 +150,14 @@ def plot(results: dict[str, Any]) -> None:
         return
     webs = list(results["webs"])
     fig, axes = plt.subplots(1, len(webs), figsize=(5.5 * len(webs), 4), squeeze=False)
-    for ax, web in zip(axes[0], webs):
+    for ax, web in zip(axes[0], webs, strict=False):
         rows = results["webs"][web]["rows"]
         names = [n for n in rows if n != "impolite"] + ["impolite"]
         ratios = [rows[n]["ratio"] for n in names]
         bad = [rows[n]["overlaps"] + rows[n]["short_gaps"] for n in names]
         colors = ["tab:green" if b == 0 else "tab:red" for b in bad]
         bars = ax.bar(names, ratios, color=colors)
-        for bar, b in zip(bars, bad):
+        for bar, b in zip(bars, bad, strict=True):
             ax.annotate(f"{b} viol.", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize=8)
         ax.axhline(1.0, color="black", lw=0.8)

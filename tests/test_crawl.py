@@ -92,7 +92,7 @@ def test_held_request_leaves_when_host_is_ready_not_at_heartbeat(tmp_path: Path)
     assert result.returncode == 0, result.output[-3000:]
     entries = sorted(read_log(log), key=lambda e: e.start)
     assert len(entries) == 5
-    gaps = [b.start - a.end for a, b in zip(entries, entries[1:])]
+    gaps = [b.start - a.end for a, b in zip(entries, entries[1:], strict=False)]
     assert all(gap >= 1.0 for gap in gaps), gaps  # polite
     # Released at the next contact time: each gap ends well before the engine's
     # next heartbeat could have fired (5 s after the previous poll).
