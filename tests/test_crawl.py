@@ -126,3 +126,31 @@ def test_control_scrapy_default_scheduler_is_seen_impolite(tmp_path: Path) -> No
     _, report, _ = crawl_web(tmp_path, SKEWED, settings)
     assert report.coverage == 1.0
     assert report.overlaps + report.short_gaps > 0, report.summary()
+
+
+def test_redirects_and_retries_reenter_and_obey_their_hosts_politeness(tmp_path: Path) -> None:
+    web_args = ["--shape", "wide", "--hosts", "3", "--pages", "6", "--latency", "0.01", "0.02"]
+    settings = {
+        "ADDONS": FRONTIER_ADDON,
+        "FRONTIER_MIN_DELAY": 0.0,
+        "RETRY_ENABLED": True,
+        "RETRY_TIMES": 2,
+        "RETRY_HTTP_CODES": [503],
+    }
+    log = tmp_path / "server.jsonl"
+    with ServerProcess(web_args, log_path=str(log)) as web:
+        roots = web.start_urls
+        extra = [roots[0].replace("/p/0", "/redirect/4"), roots[1].replace("/p/0", "/flaky/1")]
+        result = run_crawl(roots + extra, settings, allowed_domains=web.allowed_domains,
+                           workdir=tmp_path / "crawl")
+    assert result.returncode == 0, result.output[-3000:]
+    entries = read_log(log)
+    report = audit(entries, expected=web.expected, min_delay=0.0)
+    # Every request, the 302 and the 503 included, kept its host's rest.
+    assert report.overlaps == 0 and report.short_gaps == 0, report.summary()
+    assert report.coverage == 1.0, report.summary()
+    statuses = {(e.path, e.status) for e in entries}
+    assert ("/redirect/4", 302) in statuses
+    assert ("/flaky/1", 503) in statuses and ("/flaky/1", 200) in statuses
+    assert result.stats["retry/count"] == 1
+    assert result.stats.get("frontier/lease_expired") is None

@@ -160,6 +160,7 @@ class TestWebServer:
         self.port_of: dict[str, int] = {}
         self._ports: list[_ListeningPort] = []
         self._pending: dict[Request, _DelayedCall] = {}
+        self._flaky_hits: dict[tuple[int, str], int] = {}
         self._channels: weakref.WeakSet[TwistedProtocol] = weakref.WeakSet()
         self._writer: LogWriter | None = None
         self._doc_roots = {
@@ -260,6 +261,7 @@ class TestWebServer:
         raw_path = request.path.decode("latin-1")
         query = request.uri.partition(b"?")[2].decode("latin-1")
         logged_path = raw_path + ("?" + query if query else "")
+        location: str | None = None
         method = request.method
         if method not in (b"GET", b"HEAD"):
             status, ctype, body = 405, "text/plain", b"method not allowed\n"
@@ -267,6 +269,18 @@ class TestWebServer:
             status, ctype, body = 200, "text/plain", self.robots_txt.encode("utf-8")
         elif index in self._doc_roots:
             status, ctype, body = self._doc_response(self._doc_roots[index], raw_path)
+        elif raw_path.startswith("/redirect/") and not query:
+            # Off the link graph: for tests of redirects re-entering the scheduler.
+            location = "/p/" + raw_path[len("/redirect/") :]
+            status, ctype, body = 302, "text/plain", b"moved\n"
+        elif raw_path.startswith("/flaky/") and not query:
+            # 503 on the first request to each such path, then 200: for retry tests.
+            key = (index, raw_path)
+            self._flaky_hits[key] = self._flaky_hits.get(key, 0) + 1
+            if self._flaky_hits[key] == 1:
+                status, ctype, body = 503, "text/plain", b"try again\n"
+            else:
+                status, ctype, body = 200, "text/html", b"<html><title>ok</title></html>"
         else:
             status, ctype, body = self._page_response(index, raw_path, query)
 
@@ -282,6 +296,8 @@ class TestWebServer:
                 return
             request.setResponseCode(status)
             request.setHeader(b"Content-Type", ctype.encode("ascii"))
+            if location is not None:
+                request.setHeader(b"Location", location.encode("ascii"))
             request.setHeader(b"Content-Length", str(len(body)).encode("ascii"))
             request.write(body)
             request.finish()
