@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from scrapy import Request
 from scrapy.utils.httpobj import urlparse_cached
 
@@ -17,6 +19,16 @@ class HostlessURL(ValueError):
         self.reason = reason
 
 
+def existing_meta(request: Request) -> dict[str, Any] | None:
+    """``request.meta`` without creating it: reading ``meta`` allocates an empty
+    dict on every request that has none, which costs memory per queued URL."""
+    meta = getattr(request, "_meta", _UNKNOWN)
+    return request.meta if meta is _UNKNOWN else meta  # type: ignore[no-any-return]
+
+
+_UNKNOWN: Any = object()
+
+
 def host_key(request: Request) -> str:
     """``meta["download_slot"]`` if set, else the lower-cased hostname.
 
@@ -27,7 +39,8 @@ def host_key(request: Request) -> str:
     ``CONCURRENT_REQUESTS_PER_IP``, the key is never an IP address, so it is
     stable before and after DNS resolution.
     """
-    slot = request.meta.get("download_slot")
+    meta = existing_meta(request)
+    slot = meta.get("download_slot") if meta else None
     if slot is not None:
         return str(slot)
     parsed = urlparse_cached(request)

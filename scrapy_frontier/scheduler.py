@@ -17,7 +17,7 @@ from scrapy_frontier import jobdir
 from scrapy_frontier.config import FrontierConfig
 from scrapy_frontier.core.frontier import Frontier
 from scrapy_frontier.core.prioritizer import PriorityMapper
-from scrapy_frontier.hostkey import HostlessURL, host_key
+from scrapy_frontier.hostkey import HostlessURL, existing_meta, host_key
 from scrapy_frontier.timer import Timer, call_later
 
 if TYPE_CHECKING:
@@ -138,11 +138,10 @@ class FrontierScheduler:
         # A redirect, a retry, or a middleware that swaps the request copies
         # meta: the fetch that held this lease is over whatever happened to it
         # (a no-op when the timing middleware already reported it).
-        meta = request.meta
-        ticket = meta.pop(LEASE_META, None)
-        started = meta.pop(FETCH_START_META, None)
-        if ticket is not None:
-            self._finish(ticket, started)
+        meta = existing_meta(request)
+        if meta and LEASE_META in meta:
+            ticket = meta.pop(LEASE_META)
+            self._finish(ticket, meta.pop(FETCH_START_META, None))
         self.frontier.push(host, self.mapper.level(request.priority), request)
         self.stats.inc_value("frontier/enqueued")
         return True

@@ -66,13 +66,53 @@ class FrontierStats:
     held_dispatches: int = 0
 
 
+class BackQueue(Generic[T]):
+    """One host's URLs: highest level first, FIFO within a level.
+
+    One deque per level in use, so an entry costs one pointer (no tuple).
+    """
+
+    __slots__ = ("_levels", "_size")
+
+    def __init__(self) -> None:
+        self._levels: dict[int, deque[T]] = {}
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __bool__(self) -> bool:
+        return self._size > 0
+
+    def append(self, level: int, item: T) -> None:
+        queue = self._levels.get(level)
+        if queue is None:
+            queue = self._levels[level] = deque()
+        queue.append(item)
+        self._size += 1
+
+    def popleft(self) -> tuple[int, T]:
+        level = max(self._levels)
+        queue = self._levels[level]
+        item = queue.popleft()
+        if not queue:
+            del self._levels[level]
+        self._size -= 1
+        return level, item
+
+    def items(self) -> Iterator[tuple[int, T]]:
+        for level in sorted(self._levels, reverse=True):
+            for item in self._levels[level]:
+                yield level, item
+
+
 @dataclass(slots=True, eq=False)
 class _Host(Generic[T]):
     key: str
     next_contact: float = 0.0
     last_fetch: float | None = None
-    # The back queue: a heap of (-level, seq, item); None when the host owns none.
-    queue: list[tuple[int, int, T]] | None = None
+    # The host's back queue; None when the host owns none.
+    queue: BackQueue[T] | None = None
     lease: Lease[T] | None = None
     held: bool = field(default=False)
     """True while the host's heap entry comes from a politeness hold."""
@@ -113,8 +153,9 @@ class Frontier(Generic[T]):
         self.clock = clock
         self.chooser = FrontQueueChooser(front_queues, priority_bias, rng or random.Random(0))
         self.stats = FrontierStats()
-        # front[i] holds level i + 1 as (host, item) pairs.
-        self._front: list[deque[tuple[str, T]]] = [deque() for _ in range(front_queues)]
+        # Front queue i holds level i + 1, as two parallel deques (no tuple per URL).
+        self._front: list[deque[T]] = [deque() for _ in range(front_queues)]
+        self._front_hosts: list[deque[str]] = [deque() for _ in range(front_queues)]
         self._front_len = 0
         self._back_len = 0
         self._active = 0
@@ -194,15 +235,15 @@ class Frontier(Generic[T]):
         if hs is not None and hs.queue is not None:
             self._append_back(hs, level, item)
             return
-        self._front[level - 1].append((host, item))
+        self._front[level - 1].append(item)
+        self._front_hosts[level - 1].append(host)
         self._front_len += 1
         self._fill_to_floor()
 
     def _append_back(self, hs: _Host[T], level: int, item: T) -> None:
         assert hs.queue is not None
-        self._seq += 1
         was_empty = not hs.queue
-        heapq.heappush(hs.queue, (-level, self._seq, item))
+        hs.queue.append(level, item)
         self._back_len += 1
         if was_empty and hs.lease is None:
             # A host coming back while still resting counts as held for politeness.
@@ -226,7 +267,8 @@ class Frontier(Generic[T]):
         while self._front_len:
             non_empty = [i for i in range(self.levels) if front[i]]
             index = self.chooser.choose(non_empty)
-            host, item = front[index].popleft()
+            item = front[index].popleft()
+            host = self._front_hosts[index].popleft()
             self._front_len -= 1
             hs = self._hosts.get(host)
             if hs is not None and hs.queue is not None:
@@ -235,7 +277,7 @@ class Frontier(Generic[T]):
             if hs is None:
                 hs = _Host(host)
                 self._hosts[host] = hs
-            hs.queue = []
+            hs.queue = BackQueue()
             self._active += 1
             self.stats.activations += 1
             if self._active > self.stats.peak_active:
@@ -267,14 +309,14 @@ class Frontier(Generic[T]):
 
     def _hand_out(self, hs: _Host[T], t_e: float, now: float) -> Lease[T]:
         assert hs.queue
-        neg_level, _, item = heapq.heappop(hs.queue)
+        level, item = hs.queue.popleft()
         self._back_len -= 1
         self._seq += 1
         lease = Lease(
             ticket=self._seq,
             host=hs.key,
             item=item,
-            level=-neg_level,
+            level=level,
             handed_at=now,
             deadline=now + self.lease_timeout,
             ready_at=t_e,
@@ -374,16 +416,17 @@ class Frontier(Generic[T]):
     def iter_queued(self) -> Iterator[tuple[str, int, T]]:
         """Every queued (host, level, item), front queues then back queues."""
         for index, queue in enumerate(self._front):
-            for host, item in queue:
+            for host, item in zip(self._front_hosts[index], queue, strict=True):
                 yield host, index + 1, item
         for hs in self._hosts.values():
             if hs.queue:
-                for neg_level, _, item in sorted(hs.queue):
-                    yield hs.key, -neg_level, item
+                for level, item in hs.queue.items():
+                    yield hs.key, level, item
 
     def _check(self) -> None:
         """Assert every structural invariant; for tests, O(size)."""
         assert self._front_len == sum(len(q) for q in self._front), "front_len drift"
+        assert [len(q) for q in self._front] == [len(q) for q in self._front_hosts]
         slot_hosts = [hs for hs in self._hosts.values() if hs.queue is not None]
         assert self._active == len(slot_hosts), "active count drift"
         assert self._active <= self.back_queues_max, "more back queues than allowed"
