@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from scrapy import Request
-from scrapy.utils.httpobj import urlparse_cached
 
 #: Schemes that never contact a host; each gets one pseudo-host key ("data:").
 HOSTLESS_SCHEMES = frozenset({"data", "file", "about"})
@@ -43,7 +43,9 @@ def host_key(request: Request) -> str:
     slot = meta.get("download_slot") if meta else None
     if slot is not None:
         return str(slot)
-    parsed = urlparse_cached(request)
+    # Not urlparse_cached: its cache entry would live as long as the queued
+    # request (~340 bytes each); the downloader parses again when it fetches.
+    parsed = urlsplit(request.url)
     host = parsed.hostname
     if host:
         return host
