@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+import re
 from urllib.parse import urlsplit
 
 from scrapy import Request
@@ -19,14 +19,11 @@ class HostlessURL(ValueError):
         self.reason = reason
 
 
-def existing_meta(request: Request) -> dict[str, Any] | None:
-    """``request.meta`` without creating it: reading ``meta`` allocates an empty
-    dict on every request that has none, which costs memory per queued URL."""
-    meta = getattr(request, "_meta", _UNKNOWN)
-    return request.meta if meta is _UNKNOWN else meta  # type: ignore[no-any-return]
-
-
-_UNKNOWN: Any = object()
+# scheme://[userinfo@]host[:port] followed by /, ?, # or the end. Anything else
+# (IPv6 literals, odd characters) goes through urllib, which this must agree with.
+_SIMPLE_NETLOC = re.compile(
+    r"[A-Za-z][A-Za-z0-9+.\-]*://(?:[^/?#@\[\]]*@)?([^/?#:@\[\]]+)(?::[0-9]*)?(?:[/?#]|\Z)"
+)
 
 
 def host_key(request: Request) -> str:
@@ -39,17 +36,26 @@ def host_key(request: Request) -> str:
     ``CONCURRENT_REQUESTS_PER_IP``, the key is never an IP address, so it is
     stable before and after DNS resolution.
     """
-    meta = existing_meta(request)
-    slot = meta.get("download_slot") if meta else None
+    slot = request.meta.get("download_slot")
     if slot is not None:
         return str(slot)
-    # Not urlparse_cached: its cache entry would live as long as the queued
-    # request (~340 bytes each); the downloader parses again when it fetches.
-    parsed = urlsplit(request.url)
+    return url_host_key(request.url)
+
+
+def url_host_key(url: str) -> str:
+    """The host key of a URL (see :func:`host_key`), without caching anything.
+
+    Not ``urlparse_cached``: its cache entry would live as long as the queued
+    request (about 340 bytes each); the downloader parses again when it fetches.
+    """
+    match = _SIMPLE_NETLOC.match(url)
+    if match is not None:
+        return match.group(1).lower()
+    parsed = urlsplit(url)
     host = parsed.hostname
     if host:
         return host
     scheme = parsed.scheme.lower()
     if scheme in HOSTLESS_SCHEMES:
         return f"{scheme}:"
-    raise HostlessURL(request.url, "no_host")
+    raise HostlessURL(url, "no_host")

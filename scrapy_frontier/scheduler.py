@@ -17,7 +17,7 @@ from scrapy_frontier import jobdir
 from scrapy_frontier.config import FrontierConfig
 from scrapy_frontier.core.frontier import Frontier
 from scrapy_frontier.core.prioritizer import PriorityMapper
-from scrapy_frontier.hostkey import HostlessURL, existing_meta, host_key
+from scrapy_frontier.hostkey import HostlessURL, host_key
 from scrapy_frontier.timer import Timer, call_later
 
 if TYPE_CHECKING:
@@ -75,6 +75,7 @@ class FrontierScheduler:
         self._timer_at: float | None = None
         self._closed = False
         self.uses_signals = False
+        self._enqueued = 0
         self._state_path: Path | None = None
         self._wakeups = 0
 
@@ -106,7 +107,7 @@ class FrontierScheduler:
         self._cancel_timer()
         if self._state_path is not None:
             self._save(self._state_path)
-        self._publish_stats()
+        self.publish_stats()
         left = len(self.frontier)
         if left:
             logger.info(
@@ -138,12 +139,12 @@ class FrontierScheduler:
         # A redirect, a retry, or a middleware that swaps the request copies
         # meta: the fetch that held this lease is over whatever happened to it
         # (a no-op when the timing middleware already reported it).
-        meta = existing_meta(request)
-        if meta and LEASE_META in meta:
+        meta = request.meta
+        if LEASE_META in meta:
             ticket = meta.pop(LEASE_META)
             self._finish(ticket, meta.pop(FETCH_START_META, None))
         self.frontier.push(host, self.mapper.level(request.priority), request)
-        self.stats.inc_value("frontier/enqueued")
+        self._enqueued += 1
         return True
 
     def next_request(self) -> Request | None:
@@ -163,10 +164,12 @@ class FrontierScheduler:
         lease = frontier.pop()
         if lease is None:
             self._arm_wakeup()
+            # Counters live in plain attributes on the hot path; the stats
+            # collector is refreshed whenever the engine finds nothing to do.
+            self.publish_stats()
             return None
         request = lease.item
         request.meta[LEASE_META] = lease.ticket
-        self.stats.inc_value("frontier/dequeued")
         return request
 
     # -- fetch end reports ---------------------------------------------------
@@ -187,7 +190,6 @@ class FrontierScheduler:
         lease = self.frontier.complete(ticket, duration)
         if lease is None:
             return
-        self.stats.inc_value("frontier/completed")
         if politeness_log.isEnabledFor(logging.DEBUG):
             next_contact = self.frontier.next_contact(lease.host)
             politeness_log.debug(
@@ -346,12 +348,19 @@ class FrontierScheduler:
         self._timer = None
         self._timer_at = None
 
-    def _publish_stats(self) -> None:
+    def publish_stats(self) -> None:
         st = self.frontier.stats
         set_value = self.stats.set_value
+        if self._enqueued:
+            set_value("frontier/enqueued", self._enqueued)
+        if st.popped:
+            set_value("frontier/dequeued", st.popped)
+        if st.completed:
+            set_value("frontier/completed", st.completed)
         set_value("frontier/back_queues/peak", st.peak_active)
         set_value("frontier/back_queues/activations", st.activations)
-        set_value("frontier/hosts/tracked_at_close", self.frontier.tracked_hosts)
+        set_value("frontier/hosts/tracked", self.frontier.tracked_hosts)
+        set_value("frontier/back_queues/active", self.frontier.active_back_queues)
         set_value("frontier/politeness_hold_seconds", round(st.politeness_hold_seconds, 3))
         if st.held_dispatches:
             set_value(
@@ -360,7 +369,7 @@ class FrontierScheduler:
             )
             late_max = round(1000 * st.dispatch_lateness_max, 3)
             set_value("frontier/dispatch_lateness_ms/max", late_max)
-        set_value("frontier/queued_at_close", len(self.frontier))
+        set_value("frontier/queued", len(self.frontier))
 
 
 def _warn_about_stacked_delays(crawler: Crawler) -> None:

@@ -166,6 +166,7 @@ class FrontierMachine(RuleBasedStateMachine):
             self.clock.now = wake  # exactly t_e
             lease = self.frontier.pop()
             assert lease is not None, "nothing handed out exactly at next_wakeup()"
+            assert lease.ready_at == wake
             self._record_pop(lease)
 
     @rule()

@@ -78,6 +78,11 @@ class TestDelayPolicy:
         assert policy.next_contact(1000.0, 0.0) == pytest.approx(1003.0)
         assert policy.next_contact(1000.0, 50.0) == pytest.approx(1030.0)
 
+    def test_negative_fetch_never_shortens_the_rest(self):
+        policy = DelayPolicy(factor=10.0, min_delay=0.0, max_delay=60.0)
+        assert policy.delay(-1.0) == 0.0
+        assert policy.next_contact(50.0, -3.0) == 50.0
+
     def test_factor_zero_gives_min(self):
         policy = DelayPolicy(factor=0.0, min_delay=1.5, max_delay=9.0)
         assert policy.delay(1000.0) == 1.5
@@ -387,6 +392,27 @@ class TestPoliteness:
         assert again is not None and again.item == "a1"
         assert frontier.next_wakeup() is None
 
+    def test_next_wakeup_is_the_earliest_rest(self):
+        policy = DelayPolicy(factor=10.0, min_delay=0.0, max_delay=60.0)
+        frontier, clock = make(policy=policy)
+        for host in "abc":
+            frontier.push(host, 1, f"{host}0")
+            frontier.push(host, 1, f"{host}1")
+        leases = {lease.host: lease for lease in (frontier.pop(), frontier.pop(), frontier.pop())}
+        frontier.complete(leases["a"].ticket, 3.0)  # rests 30 s
+        frontier.complete(leases["b"].ticket, 1.0)  # rests 10 s
+        frontier.complete(leases["c"].ticket, 2.0)  # rests 20 s
+        order = []
+        while len(frontier):
+            wake = frontier.next_wakeup()
+            clock.now = wake
+            lease = frontier.pop()
+            assert lease.ready_at == wake
+            assert frontier.pop() is None
+            order.append((lease.item, wake - 100.0))
+            frontier.complete(lease.ticket, 0.0)
+        assert order == [("b1", 10.0), ("c1", 20.0), ("a1", 30.0)]
+
     def test_late_dispatch_is_measured(self):
         frontier, clock = make(policy=DelayPolicy(factor=1.0, min_delay=3.0, max_delay=3.0))
         frontier.push("a", 1, "a0")
@@ -505,6 +531,17 @@ class TestBackQueues:
         frontier.push("a", 1, "a1")
         assert frontier.front_len == 1  # only b0
         assert [frontier.pop().item] == ["a0"]
+
+    def test_pushes_to_a_busy_host_go_to_its_back_queue(self):
+        frontier, _ = make(back_queues=1, policy=NO_REST)
+        frontier.push("a", 1, "a0")
+        frontier.push("b", 1, "b0")
+        a0 = frontier.pop()
+        frontier.push("a", 1, "a1")  # a is busy but keeps its back queue
+        assert frontier.front_len == 1
+        frontier.complete(a0.ticket, 0.0)
+        assert frontier.active_back_queues == 1 and frontier.front_len == 1
+        assert frontier.pop().item == "a1"  # b0 still waits for a back queue
 
     def test_demand_growth_only_when_nothing_ready(self):
         frontier, _ = make(back_queues=1, back_queues_max=3, policy=NO_REST)

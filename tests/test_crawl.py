@@ -50,7 +50,7 @@ def test_addon_crawl_is_polite_complete_and_without_duplicates(tmp_path: Path) -
     assert stats["frontier/dequeued"] == stats["frontier/completed"] == len(web.expected)
     assert stats.get("frontier/end_reports/signals") is None
     assert stats.get("frontier/lease_expired") is None
-    assert stats["frontier/queued_at_close"] == 0
+    assert stats["frontier/queued"] == 0
 
 
 def test_scheduler_setting_alone_is_polite_and_warns_once(tmp_path: Path) -> None:

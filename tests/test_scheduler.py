@@ -7,6 +7,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scrapy import Request, Spider
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
@@ -15,7 +17,7 @@ from scrapy_frontier import Addon, FetchTimingMiddleware, FrontierScheduler
 from scrapy_frontier.addon import MIDDLEWARE_PATH, SCHEDULER_PATH
 from scrapy_frontier.config import FrontierConfig, FrontierConfigError
 from scrapy_frontier.core import FakeClock
-from scrapy_frontier.hostkey import HostlessURL, host_key
+from scrapy_frontier.hostkey import HostlessURL, host_key, url_host_key
 from scrapy_frontier.scheduler import FETCH_START_META, LEASE_META
 
 
@@ -82,6 +84,7 @@ def test_duplicates_filtered_and_dont_filter_honoured() -> None:
     assert not sched.enqueue_request(Request("http://a.example/x"))
     assert sched.enqueue_request(Request("http://a.example/x", dont_filter=True))
     assert len(sched) == 2
+    sched.publish_stats()
     assert crawler.stats.get_value("frontier/enqueued") == 2
 
 
@@ -109,6 +112,7 @@ def test_late_report_does_not_release_twice() -> None:
     assert sched.next_request() is None  # lease expired now; host rests
     assert crawler.stats.get_value("frontier/lease_expired") == 1
     sched.fetch_finished(req)  # too late: ignored
+    sched.publish_stats()
     assert crawler.stats.get_value("frontier/completed") is None
 
 
@@ -157,7 +161,7 @@ def test_close_cancels_timer_and_reports_left_over() -> None:
     assert sched._timer is not None
     sched.close("shutdown")
     assert sched._timer is None
-    assert crawler.stats.get_value("frontier/queued_at_close") == 2
+    assert crawler.stats.get_value("frontier/queued") == 2
 
 
 def test_signals_fallback_when_middleware_missing(caplog: pytest.LogCaptureFixture) -> None:
@@ -319,4 +323,28 @@ def test_request_coming_back_releases_its_lease() -> None:
     swapped = req.replace(url="http://a.example/0?swapped", dont_filter=True)
     assert sched.enqueue_request(swapped)
     assert not sched.frontier.host_busy("a.example")
+    sched.publish_stats()
     assert crawler.stats.get_value("frontier/completed") == 1
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    scheme=st.sampled_from(["http", "https", "HTTP", "ftp", "s3"]),
+    user=st.sampled_from(["", "u@", "u:p@", "a%40b@"]),
+    host=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9.\-_]{0,20}", fullmatch=True)
+    | st.sampled_from(["[::1]", "[2001:db8::7]", "127.0.1.5", "xn--bcher-kva.de", "a..b"]),
+    port=st.sampled_from(["", ":80", ":8080", ":"]),
+    rest=st.sampled_from(["", "/", "/p/1", "?q=1", "#frag", "/a:b@c", "/?x=[1]"]),
+)
+def test_fast_host_key_agrees_with_urllib(
+    scheme: str, user: str, host: str, port: str, rest: str
+) -> None:
+    from urllib.parse import urlsplit
+
+    url = f"{scheme}://{user}{host}{port}{rest}"
+    expected = urlsplit(url).hostname
+    if expected:
+        assert url_host_key(url) == expected
+    else:
+        with pytest.raises(HostlessURL):
+            url_host_key(url)
