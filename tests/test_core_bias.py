@@ -122,6 +122,7 @@ def serve_one_url_hosts(per_level: dict[int, int], bias: float, seed: int) -> li
         lease = frontier.pop()
         if lease is None:
             break
+        assert lease.host == f"host{lease.item}"
         served.append(lease.level)
         assert frontier.pop() is None  # one back queue: one host at a time
         frontier.complete(lease.ticket, 0.0)
@@ -208,6 +209,7 @@ def run_stress(seed: int, steps: int = 20_000) -> Frontier[int]:
 
     def take(lease) -> None:
         assert lease.item not in popped
+        assert lease.host == pushed[lease.item]
         assert lease.host not in busy
         assert clock.now >= rest_until.get(lease.host, -math.inf)
         popped.add(lease.item)

@@ -98,6 +98,10 @@ class FrontierMachine(RuleBasedStateMachine):
             f"{host} contacted at {now} before its rest ended at {self.rest_until[host]}"
         )
         assert lease.ready_at <= now
+        # Within a host, the highest level in its back queue goes first.
+        back = self.frontier._hosts[host].queue
+        assert back is not None
+        assert all(level <= lease.level for level, _ in back.items())
         assert lease.handed_at == now
         assert lease.deadline == now + self.frontier.lease_timeout
         assert lease.ticket not in self.outstanding
@@ -117,6 +121,19 @@ class FrontierMachine(RuleBasedStateMachine):
         self.next_id += 1
         self.frontier.push(host, level, item)
         self.pushed[item] = (host, level)
+
+    @rule(host=st.sampled_from(HOSTS), dt=st.sampled_from([0.0, 0.5, 3.0, 20.0]))
+    def restore_rest(self, host, dt):
+        until = self.clock.now + dt
+        busy = self.frontier.host_busy(host)
+        try:
+            self.frontier.rest_until(host, until)
+        except ValueError:
+            # Refused only for a host that owns a back queue: busy, or with queued URLs.
+            assert busy or any(h == host for h, _, _ in self.frontier.iter_queued())
+            return
+        assert not busy
+        self.rest_until[host] = max(self.rest_until.get(host, until), until)
 
     @rule()
     def pop(self):

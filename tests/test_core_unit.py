@@ -17,6 +17,7 @@ from scrapy_frontier.core import (
     FrontQueueChooser,
     PriorityMapper,
 )
+from scrapy_frontier.core.frontier import BackQueue
 
 # A policy with no rest at all: isolates queueing behaviour from politeness.
 NO_REST = DelayPolicy(factor=0.0, min_delay=0.0, max_delay=0.0)
@@ -266,6 +267,41 @@ class TestFakeClock:
         assert clock() == 5.0
 
 
+# -- BackQueue -------------------------------------------------------------------
+
+
+class TestBackQueue:
+    def test_highest_level_first_fifo_within_level(self):
+        queue: BackQueue[str] = BackQueue()
+        assert len(queue) == 0 and not queue
+        for level, item in [(1, "x1"), (3, "y1"), (2, "w1"), (3, "y2"), (1, "x2")]:
+            queue.append(level, item)
+        assert len(queue) == 5 and queue
+        assert list(queue.items()) == [(3, "y1"), (3, "y2"), (2, "w1"), (1, "x1"), (1, "x2")]
+        assert [queue.popleft() for _ in range(3)] == [(3, "y1"), (3, "y2"), (2, "w1")]
+        queue.append(3, "y3")
+        queue.append(1, "x3")
+        assert [queue.popleft() for _ in range(4)] == [(3, "y3"), (1, "x1"), (1, "x2"), (1, "x3")]
+        assert len(queue) == 0 and not queue
+        assert list(queue.items()) == []
+
+    @given(st.lists(st.tuples(st.booleans(), st.integers(1, 5)), max_size=60))
+    def test_matches_a_sorted_model(self, ops):
+        queue: BackQueue[int] = BackQueue()
+        model: list[tuple[int, int]] = []  # (level, serial)
+        for serial, (is_pop, level) in enumerate(ops):
+            if is_pop and model:
+                best = max(model, key=lambda entry: (entry[0], -entry[1]))
+                model.remove(best)
+                assert queue.popleft() == best
+            else:
+                queue.append(level, serial)
+                model.append((level, serial))
+            assert len(queue) == len(model)
+            expected = sorted(model, key=lambda entry: (-entry[0], entry[1]))
+            assert list(queue.items()) == expected
+
+
 # -- Frontier: construction ----------------------------------------------------
 
 
@@ -469,6 +505,72 @@ class TestPoliteness:
         # Coming back after the rest: contactable at once.
         frontier.push("a", 1, "a1")
         assert frontier.pop() is not None
+
+
+# -- Frontier: saved rests --------------------------------------------------------
+
+
+class TestRestUntil:
+    def test_restored_rest_is_honoured(self):
+        frontier, clock = make(policy=NO_REST)
+        frontier.rest_until("a", 130.0)
+        assert frontier.next_contact("a") == 130.0
+        assert frontier.rests() == {"a": 130.0}
+        frontier.push("a", 1, "a0")
+        frontier.push("b", 1, "b0")
+        first = frontier.pop()
+        assert first.item == "b0"
+        assert frontier.pop() is None
+        assert frontier.next_wakeup() == 130.0
+        clock.now = 129.5
+        assert frontier.pop() is None
+        clock.now = 130.0
+        lease = frontier.pop()
+        assert lease.item == "a0" and lease.ready_at == 130.0
+        assert frontier.stats.held_dispatches == 1
+        assert frontier.stats.dispatch_lateness_max == 0.0
+        frontier._check()
+
+    def test_rest_never_shortened(self):
+        frontier, clock = make(policy=DelayPolicy(factor=1.0, min_delay=50.0, max_delay=50.0))
+        frontier.push("a", 1, "a0")
+        lease = frontier.pop()
+        frontier.complete(lease.ticket, 0.0)  # rests until 150
+        frontier.rest_until("a", 120.0)
+        assert frontier.next_contact("a") == 150.0
+        frontier.rest_until("a", 170.0)
+        assert frontier.next_contact("a") == 170.0
+        frontier.push("a", 1, "a1")
+        clock.now = 169.0
+        assert frontier.pop() is None
+        clock.now = 170.0
+        assert frontier.pop().item == "a1"
+
+    def test_rest_of_an_active_host_is_refused(self):
+        frontier, _ = make(policy=NO_REST)
+        frontier.push("a", 1, "a0")  # a owns a back queue
+        with pytest.raises(ValueError):
+            frontier.rest_until("a", 500.0)
+        lease = frontier.pop()  # a in flight, back queue empty
+        with pytest.raises(ValueError):
+            frontier.rest_until("a", 500.0)
+        assert frontier.next_contact("a") == 0.0
+        frontier.complete(lease.ticket, 0.0)
+        frontier.rest_until("a", 500.0)  # released: allowed again
+        assert frontier.next_contact("a") == 500.0
+        frontier._check()
+
+    def test_rests_lists_only_future_rests_and_are_forgotten(self):
+        frontier, clock = make(policy=NO_REST)
+        frontier.rest_until("a", 110.0)
+        frontier.rest_until("b", 90.0)  # already over
+        frontier.rest_until("c", 120.0)
+        assert frontier.rests() == {"a": 110.0, "c": 120.0}
+        clock.now = 110.0
+        assert frontier.rests() == {"c": 120.0}
+        assert frontier.pop() is None  # purges hosts whose rest is over
+        assert frontier.tracked_hosts == 1
+        assert frontier.next_contact("a") is None
 
 
 # -- Frontier: back queues -----------------------------------------------------------
