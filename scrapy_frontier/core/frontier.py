@@ -9,6 +9,10 @@ Vocabulary (Najork and Heydon's Mercator, as restated in REFERENCE.md 1):
 * **ready heap** -- one entry ``(t_e, host)`` per active host that has queued
   URLs and no fetch in flight; ``t_e`` is the earliest time the host may be
   contacted again.
+* **due order** -- when several hosts are ready at once, the one whose next
+  URL has the highest level goes first, then the one with the longest polite
+  schedule left (backlog x (fetch + rest)): the crawl cannot end before that
+  host is done, so starting it first shortens the crawl (longest-first).
 * **lease** -- a URL handed out for fetching. Its host has no heap entry until
   the lease is completed, which is what makes "one fetch per host at a time"
   hold; completing sets the host's next contact from the fetch duration.
@@ -91,6 +95,9 @@ class BackQueue(Generic[T]):
         queue.append(item)
         self._size += 1
 
+    def head_level(self) -> int:
+        return max(self._levels)
+
     def popleft(self) -> tuple[int, T]:
         level = max(self._levels)
         queue = self._levels[level]
@@ -161,6 +168,10 @@ class Frontier(Generic[T]):
         self._active = 0
         self._hosts: dict[str, _Host[T]] = {}
         self._ready: list[tuple[float, int, str]] = []
+        # Hosts whose t_e has passed, best first: (-head level, -estimated
+        # remaining time, seq, host, t_e). Filled from _ready by pop().
+        self._due: list[tuple[int, float, int, str, float]] = []
+        self._mean_fetch = 0.0  # running mean fetch time, for hosts never fetched
         # Hosts without a back queue whose rest has not ended yet: kept so that a
         # host that comes back through the front queues still honours its rest.
         self._cooling: list[tuple[float, str]] = []
@@ -298,14 +309,29 @@ class Frontier(Generic[T]):
         now = self.clock()
         self._purge_cooling(now)
         ready = self._ready
+        due = self._due
         while True:
-            if ready and ready[0][0] <= now:
-                t_e, _, key = heapq.heappop(ready)
-                return self._hand_out(self._hosts[key], t_e, now)
+            while ready and ready[0][0] <= now:
+                t_e, seq, key = heapq.heappop(ready)
+                hs = self._hosts[key]
+                assert hs.queue
+                heapq.heappush(due, (-hs.queue.head_level(), -self._remaining(hs), seq, key, t_e))
+            if due:
+                entry = heapq.heappop(due)
+                return self._hand_out(self._hosts[entry[3]], entry[4], now)
             if self._active < self.back_queues_max and self._front_len:
                 self._activate_one()
                 continue
             return None
+
+    def _remaining(self, hs: _Host[T]) -> float:
+        """Estimated time the host's polite schedule still needs (backlog x cycle).
+
+        Among hosts ready at once, the one with the longest schedule left goes
+        first (after priority): the crawl cannot end before it does.
+        """
+        fetch = hs.last_fetch if hs.last_fetch is not None else self._mean_fetch
+        return len(hs.queue or ()) * (fetch + self.policy.delay(fetch))
 
     def _hand_out(self, hs: _Host[T], t_e: float, now: float) -> Lease[T]:
         assert hs.queue
@@ -352,6 +378,7 @@ class Frontier(Generic[T]):
         hs = self._hosts[lease.host]
         hs.lease = None
         hs.last_fetch = fetch_seconds
+        self._mean_fetch += (fetch_seconds - self._mean_fetch) / min(self.stats.completed + 1, 100)
         hs.next_contact = self.policy.next_contact(now, fetch_seconds)
         if hs.queue:
             self.stats.politeness_hold_seconds += hs.next_contact - now
@@ -395,6 +422,8 @@ class Frontier(Generic[T]):
 
     def next_wakeup(self) -> float | None:
         """Earliest time at which ``pop`` could return something new, if any."""
+        if self._due:
+            return min(entry[4] for entry in self._due)
         return self._ready[0][0] if self._ready else None
 
     def _purge_cooling(self, now: float) -> None:
@@ -440,6 +469,9 @@ class Frontier(Generic[T]):
                 assert hs.lease is None, f"{hs.key} in flight without a back queue"
         entries: dict[str, float] = {}
         for t_e, _, key in self._ready:
+            assert key not in entries, f"two heap entries for {key}"
+            entries[key] = t_e
+        for *_, key, t_e in self._due:
             assert key not in entries, f"two heap entries for {key}"
             entries[key] = t_e
         for hs in slot_hosts:
