@@ -883,3 +883,15 @@ class TestStats:
         assert sorted(out) == items
         assert len(frontier) == 0 and frontier.in_flight == 0
         assert frontier.stats.peak_active <= 5
+
+
+def test_nan_parameters_are_refused() -> None:
+    import math
+
+    from scrapy_frontier.core import DelayPolicy, FrontQueueChooser
+
+    for kwargs in ({"factor": math.nan}, {"min_delay": math.nan}, {"max_delay": math.nan}):
+        with pytest.raises(ValueError, match="NaN"):
+            DelayPolicy(**kwargs)
+    with pytest.raises(ValueError, match="bias"):
+        FrontQueueChooser(3, math.nan, random.Random(0))

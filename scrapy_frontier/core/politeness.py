@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -18,6 +19,9 @@ class DelayPolicy:
     max_delay: float = 60.0
 
     def __post_init__(self) -> None:
+        for name in ("factor", "min_delay", "max_delay"):
+            if math.isnan(getattr(self, name)):
+                raise ValueError(f"{name} must be a number, got NaN")
         if self.factor < 0:
             raise ValueError(f"delay factor must be >= 0, got {self.factor}")
         if self.min_delay < 0:

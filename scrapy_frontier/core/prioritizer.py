@@ -35,7 +35,7 @@ class FrontQueueChooser:
     """
 
     def __init__(self, levels: int, bias: float, rng: random.Random) -> None:
-        if bias < 1.0:
+        if not bias >= 1.0:  # also refuses NaN
             raise ValueError(f"priority bias must be >= 1, got {bias}")
         self.rng = rng
         self.weights = [bias ** (i) for i in range(levels)]
