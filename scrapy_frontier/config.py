@@ -42,14 +42,16 @@ class FrontierConfig:
             raise FrontierConfigError(
                 f"FRONTIER_MAX_DELAY ({max_delay}) must be >= FRONTIER_MIN_DELAY ({min_delay})"
             )
-        # Mercator's rule of thumb: 3 back queues per fetching thread.
-        back = _int(settings, "FRONTIER_BACK_QUEUES", 3 * concurrency, minimum=1)
-        # A host rests about `factor` fetch times per fetch, so keeping every
+        # Mercator's rule of thumb is 3 back queues per fetching thread, but a
+        # host rests about `factor` fetch times per fetch, so keeping every
         # download slot busy needs about (factor + 1) x CONCURRENT_REQUESTS hosts
-        # with work; twice that absorbs uneven fetch times. More hosts are only
-        # activated on demand (see Frontier.pop), so this is a ceiling, not a size.
-        default_max = max(back, 2 * (math.ceil(factor) + 1) * concurrency)
-        back_max = _int(settings, "FRONTIER_BACK_QUEUES_MAX", default_max, minimum=1)
+        # with work; twice that absorbs uneven fetch times and hosts that run
+        # out of known URLs for a while.
+        back = _int(
+            settings, "FRONTIER_BACK_QUEUES", 2 * (math.ceil(factor) + 1) * concurrency, minimum=1
+        )
+        # Beyond the floor, hosts are activated only on demand (see Frontier.pop).
+        back_max = _int(settings, "FRONTIER_BACK_QUEUES_MAX", back, minimum=1)
         if back_max < back:
             raise FrontierConfigError(
                 f"FRONTIER_BACK_QUEUES_MAX ({back_max}) must be >= FRONTIER_BACK_QUEUES ({back})"

@@ -257,8 +257,12 @@ def test_max_delay_below_min_delay_is_rejected() -> None:
 
 def test_default_back_queue_bounds_follow_concurrency() -> None:
     config = FrontierConfig.from_settings(Settings({"CONCURRENT_REQUESTS": 16}))
-    assert config.back_queues == 48  # Mercator: 3 x threads
-    assert config.back_queues_max == 2 * 11 * 16  # 2 x (factor + 1) x concurrency
+    assert config.back_queues == 2 * 11 * 16  # 2 x (factor + 1) x concurrency
+    assert config.back_queues_max == config.back_queues
+    config = FrontierConfig.from_settings(
+        Settings({"CONCURRENT_REQUESTS": 4, "FRONTIER_DELAY_FACTOR": 5, "FRONTIER_BACK_QUEUES": 9})
+    )
+    assert (config.back_queues, config.back_queues_max) == (9, 9)
 
 
 def test_addon_sets_defaults_but_project_settings_win() -> None:

@@ -26,6 +26,7 @@ when asked for a URL while every active host is resting. See docs/design.rst.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections import deque
 from collections.abc import Iterator
@@ -171,7 +172,6 @@ class Frontier(Generic[T]):
         # Hosts whose t_e has passed, best first: (-head level, -estimated
         # remaining time, seq, host, t_e). Filled from _ready by pop().
         self._due: list[tuple[int, float, int, str, float]] = []
-        self._mean_fetch = 0.0  # running mean fetch time, for hosts never fetched
         # Hosts without a back queue whose rest has not ended yet: kept so that a
         # host that comes back through the front queues still honours its rest.
         self._cooling: list[tuple[float, str]] = []
@@ -315,7 +315,7 @@ class Frontier(Generic[T]):
                 t_e, seq, key = heapq.heappop(ready)
                 hs = self._hosts[key]
                 assert hs.queue
-                heapq.heappush(due, (-hs.queue.head_level(), -self._remaining(hs), seq, key, t_e))
+                heapq.heappush(due, (-hs.queue.head_level(), t_e - self._remaining(hs), seq, key, t_e))
             if due:
                 entry = heapq.heappop(due)
                 return self._hand_out(self._hosts[entry[3]], entry[4], now)
@@ -330,7 +330,11 @@ class Frontier(Generic[T]):
         Among hosts ready at once, the one with the longest schedule left goes
         first (after priority): the crawl cannot end before it does.
         """
-        fetch = hs.last_fetch if hs.last_fetch is not None else self._mean_fetch
+        if hs.last_fetch is None:
+            # Never fetched: its site's size is unknown, so assume the longest.
+            # Starting every host early is what keeps a finite crawl's tail short.
+            return math.inf
+        fetch = hs.last_fetch
         return len(hs.queue or ()) * (fetch + self.policy.delay(fetch))
 
     def _hand_out(self, hs: _Host[T], t_e: float, now: float) -> Lease[T]:
@@ -378,7 +382,6 @@ class Frontier(Generic[T]):
         hs = self._hosts[lease.host]
         hs.lease = None
         hs.last_fetch = fetch_seconds
-        self._mean_fetch += (fetch_seconds - self._mean_fetch) / min(self.stats.completed + 1, 100)
         hs.next_contact = self.policy.next_contact(now, fetch_seconds)
         if hs.queue:
             self.stats.politeness_hold_seconds += hs.next_contact - now
