@@ -10,9 +10,10 @@ Vocabulary (Najork and Heydon's Mercator, as restated in REFERENCE.md 1):
   URLs and no fetch in flight; ``t_e`` is the earliest time the host may be
   contacted again.
 * **due order** -- when several hosts are ready at once, the one whose next
-  URL has the highest level goes first, then the one with the longest polite
-  schedule left (backlog x (fetch + rest)): the crawl cannot end before that
-  host is done, so starting it first shortens the crawl (longest-first).
+  URL has the highest level goes first, then the one with the least slack:
+  t_e minus its remaining polite schedule (backlog x (fetch + rest); unknown,
+  so infinite, for a host never fetched). A finite crawl cannot end before its
+  longest host schedule does, so those start first and waiting hosts age.
 * **lease** -- a URL handed out for fetching. Its host has no heap entry until
   the lease is completed, which is what makes "one fetch per host at a time"
   hold; completing sets the host's next contact from the fetch duration.
@@ -169,8 +170,8 @@ class Frontier(Generic[T]):
         self._active = 0
         self._hosts: dict[str, _Host[T]] = {}
         self._ready: list[tuple[float, int, str]] = []
-        # Hosts whose t_e has passed, best first: (-head level, -estimated
-        # remaining time, seq, host, t_e). Filled from _ready by pop().
+        # Hosts whose t_e has passed, best first: (-head level, slack, seq, host,
+        # t_e) with slack = t_e - estimated remaining schedule. Filled by pop().
         self._due: list[tuple[int, float, int, str, float]] = []
         # Hosts without a back queue whose rest has not ended yet: kept so that a
         # host that comes back through the front queues still honours its rest.
@@ -315,7 +316,8 @@ class Frontier(Generic[T]):
                 t_e, seq, key = heapq.heappop(ready)
                 hs = self._hosts[key]
                 assert hs.queue
-                heapq.heappush(due, (-hs.queue.head_level(), t_e - self._remaining(hs), seq, key, t_e))
+                slack = t_e - self._remaining(hs)
+                heapq.heappush(due, (-hs.queue.head_level(), slack, seq, key, t_e))
             if due:
                 entry = heapq.heappop(due)
                 return self._hand_out(self._hosts[entry[3]], entry[4], now)
