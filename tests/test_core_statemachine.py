@@ -99,9 +99,7 @@ class FrontierMachine(RuleBasedStateMachine):
         )
         assert lease.ready_at <= now
         # Within a host, the highest level in its back queue goes first.
-        back = self.frontier._hosts[host].queue
-        assert back is not None
-        assert all(level <= lease.level for level, _ in back.items())
+        assert all(level <= lease.level for level, _ in self.frontier.store.back_items(host))
         assert lease.handed_at == now
         assert lease.deadline == now + self.frontier.lease_timeout
         assert lease.ticket not in self.outstanding

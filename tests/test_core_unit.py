@@ -17,7 +17,7 @@ from scrapy_frontier.core import (
     FrontQueueChooser,
     PriorityMapper,
 )
-from scrapy_frontier.core.frontier import BackQueue
+from scrapy_frontier.core.store import BackQueue
 
 # A policy with no rest at all: isolates queueing behaviour from politeness.
 NO_REST = DelayPolicy(factor=0.0, min_delay=0.0, max_delay=0.0)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -37,6 +36,7 @@ from typing import Generic, TypeVar
 from scrapy_frontier.core.clock import Clock
 from scrapy_frontier.core.politeness import DelayPolicy
 from scrapy_frontier.core.prioritizer import FrontQueueChooser
+from scrapy_frontier.core.store import MemoryStore, QueueStore
 
 T = TypeVar("T")
 
@@ -53,6 +53,8 @@ class Lease(Generic[T]):
     deadline: float
     ready_at: float
     """When the host became contactable (the heap entry's t_e)."""
+    token: object = None
+    """The store's handle for acknowledging this URL."""
 
 
 @dataclass(slots=True)
@@ -72,56 +74,14 @@ class FrontierStats:
     held_dispatches: int = 0
 
 
-class BackQueue(Generic[T]):
-    """One host's URLs: highest level first, FIFO within a level.
-
-    One deque per level in use, so an entry costs one pointer (no tuple).
-    """
-
-    __slots__ = ("_levels", "_size")
-
-    def __init__(self) -> None:
-        self._levels: dict[int, deque[T]] = {}
-        self._size = 0
-
-    def __len__(self) -> int:
-        return self._size
-
-    def __bool__(self) -> bool:
-        return self._size > 0
-
-    def append(self, level: int, item: T) -> None:
-        queue = self._levels.get(level)
-        if queue is None:
-            queue = self._levels[level] = deque()
-        queue.append(item)
-        self._size += 1
-
-    def head_level(self) -> int:
-        return max(self._levels)
-
-    def popleft(self) -> tuple[int, T]:
-        level = max(self._levels)
-        queue = self._levels[level]
-        item = queue.popleft()
-        if not queue:
-            del self._levels[level]
-        self._size -= 1
-        return level, item
-
-    def items(self) -> Iterator[tuple[int, T]]:
-        for level in sorted(self._levels, reverse=True):
-            for item in self._levels[level]:
-                yield level, item
-
-
 @dataclass(slots=True, eq=False)
 class _Host(Generic[T]):
     key: str
     next_contact: float = 0.0
     last_fetch: float | None = None
-    # The host's back queue; None when the host owns none.
-    queue: BackQueue[T] | None = None
+    # Owns a back queue (in the store), and how many URLs wait in it.
+    active: bool = False
+    queued: int = 0
     lease: Lease[T] | None = None
     held: bool = field(default=False)
     """True while the host's heap entry comes from a politeness hold."""
@@ -141,6 +101,7 @@ class Frontier(Generic[T]):
         lease_timeout: float = 240.0,
         clock: Clock,
         rng: random.Random | None = None,
+        store: QueueStore[T] | None = None,
     ) -> None:
         if front_queues < 1:
             raise ValueError(f"front_queues must be >= 1, got {front_queues}")
@@ -162,9 +123,7 @@ class Frontier(Generic[T]):
         self.clock = clock
         self.chooser = FrontQueueChooser(front_queues, priority_bias, rng or random.Random(0))
         self.stats = FrontierStats()
-        # Front queue i holds level i + 1, as two parallel deques (no tuple per URL).
-        self._front: list[deque[T]] = [deque() for _ in range(front_queues)]
-        self._front_hosts: list[deque[str]] = [deque() for _ in range(front_queues)]
+        self.store: QueueStore[T] = store if store is not None else MemoryStore(front_queues)
         self._front_len = 0
         self._back_len = 0
         self._active = 0
@@ -218,7 +177,7 @@ class Frontier(Generic[T]):
         pushed again.
         """
         hs = self._hosts.get(host)
-        if hs is not None and (hs.queue is not None or hs.lease is not None):
+        if hs is not None and (hs.active or hs.lease is not None):
             raise ValueError(f"host {host!r} is active; set its rest before pushing")
         if hs is None:
             hs = _Host(host)
@@ -244,20 +203,19 @@ class Frontier(Generic[T]):
             raise ValueError(f"level must be in 1..{self.levels}, got {level}")
         self.stats.pushed += 1
         hs = self._hosts.get(host)
-        if hs is not None and hs.queue is not None:
-            self._append_back(hs, level, item)
+        if hs is not None and hs.active:
+            self.store.back_append(host, level, item)
+            self._added_to_back(hs)
             return
-        self._front[level - 1].append(item)
-        self._front_hosts[level - 1].append(host)
+        self.store.front_append(level, host, item)
         self._front_len += 1
         self._fill_to_floor()
 
-    def _append_back(self, hs: _Host[T], level: int, item: T) -> None:
-        assert hs.queue is not None
-        was_empty = not hs.queue
-        hs.queue.append(level, item)
+    def _added_to_back(self, hs: _Host[T]) -> None:
+        assert hs.active
+        hs.queued += 1
         self._back_len += 1
-        if was_empty and hs.lease is None:
+        if hs.queued == 1 and hs.lease is None:
             # A host coming back while still resting counts as held for politeness.
             self._schedule(hs, held=hs.next_contact > self.clock())
 
@@ -275,27 +233,28 @@ class Frontier(Generic[T]):
     def _activate_one(self) -> bool:
         """Refill: move front-queue heads into back queues until a host without
         a back queue is found and given one. False if the front queues ran dry."""
-        front = self._front
+        store = self.store
         while self._front_len:
-            non_empty = [i for i in range(self.levels) if front[i]]
-            index = self.chooser.choose(non_empty)
-            item = front[index].popleft()
-            host = self._front_hosts[index].popleft()
-            self._front_len -= 1
+            level = 1 + self.chooser.choose([lv - 1 for lv in store.front_levels()])
+            host = store.front_head_host(level)
             hs = self._hosts.get(host)
-            if hs is not None and hs.queue is not None:
-                self._append_back(hs, index + 1, item)
-                continue
-            if hs is None:
-                hs = _Host(host)
-                self._hosts[host] = hs
-            hs.queue = BackQueue()
-            self._active += 1
-            self.stats.activations += 1
-            if self._active > self.stats.peak_active:
-                self.stats.peak_active = self._active
-            self._append_back(hs, index + 1, item)
-            return True
+            activating = hs is None or not hs.active
+            if activating:
+                if hs is None:
+                    hs = _Host(host)
+                    self._hosts[host] = hs
+                hs.active = True
+                store.back_open(host)
+                self._active += 1
+                self.stats.activations += 1
+                if self._active > self.stats.peak_active:
+                    self.stats.peak_active = self._active
+            assert hs is not None
+            store.front_to_back(level)
+            self._front_len -= 1
+            self._added_to_back(hs)
+            if activating:
+                return True
         return False
 
     # -- taking ------------------------------------------------------------
@@ -315,9 +274,8 @@ class Frontier(Generic[T]):
             while ready and ready[0][0] <= now:
                 t_e, seq, key = heapq.heappop(ready)
                 hs = self._hosts[key]
-                assert hs.queue
                 slack = t_e - self._remaining(hs)
-                heapq.heappush(due, (-hs.queue.head_level(), slack, seq, key, t_e))
+                heapq.heappush(due, (-self.store.back_head_level(key), slack, seq, key, t_e))
             if due:
                 entry = heapq.heappop(due)
                 return self._hand_out(self._hosts[entry[3]], entry[4], now)
@@ -337,11 +295,12 @@ class Frontier(Generic[T]):
             # Starting every host early is what keeps a finite crawl's tail short.
             return math.inf
         fetch = hs.last_fetch
-        return len(hs.queue or ()) * (fetch + self.policy.delay(fetch))
+        return hs.queued * (fetch + self.policy.delay(fetch))
 
     def _hand_out(self, hs: _Host[T], t_e: float, now: float) -> Lease[T]:
-        assert hs.queue
-        level, item = hs.queue.popleft()
+        assert hs.queued
+        level, item, token = self.store.back_lease(hs.key)
+        hs.queued -= 1
         self._back_len -= 1
         self._seq += 1
         lease = Lease(
@@ -352,6 +311,7 @@ class Frontier(Generic[T]):
             handed_at=now,
             deadline=now + self.lease_timeout,
             ready_at=t_e,
+            token=token,
         )
         hs.lease = lease
         self._leases[lease.ticket] = lease
@@ -385,12 +345,15 @@ class Frontier(Generic[T]):
         hs.lease = None
         hs.last_fetch = fetch_seconds
         hs.next_contact = self.policy.next_contact(now, fetch_seconds)
-        if hs.queue:
+        self.store.ack(lease.token)
+        self.store.save_rest(hs.key, hs.next_contact - now, fetch_seconds)
+        if hs.queued:
             self.stats.politeness_hold_seconds += hs.next_contact - now
             self._schedule(hs, held=True)
             return
         # Back queue empty: the host gives up its back queue (Mercator refill).
-        hs.queue = None
+        hs.active = False
+        self.store.back_close(hs.key)
         self._active -= 1
         self.stats.releases += 1
         heapq.heappush(self._cooling, (hs.next_contact, hs.key))
@@ -439,7 +402,7 @@ class Frontier(Generic[T]):
             hs = hosts.get(key)
             if (
                 hs is not None
-                and hs.queue is None
+                and not hs.active
                 and hs.lease is None
                 and hs.next_contact <= now
             ):
@@ -449,28 +412,27 @@ class Frontier(Generic[T]):
 
     def iter_queued(self) -> Iterator[tuple[str, int, T]]:
         """Every queued (host, level, item), front queues then back queues."""
-        for index, queue in enumerate(self._front):
-            for host, item in zip(self._front_hosts[index], queue, strict=True):
-                yield host, index + 1, item
-        for hs in self._hosts.values():
-            if hs.queue:
-                for level, item in hs.queue.items():
+        yield from self.store.front_items()
+        for hs in list(self._hosts.values()):
+            if hs.queued:
+                for level, item in self.store.back_items(hs.key):
                     yield hs.key, level, item
 
     def _check(self) -> None:
         """Assert every structural invariant; for tests, O(size)."""
-        assert self._front_len == sum(len(q) for q in self._front), "front_len drift"
-        assert [len(q) for q in self._front] == [len(q) for q in self._front_hosts]
-        slot_hosts = [hs for hs in self._hosts.values() if hs.queue is not None]
+        slot_hosts = [hs for hs in self._hosts.values() if hs.active]
+        for hs in slot_hosts:
+            assert self.store.back_len(hs.key) == hs.queued, f"store drift for {hs.key}"
         assert self._active == len(slot_hosts), "active count drift"
         assert self._active <= self.back_queues_max, "more back queues than allowed"
-        assert self._back_len == sum(len(hs.queue or ()) for hs in slot_hosts), "back_len drift"
+        assert self._back_len == sum(hs.queued for hs in slot_hosts), "back_len drift"
+        assert bool(self._front_len) == bool(self.store.front_levels()), "front_len drift"
         if self._front_len:
             assert self._active >= self.back_queues, "front queues wait while back queues are free"
         for hs in slot_hosts:
-            assert hs.queue or hs.lease is not None, f"idle empty back queue for {hs.key}"
+            assert hs.queued or hs.lease is not None, f"idle empty back queue for {hs.key}"
         for hs in self._hosts.values():
-            if hs.queue is None:
+            if not hs.active:
                 assert hs.lease is None, f"{hs.key} in flight without a back queue"
         entries: dict[str, float] = {}
         for t_e, _, key in self._ready:
@@ -480,11 +442,11 @@ class Frontier(Generic[T]):
             assert key not in entries, f"two heap entries for {key}"
             entries[key] = t_e
         for hs in slot_hosts:
-            if hs.queue and hs.lease is None:
+            if hs.queued and hs.lease is None:
                 assert entries.get(hs.key) == hs.next_contact, f"heap entry wrong for {hs.key}"
             else:
                 assert hs.key not in entries, f"heap entry for busy or empty host {hs.key}"
-        assert len(entries) == sum(1 for hs in slot_hosts if hs.queue and hs.lease is None)
+        assert len(entries) == sum(1 for hs in slot_hosts if hs.queued and hs.lease is None)
         busy: set[str] = set()
         for ticket, lease in self._leases.items():
             assert lease.ticket == ticket
