@@ -11,6 +11,8 @@ logger = logging.getLogger("scrapy_frontier.addon")
 SCHEDULER_PATH = "scrapy_frontier.scheduler.FrontierScheduler"
 MIDDLEWARE_PATH = "scrapy_frontier.middleware.FetchTimingMiddleware"
 MIDDLEWARE_ORDER = 950
+SPIDER_MIDDLEWARE_PATH = "scrapy_frontier.spidermw.FrontierSpiderMiddleware"
+SPIDER_MIDDLEWARE_ORDER = 10
 
 #: Settings the add-on sets at "addon" priority: a project's own values win.
 ADDON_SETTINGS = {
@@ -28,16 +30,20 @@ class Addon:
         _warn_about_overrides(settings)
         for name, value in ADDON_SETTINGS.items():
             settings.set(name, value, "addon")
-        mws = settings["DOWNLOADER_MIDDLEWARES"]
-        if isinstance(mws, BaseSettings):
-            if mws.get(MIDDLEWARE_PATH) is None and MIDDLEWARE_PATH not in mws:
-                mws.set(MIDDLEWARE_PATH, MIDDLEWARE_ORDER, "addon")
-        else:  # pragma: no cover - settings built from a plain dict
-            settings.set(
-                "DOWNLOADER_MIDDLEWARES",
-                {**(mws or {}), MIDDLEWARE_PATH: MIDDLEWARE_ORDER},
-                "addon",
-            )
+        _add_component(settings, "DOWNLOADER_MIDDLEWARES", MIDDLEWARE_PATH, MIDDLEWARE_ORDER)
+        _add_component(
+            settings, "SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARE_PATH, SPIDER_MIDDLEWARE_ORDER
+        )
+
+
+def _add_component(settings: Settings, name: str, path: str, order: int) -> None:
+    """Add a component unless the project already lists it (even as None)."""
+    components = settings[name]
+    if isinstance(components, BaseSettings):
+        if path not in components:
+            components.set(path, order, "addon")
+    else:  # pragma: no cover - settings built from a plain dict
+        settings.set(name, {**(components or {}), path: order}, "addon")
 
 
 def _warn_about_overrides(settings: Settings) -> None:

@@ -27,6 +27,9 @@ class FrontierConfig:
     lease_timeout: float
     seed: int | None
     concurrent_requests: int
+    state_dir: str | None
+    """Where the SQLite state lives: FRONTIER_PATH, else JOBDIR, else None (memory)."""
+    flush_interval: float
 
     @property
     def policy(self) -> DelayPolicy:
@@ -71,6 +74,8 @@ class FrontierConfig:
             lease_timeout=lease,
             seed=seed,
             concurrent_requests=concurrency,
+            state_dir=_raw(settings, "FRONTIER_PATH", None) or _raw(settings, "JOBDIR", None),
+            flush_interval=_float(settings, "FRONTIER_FLUSH_INTERVAL", 1.0, minimum=0.0),
         )
 
 

@@ -38,7 +38,7 @@ class FetchTimingMiddleware:
     def process_response(
         self, request: Request, response: Response, spider: Any = None
     ) -> Response:
-        self._report(request)
+        self._report(request, response=True)
         return response
 
     def process_exception(
@@ -46,13 +46,13 @@ class FetchTimingMiddleware:
     ) -> None:
         self._report(request)
 
-    def _report(self, request: Request) -> None:
+    def _report(self, request: Request, *, response: bool = False) -> None:
         if LEASE_META not in request.meta:
             return
         scheduler = _scheduler(self.crawler)
         finished = getattr(scheduler, "fetch_finished", None)
         if finished is not None:
-            finished(request)
+            finished(request, response=response)
 
 
 def _scheduler(crawler: Crawler) -> Any:

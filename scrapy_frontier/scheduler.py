@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import pickle
 import random
 import time
 from pathlib import Path
@@ -11,13 +10,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 from scrapy import Request, signals
 from scrapy.utils.misc import build_from_crawler, load_object
-from scrapy.utils.request import request_from_dict
 
-from scrapy_frontier import jobdir
 from scrapy_frontier.config import FrontierConfig
 from scrapy_frontier.core.frontier import Frontier
 from scrapy_frontier.core.prioritizer import PriorityMapper
 from scrapy_frontier.hostkey import HostlessURL, host_key
+from scrapy_frontier.sqlite_store import SQLiteStore, StoreError, request_codec
 from scrapy_frontier.timer import Timer, call_later
 
 if TYPE_CHECKING:
@@ -35,6 +33,14 @@ politeness_log = logging.getLogger("scrapy_frontier.politeness")
 LEASE_META = "frontier_lease"
 #: ``Request.meta`` key: ``time.monotonic()`` when the fetch was sent.
 FETCH_START_META = "frontier_fetch_start"
+#: ``Request.meta`` key: the durable store's token, acknowledged once the
+#: response's callback output has been queued.
+ACK_META = "frontier_ack"
+#: A response whose callback output was never reported (dropped by a
+#: middleware) is acknowledged after this many seconds.
+ACK_GRACE = 60.0
+#: The SQLite file inside JOBDIR or FRONTIER_PATH.
+STATE_FILE = "frontier.sqlite"
 
 ADDON_PATH = "scrapy_frontier.Addon"
 
@@ -60,23 +66,18 @@ class FrontierScheduler:
         self.clock = clock
         self.stats: StatsCollector = cast("StatsCollector", crawler.stats)
         self.mapper = PriorityMapper(config.front_queues)
-        self.frontier: Frontier[Request] = Frontier(
-            front_queues=config.front_queues,
-            priority_bias=config.priority_bias,
-            back_queues=config.back_queues,
-            back_queues_max=config.back_queues_max,
-            policy=config.policy,
-            lease_timeout=config.lease_timeout,
-            clock=clock,
-            rng=random.Random(config.seed),
-        )
+        self.frontier: Frontier[Request] = self._new_frontier(None)
+        self._store: SQLiteStore[Request] | None = None
+        self._defer_acks = False
+        self._pending_acks: dict[object, float] = {}
+        self._last_flush = 0.0
+        self._failed = False
         self.spider: Spider | None = None
         self._timer: Timer | None = None
         self._timer_at: float | None = None
         self._closed = False
         self.uses_signals = False
         self._enqueued = 0
-        self._state_path: Path | None = None
         self._wakeups = 0
 
     @classmethod
@@ -87,6 +88,20 @@ class FrontierScheduler:
         _warn_about_stacked_delays(crawler)
         return scheduler
 
+    def _new_frontier(self, store: SQLiteStore[Request] | None) -> Frontier[Request]:
+        config = self.config
+        return Frontier(
+            front_queues=config.front_queues,
+            priority_bias=config.priority_bias,
+            back_queues=config.back_queues,
+            back_queues_max=config.back_queues_max,
+            policy=config.policy,
+            lease_timeout=config.lease_timeout,
+            clock=self.clock,
+            rng=random.Random(config.seed),
+            store=store,
+        )
+
     # -- Scrapy scheduler interface ----------------------------------------
 
     def open(self, spider: Spider) -> Deferred[None] | None:
@@ -96,18 +111,30 @@ class FrontierScheduler:
             self._use_signals()
         self.stats.set_value("frontier/back_queues/floor", self.config.back_queues)
         self.stats.set_value("frontier/back_queues/max", self.config.back_queues_max)
-        job = self.crawler.settings.get("JOBDIR")
-        self._state_path = jobdir.state_path(job) if job else None
-        if self._state_path is not None:
-            self._restore(self._state_path, spider)
+        if self.config.state_dir:
+            self._open_store(spider)
         return self.df.open()
 
     def close(self, reason: str) -> Deferred[None] | None:
         self._closed = True
         self._cancel_timer()
-        if self._state_path is not None:
-            self._save(self._state_path)
         self.publish_stats()
+        store = self._store
+        if store is not None:
+            # The engine has processed every response by now.
+            for token in self._pending_acks:
+                self.frontier.ack(token)
+            self._pending_acks.clear()
+            self.stats.set_value("frontier/store/flushes", store.flushes)
+            if store.volatile:
+                self.stats.set_value("frontier/volatile", store.volatile)
+            try:
+                store.close()
+            except StoreError as exc:
+                self.stats.inc_value("frontier/store/errors")
+                logger.error("%s", exc)
+            else:
+                self.stats.set_value("frontier/store/disk_bytes", store.disk_bytes())
         left = len(self.frontier)
         if left:
             logger.info(
@@ -127,6 +154,15 @@ class FrontierScheduler:
         return len(self.frontier)
 
     def enqueue_request(self, request: Request) -> bool:
+        try:
+            return self._enqueue(request)
+        except StoreError as exc:
+            # The request is in the store's pending writes: not lost, but the
+            # state cannot be kept consistent any more, so the crawl stops.
+            self._store_failed(exc)
+            return True
+
+    def _enqueue(self, request: Request) -> bool:
         if not request.dont_filter and self.df.request_seen(request):
             self.df.log(request, self.spider)  # type: ignore[arg-type]
             return False
@@ -145,10 +181,30 @@ class FrontierScheduler:
             self._finish(ticket, meta.pop(FETCH_START_META, None))
         self.frontier.push(host, self.mapper.level(request.priority), request)
         self._enqueued += 1
+        if ACK_META in meta:
+            # The response never reached the spider (a redirect): the request it
+            # became is queued above, so the original can be forgotten now.
+            self.response_processed(request)
+        if self._store is not None:
+            self._maybe_flush(self.clock())
         return True
 
     def next_request(self) -> Request | None:
+        if self._failed:
+            return None
+        try:
+            return self._next_request()
+        except StoreError as exc:
+            self._store_failed(exc)
+            return None
+
+    def _next_request(self) -> Request | None:
         frontier = self.frontier
+        if self._store is not None:
+            now = self.clock()
+            if self._pending_acks:
+                self._ack_overdue(now)
+            self._maybe_flush(now)
         if self.uses_signals:
             self._reap_finished_leases()
         if frontier.in_flight:
@@ -174,22 +230,30 @@ class FrontierScheduler:
 
     # -- fetch end reports ---------------------------------------------------
 
-    def fetch_finished(self, request: Request) -> None:
-        """Called once a fetch of a request this frontier handed out ended."""
+    def fetch_finished(self, request: Request, *, response: bool = False) -> None:
+        """Called once a fetch of a request this frontier handed out ended.
+
+        ``response=True`` when a response goes on to the spider: with a durable
+        store, the URL is then kept until the spider has queued its links.
+        """
         ticket = request.meta.get(LEASE_META)
         if ticket is not None:
-            self._finish(ticket, request.meta.get(FETCH_START_META))
+            self._finish(ticket, request.meta.get(FETCH_START_META), defer_ack=response)
 
-    def _finish(self, ticket: int, started: float | None) -> None:
+    def _finish(self, ticket: int, started: float | None, *, defer_ack: bool = False) -> None:
         if self._closed:
             return
         now = self.clock()
         # No start stamp: the response never touched the network (a cache hit,
         # or an IgnoreRequest before the downloader).
         duration = 0.0 if started is None else max(0.0, now - started)
-        lease = self.frontier.complete(ticket, duration)
+        defer = defer_ack and self._defer_acks
+        lease = self.frontier.complete(ticket, duration, ack=not defer)
         if lease is None:
             return
+        if defer:
+            lease.item.meta[ACK_META] = lease.token
+            self._pending_acks[lease.token] = now
         if politeness_log.isEnabledFor(logging.DEBUG):
             next_contact = self.frontier.next_contact(lease.host)
             politeness_log.debug(
@@ -245,72 +309,102 @@ class FrontierScheduler:
             if lease.item not in inprogress:
                 self.fetch_finished(lease.item)
 
-    # -- pause and resume (JOBDIR) ------------------------------------------
+    # -- durable state (JOBDIR / FRONTIER_PATH) -------------------------------
 
-    def _restore(self, path: Path, spider: Spider) -> None:
-        saved = jobdir.load(path, spider.name)
-        if saved is None:
-            return
-        now = self.clock()
-        for host, rest in saved.rests.items():
-            self.frontier.rest_until(host, now + rest)
-        for host, level, data in saved.requests:
-            try:
-                request = request_from_dict(data, spider=spider)
-            except Exception as exc:
-                raise jobdir.FrontierStateError(
-                    f"{path}: cannot rebuild the saved request {data.get('url')!r} ({exc}). "
-                    "Was the spider's code changed (a callback renamed)? Restore the "
-                    "callback, or move the file away to drop the saved queue."
-                ) from exc
-            self.frontier.push(host, level, request)
-        self.stats.set_value("frontier/restored", len(saved.requests))
-        logger.info(
-            "Resumed %d queued requests and %d resting hosts from %s",
-            len(saved.requests),
-            len(saved.rests),
-            path,
+    def _open_store(self, spider: Spider) -> None:
+        assert self.config.state_dir is not None
+        path = Path(self.config.state_dir) / STATE_FILE
+        store: SQLiteStore[Request] = SQLiteStore(
+            path, levels=self.config.front_queues, spider=spider.name, codec=request_codec(spider)
         )
-
-    def _save(self, path: Path) -> None:
-        spider = self.spider
+        hosts, rests = store.recover()
+        frontier = self._new_frontier(store)
         now = self.clock()
-        saved = jobdir.SavedQueue(spider.name if spider else "")
-        pending = [(host, level, item) for host, level, item in self.frontier.iter_queued()]
-        # Fetches still in flight at close were not completed: save them too.
-        pending += [(lease.host, lease.level, lease.item) for lease in self.frontier.leases()]
-        lost: list[Request] = []
-        for host, level, request in pending:
-            request.meta.pop(LEASE_META, None)
-            request.meta.pop(FETCH_START_META, None)
-            try:
-                data = request.to_dict(spider=spider)
-                pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)
-            except Exception as exc:
-                lost.append(request)
-                logger.error("Cannot save %s for resuming (%s)", request, exc)
-                continue
-            saved.requests.append((host, level, data))
-        saved.rests = {h: t - now for h, t in self.frontier.rests().items()}
-        try:
-            jobdir.save(path, saved)
-        except jobdir.FrontierStateError as exc:
-            logger.error("%s", exc)
-            for _, _, request in pending:
-                logger.error("Not saved: %s", request)
-            self.stats.set_value("frontier/save_failed", len(pending))
-            return
-        self.stats.set_value("frontier/saved", len(saved.requests))
-        if lost:
-            self.stats.set_value("frontier/unserializable", len(lost))
-            logger.error(
-                "%d queued requests could not be saved to %s (callbacks must be spider "
-                "methods and meta must be picklable) and will not be resumed; see above.",
-                len(lost),
+        for host, (left, _) in rests.items():
+            frontier.rest_until(host, now + left)
+        # A fetch was in flight when the crawl stopped: its end (and the rest it
+        # set) may not have been saved, so rest from the restart as if it had
+        # just ended, taking as long as the host's last known fetch.
+        for host, last_fetch in store.interrupted.items():
+            frontier.rest_until(host, now + self.config.policy.delay(last_fetch or 0.0))
+        for host, queued in hosts.items():
+            store.adopt(host, queued)
+        frontier.resume(store.front_count(), hosts)
+        self.frontier = frontier
+        self._store = store
+        self._defer_acks = self._spider_middleware_installed()
+        restored = len(frontier)
+        self.stats.set_value("frontier/restored", restored)
+        self.stats.set_value("frontier/recovered_leases", store.recovered_leases)
+        if restored:
+            logger.info(
+                "Resumed %d queued requests (%d were in flight when the crawl stopped) and "
+                "%d resting hosts from %s",
+                restored,
+                store.recovered_leases,
+                len(rests),
                 path,
             )
-        if saved.requests:
-            logger.info("Saved %d queued requests to %s", len(saved.requests), path)
+
+    def _spider_middleware_installed(self) -> bool:
+        from scrapy_frontier.spidermw import FrontierSpiderMiddleware
+
+        scraper = getattr(self.crawler.engine, "scraper", None)
+        manager = getattr(scraper, "spidermw", None)
+        mws = getattr(manager, "middlewares", ())
+        return any(isinstance(mw, FrontierSpiderMiddleware) for mw in mws)
+
+    def response_processed(self, request: Request) -> None:
+        """The spider has consumed the callback output of ``request``'s response:
+        the links it found are queued, so the fetched URL can be forgotten."""
+        token = request.meta.pop(ACK_META, None)
+        if token is not None and self._pending_acks.pop(token, None) is not None:
+            self.frontier.ack(token)
+
+    def _ack_overdue(self, now: float) -> None:
+        pending = self._pending_acks
+        while pending:
+            token, since = next(iter(pending.items()))
+            if now - since < ACK_GRACE:
+                break
+            del pending[token]
+            self.frontier.ack(token)
+
+    def _maybe_flush(self, now: float) -> None:
+        store = self._store
+        if store is None or now - self._last_flush < self.config.flush_interval:
+            return
+        self._last_flush = now
+        self._flush(store)
+
+    def _flush(self, store: SQLiteStore[Request]) -> bool:
+        try:
+            store.flush()
+        except StoreError as exc:
+            self.stats.inc_value("frontier/store/errors")
+            logger.error("%s", exc)
+            return False
+        return True
+
+    def _store_failed(self, exc: StoreError) -> None:
+        """The state file cannot be read or written: stop the crawl cleanly.
+
+        Everything since the last good write is still in memory and retried at
+        close; what cannot be written is re-fetched on the next run from the last
+        durable state (acknowledgements are never written before the URLs found
+        with them), so nothing is lost.
+        """
+        self.stats.inc_value("frontier/store/errors")
+        if self._failed:
+            return
+        self._failed = True
+        logger.error("%s The crawl is stopping.", exc)
+        engine = self.crawler.engine
+        close = getattr(engine, "close_spider_async", None)
+        if close is not None:
+            from scrapy.utils.defer import deferred_from_coro
+
+            deferred_from_coro(close(reason="frontier_store_error"))
 
     # -- waking the engine -------------------------------------------------
 

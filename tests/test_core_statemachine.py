@@ -33,6 +33,9 @@ def clamp_delay(policy: DelayPolicy, fetch: float) -> float:
 
 
 class FrontierMachine(RuleBasedStateMachine):
+    #: Builds the QueueStore for a run (None: the frontier's default MemoryStore).
+    make_store = None
+
     def __init__(self) -> None:
         super().__init__()
         self.frontier: Frontier[int] | None = None
@@ -65,6 +68,7 @@ class FrontierMachine(RuleBasedStateMachine):
         self.clock = FakeClock(start)
         self.policy = DelayPolicy(factor=factor, min_delay=min_delay, max_delay=min_delay + span)
         self.frontier = Frontier(
+            store=self.make_store(front_queues) if self.make_store else None,
             front_queues=front_queues,
             priority_bias=bias,
             back_queues=back_queues,

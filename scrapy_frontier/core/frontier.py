@@ -185,6 +185,27 @@ class Frontier(Generic[T]):
         hs.next_contact = max(hs.next_contact, until)
         heapq.heappush(self._cooling, (hs.next_contact, host))
 
+    def resume(self, front_count: int, hosts: dict[str, int]) -> None:
+        """Take over a durable store's state after a restart: ``front_count`` URLs
+        in its front queues, and hosts that own back queues with their sizes.
+
+        Call :meth:`rest_until` for resting hosts first.
+        """
+        if len(self) or self._active or self._leases:
+            raise ValueError("resume() needs a frontier that has not been used yet")
+        self._front_len = front_count
+        for host, queued in hosts.items():
+            hs = self._hosts.get(host)
+            if hs is None:
+                hs = self._hosts[host] = _Host(host)
+            hs.active = True
+            self._active += 1
+            self._back_len += queued
+            hs.queued = queued
+            if queued:
+                self._schedule(hs, held=False)
+        self.stats.peak_active = max(self.stats.peak_active, self._active)
+
     def rests(self) -> dict[str, float]:
         """Every remembered host whose next contact is still ahead of the clock."""
         now = self.clock()
@@ -327,25 +348,34 @@ class Frontier(Generic[T]):
 
     # -- finishing ---------------------------------------------------------
 
-    def complete(self, ticket: int, fetch_seconds: float) -> Lease[T] | None:
+    def complete(self, ticket: int, fetch_seconds: float, *, ack: bool = True) -> Lease[T] | None:
         """Report that the fetch of lease ``ticket`` ended now after ``fetch_seconds``.
 
         Returns the lease, or None if it was unknown (already completed or
-        expired) -- a late report must not release a host twice.
+        expired) -- a late report must not release a host twice. With
+        ``ack=False`` the host is released but the store keeps the URL until
+        :meth:`ack` (the caller waits until the response's links are queued).
         """
         lease = self._leases.pop(ticket, None)
         if lease is None:
             return None
-        self._release(lease, fetch_seconds, self.clock())
+        self._release(lease, fetch_seconds, self.clock(), ack=ack)
         self.stats.completed += 1
         return lease
 
-    def _release(self, lease: Lease[T], fetch_seconds: float, now: float) -> None:
+    def ack(self, token: object) -> None:
+        """The URL of a completed lease is done for good (see ``complete``)."""
+        self.store.ack(token)
+
+    def _release(
+        self, lease: Lease[T], fetch_seconds: float, now: float, *, ack: bool = True
+    ) -> None:
         hs = self._hosts[lease.host]
         hs.lease = None
         hs.last_fetch = fetch_seconds
         hs.next_contact = self.policy.next_contact(now, fetch_seconds)
-        self.store.ack(lease.token)
+        if ack:
+            self.store.ack(lease.token)
         self.store.save_rest(hs.key, hs.next_contact - now, fetch_seconds)
         if hs.queued:
             self.stats.politeness_hold_seconds += hs.next_contact - now

@@ -1,0 +1,306 @@
+"""The persistent seen-set: 64-bit fingerprints in one SQLite file.
+
+One table, ``seen(fp INTEGER PRIMARY KEY) WITHOUT ROWID``: the fingerprint is
+the B-tree key, about a dozen bytes per URL on disk. The file is in WAL mode
+and held with an exclusive lock while open, so two crawls cannot share it by
+accident. New fingerprints are buffered in memory and written in one
+transaction every ``batch_size`` additions and on :meth:`close`; lookups see
+the buffer too. A crash loses at most the buffered (newest) fingerprints,
+which then only get crawled again: the safe direction for a seen-set.
+
+A file this class cannot use -- not SQLite, another program's database, a
+newer format version, truncated or corrupt, in a read-only place, on a full
+disk -- raises :class:`SeenStoreError` naming the file and what to do. A file
+is never deleted, reset or rewritten to make an error go away.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+
+#: Recorded in the file's ``frontier_meta`` table.
+FORMAT = "scrapy-frontier/seen"
+VERSION = 1
+
+#: Flush the write buffer after this many new fingerprints.
+DEFAULT_BATCH_SIZE = 4096
+
+_HEADER = b"SQLite format 3\x00"
+_LIMIT = 1 << 63
+
+
+class SeenStoreError(RuntimeError):
+    """The seen-set file cannot be used; the message names it and says what to do."""
+
+    def __init__(self, path: str | os.PathLike[str], problem: str, advice: str) -> None:
+        self.path = str(path)
+        super().__init__(f"seen-set file {self.path}: {problem}. {advice}")
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+class SQLiteFingerprintStore:
+    """A :class:`~scrapy_frontier.core.seen.FingerprintStore` in an SQLite file.
+
+    ``path`` is created (with its schema) if missing; an existing file must be
+    one this class wrote, in a version it reads.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *,
+                 batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        self.path = Path(path)
+        self.batch_size = batch_size
+        self._pending: set[int] = set()
+        self._count = 0
+        self._closed = False
+        existed = self.path.exists()
+        if existed:
+            self._check_file()
+        else:
+            self._check_directory()
+        try:
+            # isolation_level=None: transactions are explicit (BEGIN ... COMMIT).
+            self._conn = sqlite3.connect(self.path, timeout=1.0, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise self._error(exc, "cannot be opened") from exc
+        try:
+            self._setup(fresh=not existed or self.path.stat().st_size == 0)
+        except SeenStoreError:
+            self._conn.close()
+            raise
+        except sqlite3.Error as exc:
+            self._conn.close()
+            raise self._error(exc, "cannot be read") from exc
+
+    # -- opening -----------------------------------------------------------------------
+
+    def _check_directory(self) -> None:
+        parent = self.path.parent
+        if not parent.is_dir():
+            raise SeenStoreError(
+                self.path, f"its directory {parent} does not exist or is not a directory",
+                "Create the directory, or point FRONTIER_PATH / JOBDIR elsewhere.",
+            )
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise SeenStoreError(
+                self.path, f"its directory {parent} is not writable",
+                "Make it writable for this user, or point FRONTIER_PATH / JOBDIR elsewhere.",
+            )
+
+    def _check_file(self) -> None:
+        if not self.path.is_file():
+            raise SeenStoreError(self.path, "is not a regular file",
+                                 "Move it away, or point FRONTIER_PATH / JOBDIR elsewhere.")
+        size = self.path.stat().st_size
+        if size == 0:
+            self._check_directory()
+            return  # an empty file holds nothing to lose: it gets the schema
+        try:
+            with open(self.path, "rb") as f:
+                header = f.read(100)
+        except OSError as exc:
+            raise SeenStoreError(self.path, f"cannot be read ({_describe(exc)})",
+                                 "Check its permissions.") from exc
+        if len(header) < 100 or not header.startswith(_HEADER):
+            raise SeenStoreError(
+                self.path, "is not an SQLite database (wrong header)",
+                "It was not written by scrapy-frontier, or is damaged: move it away (the "
+                "crawl then starts with an empty seen-set) or restore it from a backup.",
+            )
+        page_size = int.from_bytes(header[16:18], "big")
+        page_size = 65536 if page_size == 1 else page_size
+        pages = int.from_bytes(header[28:32], "big")
+        # The in-header page count is valid when the change counter matches
+        # "version-valid-for" (SQLite file format, section 1.3.7).
+        if header[24:28] == header[92:96] and pages and size < pages * page_size:
+            raise SeenStoreError(
+                self.path,
+                f"is truncated ({size} bytes, its header says {pages * page_size})",
+                "It was cut short (a failed copy or a full disk?): restore it from a backup, "
+                "or move it away to start with an empty seen-set.",
+            )
+
+    def _setup(self, *, fresh: bool) -> None:
+        conn = self._conn
+        conn.execute("PRAGMA locking_mode=EXCLUSIVE")
+        if fresh:
+            self._check_directory()
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("CREATE TABLE frontier_meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID")
+            conn.execute("CREATE TABLE seen(fp INTEGER PRIMARY KEY) WITHOUT ROWID")
+            conn.executemany(
+                "INSERT INTO frontier_meta(key, value) VALUES (?, ?)",
+                [("format", FORMAT), ("version", VERSION), ("count", 0)],
+            )
+            conn.execute("COMMIT")
+            self._count = 0
+            return
+        tables = {row[0] for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "frontier_meta" not in tables:
+            raise SeenStoreError(
+                self.path,
+                "is an SQLite database, but not a scrapy-frontier seen-set "
+                f"(tables: {', '.join(sorted(tables)) or 'none'})",
+                "Another program's file is in the way: move it, or point FRONTIER_PATH / "
+                "JOBDIR elsewhere. Nothing was changed in it.",
+            )
+        meta = dict(conn.execute("SELECT key, value FROM frontier_meta").fetchall())
+        if meta.get("format") != FORMAT:
+            raise SeenStoreError(
+                self.path, f"holds format {meta.get('format')!r}, not {FORMAT!r}",
+                "Another scrapy-frontier file is in the way: move it, or point "
+                "FRONTIER_PATH / JOBDIR elsewhere. Nothing was changed in it.",
+            )
+        version = meta.get("version")
+        if version != VERSION:
+            raise SeenStoreError(
+                self.path,
+                f"was written in format version {version!r}; this scrapy-frontier reads "
+                f"version {VERSION}",
+                "Use the scrapy-frontier release that wrote it, or move it away to start with "
+                "an empty seen-set. Nothing was changed in it.",
+            )
+        if "seen" not in tables:
+            raise SeenStoreError(self.path, "has no 'seen' table (damaged)",
+                                 "Restore it from a backup, or move it away.")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        count = meta.get("count")
+        if not isinstance(count, int) or count < 0:
+            raise SeenStoreError(self.path, f"has an invalid count {count!r} (damaged)",
+                                 "Restore it from a backup, or move it away.")
+        self._count = count
+        # Take the write lock now, so a second crawl on the same file fails at once.
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("COMMIT")
+
+    def _error(self, exc: sqlite3.Error, doing: str) -> SeenStoreError:
+        text = str(exc).lower()
+        code = getattr(exc, "sqlite_errorcode", None)
+        if "disk is full" in text or code == getattr(sqlite3, "SQLITE_FULL", 13):
+            return SeenStoreError(
+                self.path, f"{doing}: the disk is full ({_describe(exc)})",
+                "Free some space and run the crawl again; fingerprints written before this "
+                "error are kept.",
+            )
+        if "readonly" in text or "read-only" in text:
+            return SeenStoreError(
+                self.path, f"{doing}: it is read-only ({_describe(exc)})",
+                "Make the file and its directory writable, or point FRONTIER_PATH / JOBDIR "
+                "elsewhere.",
+            )
+        if "locked" in text or "busy" in text:
+            return SeenStoreError(
+                self.path, f"{doing}: it is in use by another process ({_describe(exc)})",
+                "Another crawl is using this job directory: stop it, or use another "
+                "FRONTIER_PATH / JOBDIR.",
+            )
+        if "unable to open" in text:
+            return SeenStoreError(
+                self.path, f"{doing} ({_describe(exc)})",
+                "Check that its directory exists and is writable.",
+            )
+        if "malformed" in text or "not a database" in text or "corrupt" in text:
+            return SeenStoreError(
+                self.path, f"{doing}: it is corrupt ({_describe(exc)})",
+                "Restore it from a backup, or move it away to start with an empty seen-set.",
+            )
+        return SeenStoreError(self.path, f"{doing} ({_describe(exc)})",
+                              "Check the file and the disk it is on.")
+
+    # -- the store -------------------------------------------------------------------------
+
+    def contains(self, fp: int) -> bool:
+        if fp in self._pending:
+            return True
+        self._check_open()
+        try:
+            row = self._conn.execute("SELECT 1 FROM seen WHERE fp = ?", (fp,)).fetchone()
+        except sqlite3.Error as exc:
+            raise self._error(exc, "lookup failed") from exc
+        return row is not None
+
+    def add(self, fp: int) -> None:
+        """Record ``fp`` (a signed 64-bit int); written at the next flush."""
+        if not -_LIMIT <= fp < _LIMIT:
+            raise ValueError(f"fingerprint {fp} is not a signed 64-bit integer")
+        self._check_open()
+        self._pending.add(fp)
+        if len(self._pending) >= self.batch_size:
+            self.flush()
+
+    def add_many(self, fps: Iterable[int]) -> None:
+        for fp in fps:
+            self.add(fp)
+
+    def flush(self) -> None:
+        """Write the buffered fingerprints in one committed transaction."""
+        if not self._pending:
+            return
+        self._check_open()
+        batch = sorted(self._pending)
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            before = conn.total_changes
+            conn.executemany("INSERT OR IGNORE INTO seen(fp) VALUES (?)", ((fp,) for fp in batch))
+            added = conn.total_changes - before
+            count = self._count + added
+            conn.execute("UPDATE frontier_meta SET value = ? WHERE key = 'count'", (count,))
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise self._error(exc, f"writing {len(batch)} fingerprints failed") from exc
+        self._count = count
+        self._pending.clear()
+
+    def __len__(self) -> int:
+        """Distinct fingerprints stored, the buffer included."""
+        return self._count + len(self._pending)
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Flush, checkpoint the WAL into the main file, and close. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.flush()
+            try:
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error as exc:
+                raise self._error(exc, "checkpoint failed") from exc
+        finally:
+            self._closed = True
+            self._conn.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SeenStoreError(self.path, "is closed", "Open a new store to use it again.")
+
+    def __enter__(self) -> SQLiteFingerprintStore:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

@@ -1,0 +1,498 @@
+"""The SQLite queue store: the frontier's URLs on disk, crash-safe, in bounded memory.
+
+Layout (one file, WAL mode):
+
+* ``front(id, level, host, data)`` -- the front queues, FIFO by ``id`` per level;
+* ``back(id, host, level, leased, data)`` -- the back queues of active hosts,
+  served by ``level DESC, id``; ``leased = 1`` while a fetch is in flight;
+* ``hosts(host, rest_until, last_fetch)`` -- each host's rest, as wall-clock
+  time so that it survives a restart;
+* ``meta(key, value)`` -- format, version and spider name.
+
+Memory holds only windows: the next few hundred rows of each front level and
+of each active host's back queue, and the writes not yet committed. Writes are
+batched and committed together (:meth:`SQLiteStore.flush`), in order, in one
+transaction, so a crash loses a suffix of the operations and never reorders
+them: an acknowledgement is never durable before the URLs queued ahead of it.
+
+At open, URLs that were leased when the process died go back to their queues:
+after a ``kill -9`` the repeats are at most the fetches that were in flight.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+FORMAT = "scrapy-frontier/sqlite"
+VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS front(
+    id INTEGER PRIMARY KEY, level INTEGER NOT NULL, host TEXT NOT NULL, data BLOB);
+CREATE INDEX IF NOT EXISTS front_by_level ON front(level, id);
+CREATE TABLE IF NOT EXISTS back(
+    id INTEGER PRIMARY KEY, host TEXT NOT NULL, level INTEGER NOT NULL,
+    leased INTEGER NOT NULL DEFAULT 0, data BLOB);
+CREATE INDEX IF NOT EXISTS back_by_host ON back(host, level DESC, id);
+CREATE TABLE IF NOT EXISTS hosts(
+    host TEXT PRIMARY KEY, rest_until REAL NOT NULL, last_fetch REAL) WITHOUT ROWID;
+"""
+
+
+class StoreError(RuntimeError):
+    """The frontier's state file cannot be used; the message names it and says what to do."""
+
+
+class Unserializable(Exception):
+    """The codec cannot turn this item into bytes."""
+
+
+@dataclass
+class Codec(Generic[T]):
+    encode: Callable[[T], bytes]
+    decode: Callable[[bytes], T]
+
+
+@dataclass
+class _Back:
+    """An active host's back queue: a window of its head rows, and a count on disk."""
+
+    window: list[tuple[int, int, bytes | None]] = field(default_factory=list)
+    # (−level, id, data) sorted ascending == served order; rows also on disk (or pending).
+    size: int = 0  # all queued rows of the host, window included (leased rows excluded)
+
+
+class SQLiteStore(Generic[T]):
+    """A :class:`~scrapy_frontier.core.store.QueueStore` on SQLite."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        levels: int,
+        spider: str,
+        codec: Codec[T],
+        window: int = 256,
+        flush_ops: int = 5000,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(path)
+        self.levels = levels
+        self.codec = codec
+        self.window = window
+        self.flush_ops = flush_ops
+        self.wall_clock = wall_clock
+        self.volatile = 0  # items kept in memory only because they cannot be encoded
+        self._volatile: dict[int, T] = {}
+        self._db = self._connect(spider)
+        self._next_id = 1 + max(
+            self._db.execute("SELECT COALESCE(MAX(id), 0) FROM front").fetchone()[0],
+            self._db.execute("SELECT COALESCE(MAX(id), 0) FROM back").fetchone()[0],
+        )
+        # Front level -> window of (id, host, data) loaded from disk, and counts.
+        self._fwin: list[deque[tuple[int, str, bytes | None]]] = [deque() for _ in range(levels)]
+        self._fsize = [0] * levels
+        for level, count in self._db.execute("SELECT level, COUNT(*) FROM front GROUP BY level"):
+            self._check_level(level)
+            self._fsize[level - 1] = count
+        self._fdisk = list(self._fsize)  # rows on disk (or pending) not in the window
+        self._back: dict[str, _Back] = {}
+        # Pending writes, applied in this order by flush().
+        self._ins_front: list[tuple[int, int, str, bytes | None]] = []
+        self._ins_back: list[tuple[int, str, int, bytes | None]] = []
+        self._del_front: list[tuple[int]] = []
+        self._lease: list[tuple[int]] = []
+        self._del_back: list[tuple[int]] = []
+        self._rests: dict[str, tuple[float, float | None]] = {}
+        self._ops = 0
+        self.flushes = 0
+
+    # -- opening -------------------------------------------------------------
+
+    def _connect(self, spider: str) -> sqlite3.Connection:
+        path = self.path
+        fresh = not path.exists()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            # NORMAL in WAL mode: a commit survives a process crash (kill -9);
+            # only an OS crash or power loss can lose the last commits.
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA cache_size=-8192")  # 8 MiB page cache: bounded memory
+            quick = db.execute("PRAGMA quick_check").fetchone()[0]
+            if quick != "ok":
+                raise sqlite3.DatabaseError(quick)
+            db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"the frontier state {path} is corrupt, truncated or not a SQLite file "
+                f"({exc}). Nothing was changed. Move it away to start afresh (its URLs will "
+                "be lost), or restore it from a backup."
+            ) from exc
+        except (OSError, sqlite3.OperationalError) as exc:
+            raise StoreError(
+                f"cannot open the frontier state {path} ({exc}). Check that the directory "
+                "exists, is writable and has free space."
+            ) from exc
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        if fresh or not meta:
+            with db:
+                db.executemany(
+                    "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                    [("format", FORMAT), ("version", str(VERSION)), ("spider", spider)],
+                )
+            return db
+        if meta.get("format") != FORMAT:
+            db.close()
+            raise StoreError(f"{path} is not a scrapy-frontier state file. Use another JOBDIR.")
+        if meta.get("version") != str(VERSION):
+            db.close()
+            raise StoreError(
+                f"{path} was written by an incompatible scrapy-frontier (state version "
+                f"{meta.get('version')}, this version reads {VERSION}). Finish the crawl with "
+                "the version that wrote it, or use a new JOBDIR."
+            )
+        if meta.get("spider") != spider:
+            db.close()
+            raise StoreError(
+                f"{path} belongs to spider {meta.get('spider')!r}, not {spider!r}. "
+                "Each spider needs its own JOBDIR (or FRONTIER_PATH)."
+            )
+        return db
+
+    def _check_level(self, level: int) -> None:
+        if not 1 <= level <= self.levels:
+            raise StoreError(
+                f"{self.path} holds front level {level}, but FRONTIER_FRONT_QUEUES is "
+                f"{self.levels}. Run with the FRONTIER_FRONT_QUEUES it was written with."
+            )
+
+    def recover(self) -> tuple[dict[str, int], dict[str, tuple[float, float | None]]]:
+        """Return leased URLs to their queues; the hosts with back queues and their sizes,
+        and every host's rest as (seconds left, last fetch time).
+
+        A host that had a fetch in flight is in :attr:`interrupted` with its last
+        known fetch time: its latest rest may not have been saved.
+        """
+        self.interrupted: dict[str, float | None] = {}
+        try:
+            leased_hosts = self._db.execute(
+                "SELECT DISTINCT back.host, hosts.last_fetch FROM back "
+                "LEFT JOIN hosts ON hosts.host = back.host WHERE back.leased = 1"
+            ).fetchall()
+            self.interrupted = dict(leased_hosts)
+            with self._db:
+                leased = self._db.execute("UPDATE back SET leased = 0 WHERE leased = 1").rowcount
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"the frontier state {self.path} is corrupt or truncated ({exc}). Move it away "
+                "to start afresh (its URLs will be lost), or restore it from a backup."
+            ) from exc
+        self.recovered_leases = leased
+        hosts = dict(self._db.execute("SELECT host, COUNT(*) FROM back GROUP BY host").fetchall())
+        now = self.wall_clock()
+        rests = {
+            host: (until - now, last)
+            for host, until, last in self._db.execute(
+                "SELECT host, rest_until, last_fetch FROM hosts WHERE rest_until > ?", (now,)
+            )
+        }
+        return hosts, rests
+
+    def front_count(self) -> int:
+        return sum(self._fsize)
+
+    def adopt(self, host: str, size: int) -> None:
+        """Open a back queue for a host that had one when the crawl stopped."""
+        self._back[host] = _Back(size=size)
+
+    # -- encoding ------------------------------------------------------------
+
+    def _encode(self, item: T, row: int) -> bytes | None:
+        try:
+            return self.codec.encode(item)
+        except Unserializable:
+            # Documented fallback: kept in memory, lost on a crash (frontier/volatile).
+            self._volatile[row] = item
+            self.volatile += 1
+            return None
+
+    def _decode(self, row: int, data: bytes | None) -> T:
+        if data is None:
+            item = self._volatile.pop(row, None)
+            if item is None:
+                raise StoreError(
+                    f"{self.path}: row {row} held a request that could not be saved and was "
+                    "kept in memory by the process that stopped; it is lost."
+                )
+            return item
+        return self.codec.decode(data)
+
+    def _new_id(self) -> int:
+        row = self._next_id
+        self._next_id += 1
+        return row
+
+    def _op(self) -> None:
+        self._ops += 1
+        if self._ops >= self.flush_ops:
+            self.flush()
+
+    # -- front queues ----------------------------------------------------------
+
+    def front_append(self, level: int, host: str, item: T) -> None:
+        row = self._new_id()
+        self._ins_front.append((row, level, host, self._encode(item, row)))
+        self._fsize[level - 1] += 1
+        self._fdisk[level - 1] += 1
+        self._op()
+
+    def front_levels(self) -> list[int]:
+        return [i + 1 for i, n in enumerate(self._fsize) if n]
+
+    def _front_take(self, level: int) -> tuple[int, str, bytes | None]:
+        window = self._fwin[level - 1]
+        if not window:
+            self.flush()  # the window is loaded from disk: pending rows first
+            last = -1
+            rows = self._db.execute(
+                "SELECT id, host, data FROM front WHERE level = ? AND id > ? ORDER BY id LIMIT ?",
+                (level, last, self.window),
+            ).fetchall()
+            if not rows:
+                raise IndexError(f"front queue {level} is empty")
+            window.extend(rows)
+            self._fdisk[level - 1] -= len(rows)
+        row, host, data = window.popleft()
+        self._fsize[level - 1] -= 1
+        self._del_front.append((row,))
+        self._op()
+        return row, host, data
+
+    def front_to_back(self, level: int) -> str:
+        """Move the head of front ``level`` into its host's back queue without decoding it.
+
+        The host must have a back queue. Returns the host.
+        """
+        row, host, data = self._front_take(level)
+        self._back_insert(host, level, row, data)
+        return host
+
+    def front_head_host(self, level: int) -> str:
+        window = self._fwin[level - 1]
+        if not window:
+            self.flush()
+            rows = self._db.execute(
+                "SELECT id, host, data FROM front WHERE level = ? ORDER BY id LIMIT ?",
+                (level, self.window),
+            ).fetchall()
+            if not rows:
+                raise IndexError(f"front queue {level} is empty")
+            window.extend(rows)
+            self._fdisk[level - 1] -= len(rows)
+        return window[0][1]
+
+    def front_items(self) -> Iterator[tuple[str, int, T]]:
+        self.flush()
+        for level in range(1, self.levels + 1):
+            for row, host, data in self._fwin[level - 1]:
+                yield host, level, self._peek(row, data)
+        loaded = {row for w in self._fwin for row, _, _ in w}
+        for row, level, host, data in self._db.execute(
+            "SELECT id, level, host, data FROM front ORDER BY level, id"
+        ):
+            if row not in loaded:
+                yield host, level, self._peek(row, data)
+
+    def _peek(self, row: int, data: bytes | None) -> T:
+        return self._volatile[row] if data is None else self.codec.decode(data)
+
+    # -- back queues -----------------------------------------------------------
+
+    def back_open(self, host: str) -> None:
+        self._back[host] = _Back()
+
+    def back_close(self, host: str) -> None:
+        back = self._back.pop(host)
+        assert back.size == 0 and not back.window
+
+    def back_append(self, host: str, level: int, item: T) -> None:
+        row = self._new_id()
+        self._back_insert(host, level, row, self._encode(item, row))
+
+    def _back_insert(self, host: str, level: int, row: int, data: bytes | None) -> None:
+        self._ins_back.append((row, host, level, data))
+        back = self._back[host]
+        entry = (-level, row, data)
+        window = back.window
+        on_disk_only = back.size - len(window)
+        # The window must hold the head of the host's order: a new row belongs in
+        # it when nothing is on disk only, or when it sorts before the window's end.
+        if on_disk_only == 0 or (window and entry < window[-1]):
+            _insort(window, entry)
+            if len(window) > self.window:
+                window.pop()  # stays on disk; loaded again when its turn comes
+        back.size += 1
+        self._op()
+
+    def back_len(self, host: str) -> int:
+        return self._back[host].size
+
+    def back_head_level(self, host: str) -> int:
+        back = self._back[host]
+        self._fill_window(host, back)
+        return -back.window[0][0]
+
+    def _fill_window(self, host: str, back: _Back) -> None:
+        if back.window or not back.size:
+            return
+        self.flush()
+        back.window = [
+            (-level, row, data)
+            for row, level, data in self._db.execute(
+                "SELECT id, level, data FROM back WHERE host = ? AND leased = 0 "
+                "ORDER BY level DESC, id LIMIT ?",
+                (host, self.window),
+            )
+        ]
+        if not back.window:
+            raise StoreError(f"{self.path}: back queue of {host!r} lost {back.size} rows")
+
+    def back_lease(self, host: str) -> tuple[int, T, object]:
+        back = self._back[host]
+        self._fill_window(host, back)
+        neg_level, row, data = back.window.pop(0)
+        back.size -= 1
+        self._lease.append((row,))
+        self._op()
+        return -neg_level, self._decode(row, data), row
+
+    def ack(self, token: object) -> None:
+        assert isinstance(token, int)
+        self._del_back.append((token,))
+        self._op()
+
+    def back_items(self, host: str) -> Iterator[tuple[int, T]]:
+        self.flush()
+        for row, level, data in self._db.execute(
+            "SELECT id, level, data FROM back WHERE host = ? AND leased = 0 "
+            "ORDER BY level DESC, id",
+            (host,),
+        ):
+            yield level, self._peek(row, data)
+
+    # -- hosts -----------------------------------------------------------------
+
+    def save_rest(self, host: str, rest_seconds: float, last_fetch: float | None) -> None:
+        self._rests[host] = (self.wall_clock() + rest_seconds, last_fetch)
+        self._op()
+
+    # -- durability ------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Apply every pending write in one transaction, in order."""
+        if not self._ops:
+            return
+        db = self._db
+        try:
+            with db:
+                if self._ins_front:
+                    db.executemany("INSERT INTO front VALUES (?, ?, ?, ?)", self._ins_front)
+                if self._ins_back:
+                    db.executemany(
+                        "INSERT INTO back(id, host, level, data) VALUES (?, ?, ?, ?)",
+                        self._ins_back,
+                    )
+                if self._del_front:
+                    db.executemany("DELETE FROM front WHERE id = ?", self._del_front)
+                if self._lease:
+                    db.executemany("UPDATE back SET leased = 1 WHERE id = ?", self._lease)
+                if self._del_back:
+                    db.executemany("DELETE FROM back WHERE id = ?", self._del_back)
+                if self._rests:
+                    db.executemany(
+                        "INSERT OR REPLACE INTO hosts VALUES (?, ?, ?)",
+                        [(h, until, last) for h, (until, last) in self._rests.items()],
+                    )
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"cannot write the frontier state {self.path} ({exc}). The last "
+                f"{self._ops} operations are not saved; a restart with the same directory "
+                "re-fetches what was in flight. Free disk space or fix permissions."
+            ) from exc
+        self._ins_front.clear()
+        self._ins_back.clear()
+        self._del_front.clear()
+        self._lease.clear()
+        self._del_back.clear()
+        self._rests.clear()
+        self._ops = 0
+        self.flushes += 1
+
+    def close(self) -> None:
+        try:
+            self.flush()
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            self._db.close()
+
+    def disk_bytes(self) -> int:
+        total = 0
+        for suffix in ("", "-wal", "-shm"):
+            p = Path(str(self.path) + suffix)
+            if p.exists():
+                total += p.stat().st_size
+        return total
+
+    def stats(self) -> dict[str, Any]:
+        return {"flushes": self.flushes, "volatile": self.volatile}
+
+
+_Entry = tuple[int, int, bytes | None]
+
+
+def request_codec(spider: Any) -> Codec[Any]:
+    """Requests as pickled ``Request.to_dict`` data; callbacks must be spider methods."""
+    import pickle
+
+    from scrapy.utils.request import request_from_dict
+
+    def encode(request: Any) -> bytes:
+        try:
+            return pickle.dumps(request.to_dict(spider=spider), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # ValueError for lambdas, PicklingError and others for meta
+            raise Unserializable(f"{request}: {exc}") from exc
+
+    def decode(data: bytes) -> Any:
+        try:
+            return request_from_dict(pickle.loads(data), spider=spider)
+        except Exception as exc:
+            raise StoreError(
+                f"cannot rebuild a saved request ({exc}). Was the spider's code changed (a "
+                "callback renamed or removed)? Restore it, or start with a new JOBDIR."
+            ) from exc
+
+    return Codec(encode, decode)
+
+
+def _insort(window: list[_Entry], entry: _Entry) -> None:
+    lo, hi = 0, len(window)
+    key = entry[:2]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if window[mid][:2] < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    window.insert(lo, entry)

@@ -1,0 +1,183 @@
+"""The scheduler on its SQLite state: pause/resume, crash recovery, bad state."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+
+import pytest
+from scrapy import Request
+
+from scrapy_frontier.core import FakeClock
+from scrapy_frontier.scheduler import ACK_META, STATE_FILE
+from scrapy_frontier.sqlite_store import StoreError
+from tests.test_scheduler import finish, make_scheduler
+
+
+def job(tmp_path: Path) -> dict[str, str]:
+    return {"JOBDIR": str(tmp_path / "job")}
+
+
+def crash(sched) -> None:  # type: ignore[no-untyped-def]
+    """Stop like kill -9: flush what a timer would have flushed, then drop everything."""
+    store = sched._store
+    store.flush()
+    store._db.close()
+
+
+def test_clean_close_and_reopen_restores_queue_and_rests(tmp_path: Path) -> None:
+    sched, clock, _ = make_scheduler(job(tmp_path))
+    for i in range(3):
+        sched.enqueue_request(Request(f"http://a.example/{i}", priority=i))
+    sched.enqueue_request(Request("http://b.example/0"))
+    first = sched.next_request()
+    assert first is not None and first.url == "http://a.example/2"
+    finish(sched, clock, first, 0.5)  # a.example rests 5 s
+    sched.close("shutdown")
+    assert (tmp_path / "job" / STATE_FILE).exists()
+
+    again, clock2, crawler2 = make_scheduler(job(tmp_path), clock=FakeClock(100.0))
+    assert crawler2.stats.get_value("frontier/restored") == 3
+    assert crawler2.stats.get_value("frontier/recovered_leases") == 0
+    got = again.next_request()
+    assert got is not None and got.url == "http://b.example/0"
+    assert again.next_request() is None  # a.example is still resting after the restart
+    clock2.advance(5.0)
+    nxt = again.next_request()
+    assert nxt is not None and nxt.url == "http://a.example/1"
+    again.close("finished")
+
+
+def test_crash_requeues_in_flight_and_rests_interrupted_hosts(tmp_path: Path) -> None:
+    sched, clock, _ = make_scheduler(job(tmp_path))
+    for i in range(4):
+        sched.enqueue_request(Request(f"http://a.example/{i}"))
+    first = sched.next_request()
+    assert first is not None
+    finish(sched, clock, first, 0.2)
+    clock.advance(2.01)
+    in_flight = sched.next_request()
+    assert in_flight is not None
+    crash(sched)
+
+    clock2 = FakeClock(500.0)
+    again, _, crawler2 = make_scheduler(job(tmp_path), clock=clock2)
+    assert crawler2.stats.get_value("frontier/recovered_leases") == 1
+    assert crawler2.stats.get_value("frontier/restored") == 3
+    # The interrupted host rests as if its fetch had just ended (10 x 0.2 s).
+    assert again.next_request() is None
+    clock2.advance(2.01)
+    req = again.next_request()
+    assert req is not None and req.url == in_flight.url  # at-least-once: fetched again
+    again.close("finished")
+
+
+def test_deferred_ack_keeps_the_page_until_its_links_are_queued(tmp_path: Path) -> None:
+    sched, clock, _ = make_scheduler(job(tmp_path), spider_middleware=True)
+    sched.enqueue_request(Request("http://a.example/page"))
+    page = sched.next_request()
+    assert page is not None
+    page.meta["frontier_fetch_start"] = clock()
+    clock.advance(0.1)
+    sched.fetch_finished(page, response=True)  # the response goes on to the spider
+    assert ACK_META in page.meta
+    crash(sched)  # before the spider yielded anything: the page must come back
+    again, _, crawler2 = make_scheduler(job(tmp_path), spider_middleware=True)
+    assert crawler2.stats.get_value("frontier/recovered_leases") == 1
+    again.close("finished")
+
+
+def test_links_are_durable_before_the_page_is_forgotten(tmp_path: Path) -> None:
+    sched, clock, _ = make_scheduler(job(tmp_path), spider_middleware=True)
+    sched.enqueue_request(Request("http://a.example/page"))
+    page = sched.next_request()
+    assert page is not None
+    sched.fetch_finished(page, response=True)
+    sched.enqueue_request(Request("http://b.example/link"))  # yielded by the callback
+    sched.response_processed(page)
+    crash(sched)
+    again, _, crawler2 = make_scheduler(job(tmp_path), spider_middleware=True)
+    assert crawler2.stats.get_value("frontier/recovered_leases") == 0
+    req = again.next_request()
+    assert req is not None and req.url == "http://b.example/link"
+    again.close("finished")
+
+
+def test_redirected_response_is_acknowledged_by_its_new_request(tmp_path: Path) -> None:
+    sched, clock, _ = make_scheduler(job(tmp_path), spider_middleware=True)
+    sched.enqueue_request(Request("http://a.example/old"))
+    old = sched.next_request()
+    assert old is not None
+    sched.fetch_finished(old, response=True)  # a 3xx: RedirectMiddleware takes over
+    new = old.replace(url="http://a.example/new")
+    sched.enqueue_request(new)
+    assert ACK_META not in new.meta
+    assert not sched._pending_acks
+    sched.close("finished")
+
+
+def test_unserializable_request_is_kept_in_memory_and_counted(tmp_path: Path) -> None:
+    sched, _, crawler = make_scheduler(job(tmp_path))
+    assert sched.enqueue_request(Request("http://a.example/lambda", callback=lambda r: None))
+    req = sched.next_request()
+    assert req is not None and req.url == "http://a.example/lambda"
+    sched.close("finished")
+    assert crawler.stats.get_value("frontier/volatile") == 1
+
+
+def test_corrupt_state_stops_the_crawl_naming_the_file(tmp_path: Path) -> None:
+    state = tmp_path / "job" / STATE_FILE
+    state.parent.mkdir(parents=True)
+    state.write_bytes(b"garbage" * 1000)
+    with pytest.raises(StoreError, match="corrupt") as info:
+        make_scheduler(job(tmp_path))
+    assert str(state) in str(info.value)
+    assert state.read_bytes() == b"garbage" * 1000
+
+
+def test_state_of_another_spider_is_refused(tmp_path: Path) -> None:
+    sched, _, _ = make_scheduler(job(tmp_path))
+    sched.close("finished")
+    db = sqlite3.connect(tmp_path / "job" / STATE_FILE)
+    with db:
+        db.execute("UPDATE meta SET value = 'other' WHERE key = 'spider'")
+    db.close()
+    with pytest.raises(StoreError, match="belongs to spider 'other'"):
+        make_scheduler(job(tmp_path))
+
+
+def test_write_failure_stops_the_crawl_and_loses_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sched, _, crawler = make_scheduler(job(tmp_path))
+    closed: list[str] = []
+
+    async def close_spider_async(*, reason: str) -> None:
+        closed.append(reason)
+
+    crawler.engine.close_spider_async = close_spider_async
+    store = sched._store
+    store._db.execute("PRAGMA query_only = ON")  # every write now fails, like a full disk
+    with caplog.at_level(logging.ERROR, logger="scrapy_frontier"):
+        sched.enqueue_request(Request("http://a.example/0"))
+        sched.enqueue_request(Request("http://a.example/1"))
+        assert sched.next_request() is None
+    assert closed == ["frontier_store_error"]
+    assert crawler.stats.get_value("frontier/store/errors") >= 1
+    assert any(str(tmp_path) in r.getMessage() for r in caplog.records)
+    store._db.execute("PRAGMA query_only = OFF")  # space freed before the close
+    sched.close("frontier_store_error")
+    again, _, crawler2 = make_scheduler(job(tmp_path))
+    assert crawler2.stats.get_value("frontier/restored") == 2
+    again.close("finished")
+
+
+def test_frontier_path_setting_wins(tmp_path: Path) -> None:
+    sched, _, _ = make_scheduler(
+        {"FRONTIER_PATH": str(tmp_path / "fp"), "JOBDIR": str(tmp_path / "job")}
+    )
+    sched.enqueue_request(Request("http://a.example/0"))
+    sched.close("shutdown")
+    assert (tmp_path / "fp" / STATE_FILE).exists()
+    assert not (tmp_path / "job" / STATE_FILE).exists()
