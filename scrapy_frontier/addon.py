@@ -17,6 +17,9 @@ SPIDER_MIDDLEWARE_ORDER = 10
 #: Settings the add-on sets at "addon" priority: a project's own values win.
 ADDON_SETTINGS = {
     "SCHEDULER": SCHEDULER_PATH,
+    # 64-bit fingerprints, a CLOCK cache, and with JOBDIR a seen-set written in
+    # step with the frontier's state, so a crash neither loses nor repeats URLs.
+    "DUPEFILTER_CLASS": "scrapy_frontier.dupefilter.FrontierDupeFilter",
     "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
     "DOWNLOAD_DELAY": 0,
     "AUTOTHROTTLE_ENABLED": False,

@@ -75,7 +75,7 @@ class FrontierConfig:
             seed=seed,
             concurrent_requests=concurrency,
             state_dir=_raw(settings, "FRONTIER_PATH", None) or _raw(settings, "JOBDIR", None),
-            flush_interval=_float(settings, "FRONTIER_FLUSH_INTERVAL", 1.0, minimum=0.0),
+            flush_interval=_float(settings, "FRONTIER_FLUSH_INTERVAL", 0.0, minimum=0.0),
         )
 
 

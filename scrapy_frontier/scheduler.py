@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from scrapy_frontier.config import FrontierConfig
 from scrapy_frontier.core.frontier import Frontier
 from scrapy_frontier.core.prioritizer import PriorityMapper
 from scrapy_frontier.hostkey import HostlessURL, host_key
+from scrapy_frontier.seen_sqlite import SeenStoreError, SQLiteFingerprintStore
 from scrapy_frontier.sqlite_store import SQLiteStore, StoreError, request_codec
 from scrapy_frontier.timer import Timer, call_later
 
@@ -72,6 +74,7 @@ class FrontierScheduler:
         self._pending_acks: dict[object, float] = {}
         self._last_flush = 0.0
         self._failed = False
+        self._seen_store: SQLiteFingerprintStore | None = None
         self.spider: Spider | None = None
         self._timer: Timer | None = None
         self._timer_at: float | None = None
@@ -226,6 +229,7 @@ class FrontierScheduler:
             return None
         request = lease.item
         request.meta[LEASE_META] = lease.ticket
+        self._write_through()
         return request
 
     # -- fetch end reports ---------------------------------------------------
@@ -254,6 +258,8 @@ class FrontierScheduler:
         if defer:
             lease.item.meta[ACK_META] = lease.token
             self._pending_acks[lease.token] = now
+        else:
+            self._write_through()
         if politeness_log.isEnabledFor(logging.DEBUG):
             next_contact = self.frontier.next_contact(lease.host)
             politeness_log.debug(
@@ -333,6 +339,13 @@ class FrontierScheduler:
         self.frontier = frontier
         self._store = store
         self._defer_acks = self._spider_middleware_installed()
+        self._seen_store = _durable_seen_store(self.df)
+        if self._seen_store is not None:
+            # A fingerprint must never be durable before the URL it stands for is
+            # queued durably, or a crash would lose that URL: the seen-set is
+            # written only right after the frontier's own writes.
+            self._seen_store.batch_size = 1 << 62
+            self._seen_store.flush_interval = math.inf
         restored = len(frontier)
         self.stats.set_value("frontier/restored", restored)
         self.stats.set_value("frontier/recovered_leases", store.recovered_leases)
@@ -360,6 +373,15 @@ class FrontierScheduler:
         token = request.meta.pop(ACK_META, None)
         if token is not None and self._pending_acks.pop(token, None) is not None:
             self.frontier.ack(token)
+            self._write_through()
+
+    def _write_through(self) -> None:
+        """With FRONTIER_FLUSH_INTERVAL = 0 (the default), leases and acks are
+        written at once: after a kill the repeats are exactly the fetches that
+        were in flight."""
+        if self._store is not None and self.config.flush_interval == 0 and not self._failed:
+            self._last_flush = self.clock()
+            self._flush(self._store)
 
     def _ack_overdue(self, now: float) -> None:
         pending = self._pending_acks
@@ -380,7 +402,9 @@ class FrontierScheduler:
     def _flush(self, store: SQLiteStore[Request]) -> bool:
         try:
             store.flush()
-        except StoreError as exc:
+            if self._seen_store is not None:
+                self._seen_store.flush()
+        except (StoreError, SeenStoreError) as exc:
             self.stats.inc_value("frontier/store/errors")
             logger.error("%s", exc)
             return False
@@ -464,6 +488,12 @@ class FrontierScheduler:
             late_max = round(1000 * st.dispatch_lateness_max, 3)
             set_value("frontier/dispatch_lateness_ms/max", late_max)
         set_value("frontier/queued", len(self.frontier))
+
+
+def _durable_seen_store(df: object) -> SQLiteFingerprintStore | None:
+    seen = getattr(df, "seen", None)
+    store = getattr(seen, "store", None)
+    return store if isinstance(store, SQLiteFingerprintStore) else None
 
 
 def _warn_about_stacked_delays(crawler: Crawler) -> None:

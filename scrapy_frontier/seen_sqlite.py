@@ -4,9 +4,10 @@ One table, ``seen(fp INTEGER PRIMARY KEY) WITHOUT ROWID``: the fingerprint is
 the B-tree key, about a dozen bytes per URL on disk. The file is in WAL mode
 and held with an exclusive lock while open, so two crawls cannot share it by
 accident. New fingerprints are buffered in memory and written in one
-transaction every ``batch_size`` additions and on :meth:`close`; lookups see
-the buffer too. A crash loses at most the buffered (newest) fingerprints,
-which then only get crawled again: the safe direction for a seen-set.
+transaction every ``batch_size`` additions, when the oldest buffered one has
+waited ``flush_interval`` seconds, and on :meth:`close`; lookups see the
+buffer too. A crash loses at most the buffered (newest) fingerprints, which
+then only get crawled again: the safe direction for a seen-set.
 
 A file this class cannot use -- not SQLite, another program's database, a
 newer format version, truncated or corrupt, in a read-only place, on a full
@@ -19,7 +20,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 
@@ -27,8 +29,10 @@ from types import TracebackType
 FORMAT = "scrapy-frontier/seen"
 VERSION = 1
 
-#: Flush the write buffer after this many new fingerprints.
+#: Flush the write buffer after this many new fingerprints...
 DEFAULT_BATCH_SIZE = 4096
+#: ...or once its oldest fingerprint has waited this many seconds.
+DEFAULT_FLUSH_INTERVAL = 1.0
 
 _HEADER = b"SQLite format 3\x00"
 _LIMIT = 1 << 63
@@ -53,12 +57,23 @@ class SQLiteFingerprintStore:
     one this class wrote, in a version it reads.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *,
-                 batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if not flush_interval >= 0:  # also refuses NaN
+            raise ValueError(f"flush_interval must be >= 0 seconds, got {flush_interval!r}")
         self.path = Path(path)
         self.batch_size = batch_size
+        self.flush_interval = flush_interval
+        self._clock = clock
+        self._flush_at = 0.0
         self._pending: set[int] = set()
         self._count = 0
         self._closed = False
@@ -233,12 +248,20 @@ class SQLiteFingerprintStore:
         return row is not None
 
     def add(self, fp: int) -> None:
-        """Record ``fp`` (a signed 64-bit int); written at the next flush."""
+        """Record ``fp`` (a signed 64-bit int); written at the next flush.
+
+        Meant for fingerprints the store does not hold yet (as
+        :class:`~scrapy_frontier.core.seen.SeenSet` uses it): one it already
+        holds is ignored when written, but counts in ``len()`` until then.
+        """
         if not -_LIMIT <= fp < _LIMIT:
             raise ValueError(f"fingerprint {fp} is not a signed 64-bit integer")
         self._check_open()
-        self._pending.add(fp)
-        if len(self._pending) >= self.batch_size:
+        pending = self._pending
+        if not pending:
+            self._flush_at = self._clock() + self.flush_interval
+        pending.add(fp)
+        if len(pending) >= self.batch_size or self._clock() >= self._flush_at:
             self.flush()
 
     def add_many(self, fps: Iterable[int]) -> None:

@@ -321,6 +321,9 @@ class StaticCache(_Counted):
     def __contains__(self, fp: int) -> bool:
         return fp in self._present
 
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._present)
+
     def lookup(self, fp: int) -> bool:
         if fp in self._present:
             self.hits += 1
@@ -398,6 +401,9 @@ class MinCache(_Counted):
     def __contains__(self, fp: int) -> bool:
         return fp in self._when
 
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._when)
+
     def lookup(self, fp: int) -> bool:
         t = self._t + 1
         if t >= len(self._trace) or self._trace[t] != fp:
@@ -471,6 +477,9 @@ class InfiniteCache(_Counted):
 
     def __contains__(self, fp: int) -> bool:
         return fp in self._set
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._set)
 
     def lookup(self, fp: int) -> bool:
         if fp in self._set:

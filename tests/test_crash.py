@@ -1,0 +1,81 @@
+"""Real crawls of the test web that are paused, or killed with SIGKILL, and resumed."""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from scrapy_frontier.testweb import ServerProcess, audit, read_log
+from scrapy_frontier.testweb.crawl import FRONTIER_ADDON, run_crawl
+
+pytestmark = pytest.mark.crawl
+
+WEB = ["--shape", "skewed", "--hosts", "6", "--largest", "40", "--latency", "0.005", "0.02"]
+RESUMED = re.compile(r"Resumed (\d+) queued requests \((\d+) were in flight")
+
+
+def settings_for(tmp_path: Path) -> dict[str, object]:
+    return {
+        "ADDONS": FRONTIER_ADDON,
+        "FRONTIER_MIN_DELAY": 0.0,
+        "JOBDIR": str(tmp_path / "job"),
+    }
+
+
+def test_clean_pause_and_resume_loses_nothing_repeats_nothing(tmp_path: Path) -> None:
+    settings = settings_for(tmp_path)
+    log = tmp_path / "server.jsonl"
+    with ServerProcess(WEB, log_path=str(log)) as web:
+        first = run_crawl(web.start_urls, {**settings, "CLOSESPIDER_PAGECOUNT": 20},
+                          workdir=tmp_path / "run1")
+        assert first.returncode == 0, first.output[-3000:]
+        assert first.stats["finish_reason"] == "closespider_pagecount"
+        assert first.stats["frontier/queued"] > 0
+        fetched_first = len(read_log(log))
+        second = run_crawl(web.start_urls, settings, workdir=tmp_path / "run2")
+        assert second.returncode == 0, second.output[-3000:]
+    assert second.stats["frontier/restored"] >= first.stats["frontier/queued"]
+    assert second.stats["frontier/recovered_leases"] == 0
+    entries = read_log(log)
+    assert fetched_first < len(entries)
+    report = audit(entries, expected=web.expected, min_delay=0.0)
+    assert report.coverage == 1.0, report.summary()
+    assert report.duplicates == 0, report.summary()
+    assert report.overlaps == 0 and report.short_gaps == 0, report.summary()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_sigkill_at_random_points_loses_nothing(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    settings = settings_for(tmp_path)
+    log = tmp_path / "server.jsonl"
+    in_flight_at_kills = 0
+    kills = 0
+    with ServerProcess(WEB, log_path=str(log)) as web:
+        final = None
+        for attempt in range(6):  # bounded: at most 2 kills, then run to the end
+            kill_after = rng.uniform(1.5, 4.0) if attempt < 2 else None
+            result = run_crawl(web.start_urls, settings, workdir=tmp_path / f"run{attempt}",
+                               kill_after=kill_after, timeout=240)
+            resumed = RESUMED.search(result.output)
+            if resumed:
+                in_flight_at_kills += int(resumed.group(2))
+            if result.returncode == -9:
+                kills += 1
+                continue
+            assert result.returncode == 0, result.output[-3000:]
+            final = result
+            break
+        assert final is not None
+    assert kills >= 1, "the crawl finished before any kill: make the web bigger"
+    entries = read_log(log)
+    report = audit(entries, expected=web.expected, min_delay=0.0)
+    # Every URL discovered before a kill was eventually fetched.
+    assert report.coverage == 1.0, report.summary()
+    # Repeats are at most the fetches that were in flight at the kills.
+    assert report.duplicates <= in_flight_at_kills, (report.summary(), in_flight_at_kills)
+    # A restart does not burst a host: rests survive the kill.
+    assert report.overlaps == 0 and report.short_gaps == 0, report.summary()
