@@ -30,6 +30,7 @@ class FrontierConfig:
     state_dir: str | None
     """Where the SQLite state lives: FRONTIER_PATH, else JOBDIR, else None (memory)."""
     flush_interval: float
+    write_through: bool
 
     @property
     def policy(self) -> DelayPolicy:
@@ -75,13 +76,23 @@ class FrontierConfig:
             seed=seed,
             concurrent_requests=concurrency,
             state_dir=_raw(settings, "FRONTIER_PATH", None) or _raw(settings, "JOBDIR", None),
-            flush_interval=_float(settings, "FRONTIER_FLUSH_INTERVAL", 0.0, minimum=0.0),
+            flush_interval=_float(settings, "FRONTIER_FLUSH_INTERVAL", 1.0, minimum=0.0),
+            write_through=_bool(settings, "FRONTIER_WRITE_THROUGH", True),
         )
 
 
 def _raw(settings: BaseSettings, name: str, default: Any) -> Any:
     value = settings.get(name)
     return default if value is None or value == "" else value
+
+
+def _bool(settings: BaseSettings, name: str, default: bool) -> bool:
+    try:
+        return settings.getbool(name, default)
+    except ValueError:
+        raise FrontierConfigError(
+            f"{name} must be True or False, got {settings.get(name)!r}"
+        ) from None
 
 
 def _int(settings: BaseSettings, name: str, default: int, *, minimum: int | None = None) -> int:

@@ -376,10 +376,11 @@ class FrontierScheduler:
             self._write_through()
 
     def _write_through(self) -> None:
-        """With FRONTIER_FLUSH_INTERVAL = 0 (the default), leases and acks are
-        written at once: after a kill the repeats are exactly the fetches that
-        were in flight."""
-        if self._store is not None and self.config.flush_interval == 0 and not self._failed:
+        """With FRONTIER_WRITE_THROUGH (the default), leases and acks are written
+        at once: after a kill the repeats are exactly the fetches that were in
+        flight. Queued URLs need no such hurry: the page that found them is only
+        forgotten by a later write."""
+        if self._store is not None and self.config.write_through and not self._failed:
             self._last_flush = self.clock()
             self._flush(self._store)
 

@@ -21,6 +21,7 @@ after a ``kill -9`` the repeats are at most the fetches that were in flight.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import time
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+
+logger = logging.getLogger("scrapy_frontier.store")
 
 FORMAT = "scrapy-frontier/sqlite"
 VERSION = 1
@@ -192,6 +195,15 @@ class SQLiteStore(Generic[T]):
                 "LEFT JOIN hosts ON hosts.host = back.host WHERE back.leased = 1"
             ).fetchall()
             self.interrupted = dict(leased_hosts)
+            in_flight = self._db.execute("SELECT COUNT(*) FROM back WHERE leased = 1").fetchone()[0]
+            if in_flight:
+                # Logged before the rows change, so that a crash during recovery
+                # cannot hide them: the next run would count them again.
+                logger.info(
+                    "%s: %d requests were in flight when the crawl stopped; queueing them again",
+                    self.path,
+                    in_flight,
+                )
             with self._db:
                 leased = self._db.execute("UPDATE back SET leased = 0 WHERE leased = 1").rowcount
         except sqlite3.DatabaseError as exc:

@@ -442,18 +442,6 @@ def test_corrupt_pages_are_reported_on_use(tmp_path: Path) -> None:
     assert "it is corrupt" in str(info.value) and "Restore it from a backup" in str(info.value)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
-def test_read_only_directory_is_refused(tmp_path: Path) -> None:
-    directory = tmp_path / "ro"
-    directory.mkdir()
-    directory.chmod(0o500)
-    try:
-        with pytest.raises(SeenStoreError, match="not writable"):
-            SQLiteFingerprintStore(directory / "seen.sqlite")
-    finally:
-        directory.chmod(0o700)
-
-
 def test_read_only_directory_check_runs_even_as_root(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
