@@ -203,13 +203,31 @@ def _profile(label: str, func: Any, *args: Any) -> Any:
     return result
 
 
-def run_worker(config: str, n: int, hosts: int, order: str, mode: str) -> dict[str, Any]:
-    """Run one configuration and return its measurements. ``mode``: time, trace, profile."""
+def run_worker(
+    config: str, n: int, hosts: int, order: str, mode: str, preparsed: bool = False
+) -> dict[str, Any]:
+    """Run one configuration and return its measurements. ``mode``: time, trace, profile.
+
+    ``preparsed``: fill ``urlparse_cached`` for every request before timing, as
+    Scrapy's default OffsiteMiddleware does on ``request_scheduled`` in a real crawl.
+    """
     jobdir = tempfile.mkdtemp(prefix="bench-sched-jobdir-") if config == "scrapy-jobdir" else None
     try:
         crawler, scheduler = _make_scheduler(config, jobdir)
         requests = _build_requests(n, hosts, order)
-        result: dict[str, Any] = {"config": config, "n": n, "hosts": hosts, "order": order}
+        if preparsed:
+            from scrapy.utils.httpobj import urlparse_cached
+
+            for request in requests:
+                urlparse_cached(request)
+        result: dict[str, Any] = {
+            "config": config,
+            "n": n,
+            "hosts": hosts,
+            "order": order,
+            "preparsed": preparsed,
+            "code": _code_state(),
+        }
 
         if mode == "trace":
             import tracemalloc
@@ -313,6 +331,7 @@ def _spawn(config: str, args: argparse.Namespace, mode: str) -> dict[str, Any]:
         str(args.hosts),
         "--order",
         args.order,
+        *(["--preparsed"] if args.preparsed else []),
     ]
     stderr = None if mode == "profile" else subprocess.PIPE
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, check=False)
@@ -383,7 +402,8 @@ def _check_targets(summary: dict[str, Any]) -> list[dict[str, Any]]:
 def _print_table(summary: dict[str, Any], checks: list[dict[str, Any]], args: Any) -> None:
     configs = list(summary)
     print(
-        f"\nScheduler cost: {args.n:,} requests over {args.hosts:,} hosts ({args.order}), "
+        f"\nScheduler cost: {args.n:,} requests over {args.hosts:,} hosts ({args.order}"
+        f"{', preparsed' if args.preparsed else ''}), "
         f"median of {args.repeat} run(s), each configuration in its own process"
     )
     width = 16
@@ -413,18 +433,31 @@ def _print_table(summary: dict[str, Any], checks: list[dict[str, Any]], args: An
         )
 
 
-def _git_commit() -> str | None:
+def _git(cwd: Path, *args: str) -> str | None:
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
     except OSError:
         return None
-    return out.stdout.strip() or None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _code_state() -> dict[str, Any]:
+    """Which scrapy_frontier was measured: its path, a hash of its sources, its git HEAD."""
+    import hashlib
+
+    import scrapy_frontier
+
+    pkg = Path(scrapy_frontier.__file__).resolve().parent
+    digest = hashlib.sha1()
+    for path in sorted(pkg.rglob("*.py")):
+        digest.update(str(path.relative_to(pkg)).encode())
+        digest.update(path.read_bytes())
+    return {
+        "package": str(pkg),
+        "source_sha1": digest.hexdigest()[:12],
+        "commit": _git(pkg, "rev-parse", "HEAD"),
+        "dirty": bool(_git(pkg, "status", "--porcelain", "--", ".")),
+    }
 
 
 def _versions() -> dict[str, str]:
@@ -451,6 +484,11 @@ def main(argv: list[str] | None = None) -> int:
         default="interleaved",
         help="interleaved: request k on host k %% hosts; grouped: host by host",
     )
+    parser.add_argument(
+        "--preparsed",
+        action="store_true",
+        help="fill urlparse_cached before timing, as the OffsiteMiddleware does in a crawl",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs per configuration (median)")
     parser.add_argument(
         "--configs", default=",".join(CONFIGS), help=f"comma-separated subset of {CONFIGS}"
@@ -472,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--n, --hosts and --repeat must be >= 1")
 
     if args.worker:
-        result = run_worker(args.worker, args.n, args.hosts, args.order, args.mode)
+        result = run_worker(args.worker, args.n, args.hosts, args.order, args.mode, args.preparsed)
         print(RESULT_PREFIX + json.dumps(result), flush=True)
         return 0
 
@@ -500,6 +538,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[tracemalloc] {config} ...", file=sys.stderr, flush=True)
             traced[config] = _spawn(config, args, "trace")
 
+    code = _code_state()
+    seen = [r.get("code") or {} for rs in runs.values() for r in rs] + [
+        t.get("code") or {} for t in traced.values()
+    ]
+    hashes = {c.get("source_sha1") for c in seen} | {code["source_sha1"]}
+    if len(hashes) > 1:
+        code["changed_during_run"] = sorted(h for h in hashes if h)
+        print(
+            f"WARNING: scrapy_frontier's sources changed during the run ({sorted(hashes)}); "
+            "the runs did not all measure the same code.",
+            file=sys.stderr,
+        )
     errors = {c: e for c, r in runs.items() for run in r if (e := run.get("errors"))} | {
         c: e for c, t in traced.items() if (e := t.get("errors"))
     }
@@ -512,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
     payload = {
         "benchmark": "scheduler_cost",
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": _git_commit(),
+        "code": code,
         "versions": _versions(),
         "machine": {
             "platform": platform.platform(),
@@ -522,6 +572,7 @@ def main(argv: list[str] | None = None) -> int:
             "n": args.n,
             "hosts": args.hosts,
             "order": args.order,
+            "preparsed": args.preparsed,
             "repeat": args.repeat,
             "quick": args.quick,
             "dupefilter": "scrapy.dupefilters.RFPDupeFilter (default), dont_filter=False",

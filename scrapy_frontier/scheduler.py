@@ -81,7 +81,6 @@ class FrontierScheduler:
         self._closed = False
         self.uses_signals = False
         self._enqueued = 0
-        self._wakeups = 0
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
@@ -456,7 +455,6 @@ class FrontierScheduler:
         nextcall = getattr(slot, "nextcall", None)
         if nextcall is None or self._closed:
             return
-        self._wakeups += 1
         self.stats.inc_value("frontier/engine_wakeups")
         # Delay 0 only: a positive delay would swallow the engine's own wake-ups.
         nextcall.schedule()
