@@ -21,12 +21,18 @@ All use Scrapy's default ``RFPDupeFilter`` (no request sets ``dont_filter``), th
 realistic setting: every enqueue pays the same fingerprint, and the fingerprint
 set is part of every configuration's memory.
 
+``--preparsed`` fills ``urlparse_cached`` for every request before timing, which is
+what Scrapy's default OffsiteMiddleware does on ``request_scheduled`` in a real
+crawl. Scrapy's scheduler reuses that cache entry (and otherwise creates it, and is
+charged for it); the frontier never reads it.
+
 Usage::
 
     python benchmarks/bench_scheduler_cost.py                 # full size
     python benchmarks/bench_scheduler_cost.py --quick         # 20k requests (CI smoke)
     python benchmarks/bench_scheduler_cost.py --n 50000 --hosts 200 --repeat 3
     python benchmarks/bench_scheduler_cost.py --tracemalloc   # also bytes/request traced
+    python benchmarks/bench_scheduler_cost.py --preparsed     # URLs parsed before, as in a crawl
     python benchmarks/bench_scheduler_cost.py --profile frontier   # cProfile one config
 """
 
