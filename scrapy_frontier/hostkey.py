@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from urllib.parse import urlsplit
 
 from scrapy import Request
@@ -50,11 +51,13 @@ def url_host_key(url: str) -> str:
     """
     match = _SIMPLE_NETLOC.match(url)
     if match is not None:
-        return match.group(1).lower()
+        # Interned: every queued URL of a host then shares one key string
+        # (about 60 bytes saved per queued request).
+        return sys.intern(match.group(1).lower())
     parsed = urlsplit(url)
     host = parsed.hostname
     if host:
-        return host
+        return sys.intern(host)
     scheme = parsed.scheme.lower()
     if scheme in HOSTLESS_SCHEMES:
         return f"{scheme}:"
