@@ -178,14 +178,16 @@ class FrontierScheduler:
         # meta: the fetch that held this lease is over whatever happened to it
         # (a no-op when the timing middleware already reported it).
         meta = request.meta
-        if LEASE_META in meta:
-            ticket = meta.pop(LEASE_META)
-            self._finish(ticket, meta.pop(FETCH_START_META, None))
+        ticket = meta.pop(LEASE_META, None)
+        started = meta.pop(FETCH_START_META, None)
         self.frontier.push(host, self.mapper.level(request.priority), request)
         self._enqueued += 1
+        # After the push, so that the request this one became is written first.
+        if ticket is not None:
+            self._finish(ticket, started)
         if ACK_META in meta:
-            # The response never reached the spider (a redirect): the request it
-            # became is queued above, so the original can be forgotten now.
+            # A retry or a redirect of a fetched request: it is queued above, so
+            # the original can be forgotten now.
             self.response_processed(request)
         if self._store is not None:
             self._maybe_flush(self.clock())
@@ -236,12 +238,20 @@ class FrontierScheduler:
     def fetch_finished(self, request: Request, *, response: bool = False) -> None:
         """Called once a fetch of a request this frontier handed out ended.
 
-        ``response=True`` when a response goes on to the spider: with a durable
-        store, the URL is then kept until the spider has queued its links.
+        The host is released now. With a durable store and the spider
+        middleware, the URL itself is kept until what follows from the fetch is
+        queued: the links of a response (reported by the spider middleware), or
+        the retry or redirect that re-enters ``enqueue_request``; anything else
+        is acknowledged after ``ACK_GRACE``. ``response`` says which outcome it
+        was (kept for callers; both are handled alike).
         """
         ticket = request.meta.get(LEASE_META)
-        if ticket is not None:
-            self._finish(ticket, request.meta.get(FETCH_START_META), defer_ack=response)
+        if ticket is None:
+            return
+        try:
+            self._finish(ticket, request.meta.get(FETCH_START_META), defer_ack=True)
+        except StoreError as exc:
+            self._store_failed(exc)
 
     def _finish(self, ticket: int, started: float | None, *, defer_ack: bool = False) -> None:
         if self._closed:
@@ -348,6 +358,8 @@ class FrontierScheduler:
         restored = len(frontier)
         self.stats.set_value("frontier/restored", restored)
         self.stats.set_value("frontier/recovered_leases", store.recovered_leases)
+        if store.volatile_lost:
+            self.stats.set_value("frontier/volatile_lost", store.volatile_lost)
         if restored:
             logger.info(
                 "Resumed %d queued requests (%d were in flight when the crawl stopped) and "
@@ -372,7 +384,10 @@ class FrontierScheduler:
         token = request.meta.pop(ACK_META, None)
         if token is not None and self._pending_acks.pop(token, None) is not None:
             self.frontier.ack(token)
-            self._write_through()
+            try:
+                self._write_through()
+            except StoreError as exc:
+                self._store_failed(exc)
 
     def _write_through(self) -> None:
         """With FRONTIER_WRITE_THROUGH (the default), leases and acks are written

@@ -96,6 +96,7 @@ class SQLiteStore(Generic[T]):
         self.flush_ops = flush_ops
         self.wall_clock = wall_clock
         self.volatile = 0  # items kept in memory only because they cannot be encoded
+        self.volatile_lost = 0
         self._volatile: dict[int, T] = {}
         self._db = self._connect(spider)
         self._next_id = 1 + max(
@@ -104,11 +105,7 @@ class SQLiteStore(Generic[T]):
         )
         # Front level -> window of (id, host, data) loaded from disk, and counts.
         self._fwin: list[deque[tuple[int, str, bytes | None]]] = [deque() for _ in range(levels)]
-        self._fsize = [0] * levels
-        for level, count in self._db.execute("SELECT level, COUNT(*) FROM front GROUP BY level"):
-            self._check_level(level)
-            self._fsize[level - 1] = count
-        self._fdisk = list(self._fsize)  # rows on disk (or pending) not in the window
+        self._count_front()
         self._back: dict[str, _Back] = {}
         # Pending writes, applied in this order by flush().
         self._ins_front: list[tuple[int, int, str, bytes | None]] = []
@@ -174,6 +171,13 @@ class SQLiteStore(Generic[T]):
             )
         return db
 
+    def _count_front(self) -> None:
+        self._fsize = [0] * self.levels
+        for level, count in self._db.execute("SELECT level, COUNT(*) FROM front GROUP BY level"):
+            self._check_level(level)
+            self._fsize[level - 1] = count
+        self._fdisk = list(self._fsize)  # rows on disk (or pending) not in the window
+
     def _check_level(self, level: int) -> None:
         if not 1 <= level <= self.levels:
             raise StoreError(
@@ -204,7 +208,25 @@ class SQLiteStore(Generic[T]):
                     self.path,
                     in_flight,
                 )
+            # Requests that could not be serialised lived in the stopped process only.
+            lost = [
+                row
+                for table in ("front", "back")
+                for row in self._db.execute(f"SELECT id, host FROM {table} WHERE data IS NULL")
+            ]
+            if lost:
+                logger.error(
+                    "%s: %d requests that could not be saved (callbacks that are not spider "
+                    "methods, or meta that cannot be pickled) were lost when the crawl "
+                    "stopped; hosts: %s",
+                    self.path,
+                    len(lost),
+                    sorted({host for _, host in lost})[:20],
+                )
+            self.volatile_lost = len(lost)
             with self._db:
+                self._db.execute("DELETE FROM front WHERE data IS NULL")
+                self._db.execute("DELETE FROM back WHERE data IS NULL")
                 leased = self._db.execute("UPDATE back SET leased = 0 WHERE leased = 1").rowcount
         except sqlite3.DatabaseError as exc:
             raise StoreError(
@@ -212,6 +234,7 @@ class SQLiteStore(Generic[T]):
                 "to start afresh (its URLs will be lost), or restore it from a backup."
             ) from exc
         self.recovered_leases = leased
+        self._count_front()
         hosts = dict(self._db.execute("SELECT host, COUNT(*) FROM back GROUP BY host").fetchall())
         now = self.wall_clock()
         rests = {

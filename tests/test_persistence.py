@@ -181,3 +181,46 @@ def test_frontier_path_setting_wins(tmp_path: Path) -> None:
     sched.close("shutdown")
     assert (tmp_path / "fp" / STATE_FILE).exists()
     assert not (tmp_path / "job" / STATE_FILE).exists()
+
+
+def test_unserializable_requests_left_at_a_stop_do_not_block_the_resume(tmp_path: Path) -> None:
+    sched, _, _ = make_scheduler(job(tmp_path))
+    sched.enqueue_request(Request("http://a.example/lambda", callback=lambda r: None))
+    sched.enqueue_request(Request("http://b.example/plain"))
+    sched.close("shutdown")
+    again, _, crawler2 = make_scheduler(job(tmp_path))
+    assert crawler2.stats.get_value("frontier/volatile_lost") == 1
+    assert crawler2.stats.get_value("frontier/restored") == 1
+    req = again.next_request()
+    assert req is not None and req.url == "http://b.example/plain"
+    assert again.next_request() is None
+    again.close("finished")
+
+
+def test_failed_download_is_kept_until_its_retry_is_queued(tmp_path: Path) -> None:
+    sched, clock, _ = make_scheduler(job(tmp_path), spider_middleware=True)
+    sched.enqueue_request(Request("http://a.example/flaky"))
+    req = sched.next_request()
+    assert req is not None
+    sched.fetch_finished(req, response=False)  # a download error; RetryMiddleware follows
+    crash(sched)  # before the retry was queued: the URL must come back
+    again, _, crawler2 = make_scheduler(job(tmp_path), spider_middleware=True)
+    assert crawler2.stats.get_value("frontier/recovered_leases") == 1
+    again.close("finished")
+
+    sched, _, _ = make_scheduler(
+        {"JOBDIR": str(tmp_path / "job2")}, spider_middleware=True
+    )
+    sched.enqueue_request(Request("http://a.example/flaky"))
+    req = sched.next_request()
+    assert req is not None
+    sched.fetch_finished(req, response=False)
+    retry = req.replace(dont_filter=True)  # what RetryMiddleware sends back
+    sched.enqueue_request(retry)
+    crash(sched)
+    again, _, crawler3 = make_scheduler(
+        {"JOBDIR": str(tmp_path / "job2")}, spider_middleware=True
+    )
+    assert crawler3.stats.get_value("frontier/recovered_leases") == 0
+    assert crawler3.stats.get_value("frontier/restored") == 1
+    again.close("finished")
