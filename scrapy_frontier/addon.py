@@ -11,8 +11,6 @@ logger = logging.getLogger("scrapy_frontier.addon")
 SCHEDULER_PATH = "scrapy_frontier.scheduler.FrontierScheduler"
 MIDDLEWARE_PATH = "scrapy_frontier.middleware.FetchTimingMiddleware"
 MIDDLEWARE_ORDER = 950
-SPIDER_MIDDLEWARE_PATH = "scrapy_frontier.spidermw.FrontierSpiderMiddleware"
-SPIDER_MIDDLEWARE_ORDER = 10
 
 #: Settings the add-on sets at "addon" priority: a project's own values win.
 ADDON_SETTINGS = {
@@ -34,9 +32,6 @@ class Addon:
         for name, value in ADDON_SETTINGS.items():
             settings.set(name, value, "addon")
         _add_component(settings, "DOWNLOADER_MIDDLEWARES", MIDDLEWARE_PATH, MIDDLEWARE_ORDER)
-        _add_component(
-            settings, "SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARE_PATH, SPIDER_MIDDLEWARE_ORDER
-        )
 
 
 def _add_component(settings: Settings, name: str, path: str, order: int) -> None:

@@ -38,7 +38,7 @@ class FetchTimingMiddleware:
     def process_response(
         self, request: Request, response: Response, spider: Any = None
     ) -> Response:
-        self._report(request, response=True)
+        self._report(request)
         return response
 
     def process_exception(
@@ -46,13 +46,13 @@ class FetchTimingMiddleware:
     ) -> None:
         self._report(request)
 
-    def _report(self, request: Request, *, response: bool = False) -> None:
+    def _report(self, request: Request) -> None:
         if LEASE_META not in request.meta:
             return
         scheduler = _scheduler(self.crawler)
         finished = getattr(scheduler, "fetch_finished", None)
         if finished is not None:
-            finished(request, response=response)
+            finished(request)
 
 
 def _scheduler(crawler: Crawler) -> Any:

@@ -35,12 +35,6 @@ politeness_log = logging.getLogger("scrapy_frontier.politeness")
 LEASE_META = "frontier_lease"
 #: ``Request.meta`` key: ``time.monotonic()`` when the fetch was sent.
 FETCH_START_META = "frontier_fetch_start"
-#: ``Request.meta`` key: the durable store's token, acknowledged once the
-#: response's callback output has been queued.
-ACK_META = "frontier_ack"
-#: A response whose callback output was never reported (dropped by a
-#: middleware) is acknowledged after this many seconds.
-ACK_GRACE = 60.0
 #: The SQLite file inside JOBDIR or FRONTIER_PATH.
 STATE_FILE = "frontier.sqlite"
 
@@ -70,8 +64,9 @@ class FrontierScheduler:
         self.mapper = PriorityMapper(config.front_queues)
         self.frontier: Frontier[Request] = self._new_frontier(None)
         self._store: SQLiteStore[Request] | None = None
-        self._defer_acks = False
-        self._pending_acks: dict[object, float] = {}
+        # Durable store only: fetched URLs kept until the engine is done with
+        # their request (callback output queued, or retry/redirect queued).
+        self._pending_acks: dict[object, Request] = {}
         self._last_flush = 0.0
         self._failed = False
         self._seen_store: SQLiteFingerprintStore | None = None
@@ -124,9 +119,7 @@ class FrontierScheduler:
         store = self._store
         if store is not None:
             # The engine has processed every response by now.
-            for token in self._pending_acks:
-                self.frontier.ack(token)
-            self._pending_acks.clear()
+            self._ack_finished(everything=True)
             self.stats.set_value("frontier/store/flushes", store.flushes)
             if store.volatile:
                 self.stats.set_value("frontier/volatile", store.volatile)
@@ -185,10 +178,6 @@ class FrontierScheduler:
         # After the push, so that the request this one became is written first.
         if ticket is not None:
             self._finish(ticket, started)
-        if ACK_META in meta:
-            # A retry or a redirect of a fetched request: it is queued above, so
-            # the original can be forgotten now.
-            self.response_processed(request)
         if self._store is not None:
             self._maybe_flush(self.clock())
         return True
@@ -207,7 +196,7 @@ class FrontierScheduler:
         if self._store is not None:
             now = self.clock()
             if self._pending_acks:
-                self._ack_overdue(now)
+                self._ack_finished()
             self._maybe_flush(now)
         if self.uses_signals:
             self._reap_finished_leases()
@@ -235,15 +224,11 @@ class FrontierScheduler:
 
     # -- fetch end reports ---------------------------------------------------
 
-    def fetch_finished(self, request: Request, *, response: bool = False) -> None:
+    def fetch_finished(self, request: Request) -> None:
         """Called once a fetch of a request this frontier handed out ended.
 
-        The host is released now. With a durable store and the spider
-        middleware, the URL itself is kept until what follows from the fetch is
-        queued: the links of a response (reported by the spider middleware), or
-        the retry or redirect that re-enters ``enqueue_request``; anything else
-        is acknowledged after ``ACK_GRACE``. ``response`` says which outcome it
-        was (kept for callers; both are handled alike).
+        The host is released now. With a durable store the URL itself is kept
+        until the engine is done with the request (see ``_ack_finished``).
         """
         ticket = request.meta.get(LEASE_META)
         if ticket is None:
@@ -260,13 +245,12 @@ class FrontierScheduler:
         # No start stamp: the response never touched the network (a cache hit,
         # or an IgnoreRequest before the downloader).
         duration = 0.0 if started is None else max(0.0, now - started)
-        defer = defer_ack and self._defer_acks
+        defer = defer_ack and self._store is not None and self._tracks_requests()
         lease = self.frontier.complete(ticket, duration, ack=not defer)
         if lease is None:
             return
         if defer:
-            lease.item.meta[ACK_META] = lease.token
-            self._pending_acks[lease.token] = now
+            self._pending_acks[lease.token] = lease.item
         else:
             self._write_through()
         if politeness_log.isEnabledFor(logging.DEBUG):
@@ -347,7 +331,6 @@ class FrontierScheduler:
         frontier.resume(store.front_count(), hosts)
         self.frontier = frontier
         self._store = store
-        self._defer_acks = self._spider_middleware_installed()
         self._seen_store = _durable_seen_store(self.df)
         if self._seen_store is not None:
             # A fingerprint must never be durable before the URL it stands for is
@@ -370,24 +353,31 @@ class FrontierScheduler:
                 path,
             )
 
-    def _spider_middleware_installed(self) -> bool:
-        from scrapy_frontier.spidermw import FrontierSpiderMiddleware
+    def _tracks_requests(self) -> bool:
+        return getattr(self._engine_slot(), "inprogress", None) is not None
 
-        scraper = getattr(self.crawler.engine, "scraper", None)
-        manager = getattr(scraper, "spidermw", None)
-        mws = getattr(manager, "middlewares", ())
-        return any(isinstance(mw, FrontierSpiderMiddleware) for mw in mws)
+    def _engine_slot(self) -> Any:
+        return getattr(self.crawler.engine, "_slot", None)
 
-    def response_processed(self, request: Request) -> None:
-        """The spider has consumed the callback output of ``request``'s response:
-        the links it found are queued, so the fetched URL can be forgotten."""
-        token = request.meta.pop(ACK_META, None)
-        if token is not None and self._pending_acks.pop(token, None) is not None:
+    def _ack_finished(self, *, everything: bool = False) -> None:
+        """Forget the fetched URLs whose request the engine is done with.
+
+        The engine keeps a request in ``_slot.inprogress`` until its response's
+        callback output has been queued (Scrapy queues that output through a
+        buffer, after the callback's generator has ended), or until the retry or
+        redirect it turned into has been queued; only then is it safe to forget.
+        """
+        inprogress = getattr(self._engine_slot(), "inprogress", ())
+        done = [
+            token
+            for token, request in self._pending_acks.items()
+            if everything or request not in inprogress
+        ]
+        for token in done:
+            del self._pending_acks[token]
             self.frontier.ack(token)
-            try:
-                self._write_through()
-            except StoreError as exc:
-                self._store_failed(exc)
+        if done:
+            self._write_through()
 
     def _write_through(self) -> None:
         """With FRONTIER_WRITE_THROUGH (the default), leases and acks are written
@@ -397,15 +387,6 @@ class FrontierScheduler:
         if self._store is not None and self.config.write_through and not self._failed:
             self._last_flush = self.clock()
             self._flush(self._store)
-
-    def _ack_overdue(self, now: float) -> None:
-        pending = self._pending_acks
-        while pending:
-            token, since = next(iter(pending.items()))
-            if now - since < ACK_GRACE:
-                break
-            del pending[token]
-            self.frontier.ack(token)
 
     def _maybe_flush(self, now: float) -> None:
         store = self._store

@@ -10,7 +10,7 @@ import pytest
 from scrapy import Request
 
 from scrapy_frontier.core import FakeClock
-from scrapy_frontier.scheduler import ACK_META, STATE_FILE
+from scrapy_frontier.scheduler import STATE_FILE
 from scrapy_frontier.sqlite_store import StoreError
 from tests.test_scheduler import finish, make_scheduler
 
@@ -73,48 +73,54 @@ def test_crash_requeues_in_flight_and_rests_interrupted_hosts(tmp_path: Path) ->
     again.close("finished")
 
 
-def test_deferred_ack_keeps_the_page_until_its_links_are_queued(tmp_path: Path) -> None:
-    sched, clock, _ = make_scheduler(job(tmp_path), spider_middleware=True)
+def test_fetched_page_is_kept_until_the_engine_is_done_with_it(tmp_path: Path) -> None:
+    sched, clock, crawler = make_scheduler(job(tmp_path))
+    inprogress = crawler.engine._slot.inprogress
     sched.enqueue_request(Request("http://a.example/page"))
     page = sched.next_request()
     assert page is not None
+    inprogress.add(page)  # the engine tracks it until its callback output is queued
     page.meta["frontier_fetch_start"] = clock()
     clock.advance(0.1)
-    sched.fetch_finished(page, response=True)  # the response goes on to the spider
-    assert ACK_META in page.meta
-    crash(sched)  # before the spider yielded anything: the page must come back
-    again, _, crawler2 = make_scheduler(job(tmp_path), spider_middleware=True)
+    sched.fetch_finished(page)
+    assert sched.next_request() is None  # still in progress: not acknowledged
+    crash(sched)  # before the spider's links were queued: the page must come back
+    again, _, crawler2 = make_scheduler(job(tmp_path))
     assert crawler2.stats.get_value("frontier/recovered_leases") == 1
     again.close("finished")
 
 
 def test_links_are_durable_before_the_page_is_forgotten(tmp_path: Path) -> None:
-    sched, clock, _ = make_scheduler(job(tmp_path), spider_middleware=True)
+    sched, clock, crawler = make_scheduler(job(tmp_path))
+    inprogress = crawler.engine._slot.inprogress
     sched.enqueue_request(Request("http://a.example/page"))
     page = sched.next_request()
     assert page is not None
-    sched.fetch_finished(page, response=True)
+    inprogress.add(page)
+    sched.fetch_finished(page)
     sched.enqueue_request(Request("http://b.example/link"))  # yielded by the callback
-    sched.response_processed(page)
+    inprogress.discard(page)  # the engine is done with it
+    link = sched.next_request()  # acknowledges the page, and writes it through
+    assert link is not None and link.url == "http://b.example/link"
     crash(sched)
-    again, _, crawler2 = make_scheduler(job(tmp_path), spider_middleware=True)
-    assert crawler2.stats.get_value("frontier/recovered_leases") == 0
-    req = again.next_request()
-    assert req is not None and req.url == "http://b.example/link"
+    again, _, crawler2 = make_scheduler(job(tmp_path))
+    assert crawler2.stats.get_value("frontier/recovered_leases") == 1  # only the link
+    assert crawler2.stats.get_value("frontier/restored") == 1
     again.close("finished")
 
 
-def test_redirected_response_is_acknowledged_by_its_new_request(tmp_path: Path) -> None:
-    sched, clock, _ = make_scheduler(job(tmp_path), spider_middleware=True)
-    sched.enqueue_request(Request("http://a.example/old"))
-    old = sched.next_request()
-    assert old is not None
-    sched.fetch_finished(old, response=True)  # a 3xx: RedirectMiddleware takes over
-    new = old.replace(url="http://a.example/new")
-    sched.enqueue_request(new)
-    assert ACK_META not in new.meta
-    assert not sched._pending_acks
-    sched.close("finished")
+def test_retry_is_queued_before_the_failed_request_is_forgotten(tmp_path: Path) -> None:
+    sched, _, crawler = make_scheduler(job(tmp_path))
+    inprogress = crawler.engine._slot.inprogress
+    sched.enqueue_request(Request("http://a.example/flaky"))
+    req = sched.next_request()
+    assert req is not None
+    inprogress.add(req)
+    sched.fetch_finished(req)  # a download error; RetryMiddleware follows
+    crash(sched)  # before the retry was queued: the URL must come back
+    again, _, crawler2 = make_scheduler(job(tmp_path))
+    assert crawler2.stats.get_value("frontier/recovered_leases") == 1
+    again.close("finished")
 
 
 def test_unserializable_request_is_kept_in_memory_and_counted(tmp_path: Path) -> None:
@@ -194,33 +200,4 @@ def test_unserializable_requests_left_at_a_stop_do_not_block_the_resume(tmp_path
     req = again.next_request()
     assert req is not None and req.url == "http://b.example/plain"
     assert again.next_request() is None
-    again.close("finished")
-
-
-def test_failed_download_is_kept_until_its_retry_is_queued(tmp_path: Path) -> None:
-    sched, clock, _ = make_scheduler(job(tmp_path), spider_middleware=True)
-    sched.enqueue_request(Request("http://a.example/flaky"))
-    req = sched.next_request()
-    assert req is not None
-    sched.fetch_finished(req, response=False)  # a download error; RetryMiddleware follows
-    crash(sched)  # before the retry was queued: the URL must come back
-    again, _, crawler2 = make_scheduler(job(tmp_path), spider_middleware=True)
-    assert crawler2.stats.get_value("frontier/recovered_leases") == 1
-    again.close("finished")
-
-    sched, _, _ = make_scheduler(
-        {"JOBDIR": str(tmp_path / "job2")}, spider_middleware=True
-    )
-    sched.enqueue_request(Request("http://a.example/flaky"))
-    req = sched.next_request()
-    assert req is not None
-    sched.fetch_finished(req, response=False)
-    retry = req.replace(dont_filter=True)  # what RetryMiddleware sends back
-    sched.enqueue_request(retry)
-    crash(sched)
-    again, _, crawler3 = make_scheduler(
-        {"JOBDIR": str(tmp_path / "job2")}, spider_middleware=True
-    )
-    assert crawler3.stats.get_value("frontier/recovered_leases") == 0
-    assert crawler3.stats.get_value("frontier/restored") == 1
     again.close("finished")

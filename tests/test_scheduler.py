@@ -38,7 +38,6 @@ def make_scheduler(
     settings: dict[str, Any] | None = None,
     *,
     middleware: bool = True,
-    spider_middleware: bool = False,
     clock: FakeClock | None = None,
 ) -> tuple[FrontierScheduler, FakeClock, Any]:
     base = {"FRONTIER_MIN_DELAY": 0.0, "FRONTIER_SEED": 1}
@@ -50,12 +49,8 @@ def make_scheduler(
     sched = FrontierScheduler(crawler, config, RFPDupeFilter.from_crawler(crawler), clock=clock)
     mws = [FetchTimingMiddleware(crawler)] if middleware else []
     nextcall = _NextCall()
-    from scrapy_frontier.spidermw import FrontierSpiderMiddleware
-
-    spider_mws = [FrontierSpiderMiddleware(crawler)] if spider_middleware else []
     crawler.engine = SimpleNamespace(
         downloader=SimpleNamespace(middleware=SimpleNamespace(middlewares=mws)),
-        scraper=SimpleNamespace(spidermw=SimpleNamespace(middlewares=spider_mws)),
         _slot=SimpleNamespace(nextcall=nextcall, inprogress=set(), scheduler=sched),
     )
     crawler.spider = _Spider.from_crawler(crawler)
