@@ -31,6 +31,16 @@ class FrontierConfig:
     """Where the SQLite state lives: FRONTIER_PATH, else JOBDIR, else None (memory)."""
     flush_interval: float
     write_through: bool
+    max_crawl_delay: float = 300.0
+    """Cap on a robots.txt Crawl-delay (Heritrix's default); longer ones are capped."""
+    max_retry_after: float = 3600.0
+    """Cap on a Retry-After wait (429 / 503); longer ones are clamped."""
+    backoff_base: float = 5.0
+    """Rest after a first failure (5xx, 429 without Retry-After, timeout, connection error)."""
+    backoff_max: float = 600.0
+    """Cap on the doubling back-off."""
+    retire_after: int = 10
+    """Consecutive failures after which a host is retired; 0 never retires."""
 
     @property
     def policy(self) -> DelayPolicy:
@@ -62,6 +72,13 @@ class FrontierConfig:
             )
         timeout = _float(settings, "DOWNLOAD_TIMEOUT", 180.0, minimum=0.0)
         lease = _float(settings, "FRONTIER_LEASE_TIMEOUT", timeout + 60.0, minimum=0.001)
+        backoff_base = _float(settings, "FRONTIER_BACKOFF_BASE", 5.0, minimum=0.0)
+        backoff_max = _float(settings, "FRONTIER_BACKOFF_MAX", 600.0, minimum=0.0)
+        if backoff_max < backoff_base:
+            raise FrontierConfigError(
+                f"FRONTIER_BACKOFF_MAX ({backoff_max}) must be >= "
+                f"FRONTIER_BACKOFF_BASE ({backoff_base})"
+            )
         seed_raw = settings.get("FRONTIER_SEED")
         seed = None if seed_raw in (None, "") else _int(settings, "FRONTIER_SEED", 0)
         return cls(
@@ -78,6 +95,11 @@ class FrontierConfig:
             state_dir=_raw(settings, "FRONTIER_PATH", None) or _raw(settings, "JOBDIR", None),
             flush_interval=_float(settings, "FRONTIER_FLUSH_INTERVAL", 1.0, minimum=0.0),
             write_through=_bool(settings, "FRONTIER_WRITE_THROUGH", True),
+            max_crawl_delay=_float(settings, "FRONTIER_MAX_CRAWL_DELAY", 300.0, minimum=0.0),
+            max_retry_after=_float(settings, "FRONTIER_MAX_RETRY_AFTER", 3600.0, minimum=0.0),
+            backoff_base=backoff_base,
+            backoff_max=backoff_max,
+            retire_after=_int(settings, "FRONTIER_RETIRE_AFTER", 10, minimum=0),
         )
 
 

@@ -38,21 +38,26 @@ class FetchTimingMiddleware:
     def process_response(
         self, request: Request, response: Response, spider: Any = None
     ) -> Response:
-        self._report(request)
+        self._report(request, response=response)
         return response
 
     def process_exception(
         self, request: Request, exception: Exception, spider: Any = None
     ) -> None:
-        self._report(request)
+        self._report(request, exception=exception)
 
-    def _report(self, request: Request) -> None:
+    def _report(
+        self,
+        request: Request,
+        response: Response | None = None,
+        exception: Exception | None = None,
+    ) -> None:
         if LEASE_META not in request.meta:
             return
         scheduler = _scheduler(self.crawler)
         finished = getattr(scheduler, "fetch_finished", None)
         if finished is not None:
-            finished(request)
+            finished(request, response=response, exception=exception)
 
 
 def _scheduler(crawler: Crawler) -> Any:

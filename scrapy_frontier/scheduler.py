@@ -6,10 +6,12 @@ import logging
 import math
 import random
 import time
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from scrapy import Request, signals
+from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_frontier.config import FrontierConfig
@@ -76,6 +78,9 @@ class FrontierScheduler:
         self._closed = False
         self.uses_signals = False
         self._enqueued = 0
+        # Consecutive failed fetches per host (only hosts currently failing).
+        self._failures: dict[str, int] = {}
+        self._crawl_delay_capped: set[str] = set()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
@@ -106,6 +111,9 @@ class FrontierScheduler:
         self._closed = False
         if not self._timing_middleware_installed():
             self._use_signals()
+        robots_parsed = getattr(signals, "robots_parsed", None)
+        if robots_parsed is not None:
+            self.crawler.signals.connect(self._on_robots_parsed, signal=robots_parsed)
         self.stats.set_value("frontier/back_queues/floor", self.config.back_queues)
         self.stats.set_value("frontier/back_queues/max", self.config.back_queues_max)
         if self.config.state_dir:
@@ -115,6 +123,7 @@ class FrontierScheduler:
     def close(self, reason: str) -> Deferred[None] | None:
         self._closed = True
         self._cancel_timer()
+        self._report_dropped()
         self.publish_stats()
         store = self._store
         if store is not None:
@@ -173,14 +182,19 @@ class FrontierScheduler:
         meta = request.meta
         ticket = meta.pop(LEASE_META, None)
         started = meta.pop(FETCH_START_META, None)
-        self.frontier.push(host, self.mapper.level(request.priority), request)
-        self._enqueued += 1
+        queued = self.frontier.push(host, self.mapper.level(request.priority), request)
+        if queued:
+            self._enqueued += 1
+        else:
+            self.stats.inc_value("frontier/retired_requests")
+            self.stats.inc_value("frontier/retired_requests/refused")
+            logger.info("Dropped %s: its host %r was retired", request, host)
         # After the push, so that the request this one became is written first.
         if ticket is not None:
             self._finish(ticket, started)
         if self._store is not None:
             self._maybe_flush(self.clock())
-        return True
+        return queued
 
     def next_request(self) -> Request | None:
         if self._failed:
@@ -211,6 +225,8 @@ class FrontierScheduler:
                     expired.host,
                 )
         lease = frontier.pop()
+        if frontier.stats.retired_items:
+            self._report_dropped()
         if lease is None:
             self._arm_wakeup()
             # Counters live in plain attributes on the hot path; the stats
@@ -224,21 +240,42 @@ class FrontierScheduler:
 
     # -- fetch end reports ---------------------------------------------------
 
-    def fetch_finished(self, request: Request) -> None:
+    def fetch_finished(
+        self,
+        request: Request,
+        response: Response | None = None,
+        exception: BaseException | None = None,
+    ) -> None:
         """Called once a fetch of a request this frontier handed out ended.
 
         The host is released now. With a durable store the URL itself is kept
         until the engine is done with the request (see ``_ack_finished``).
+        ``response`` or ``exception``, when given, drive Retry-After, the
+        back-off after failures and host retirement.
         """
         ticket = request.meta.get(LEASE_META)
         if ticket is None:
             return
         try:
-            self._finish(ticket, request.meta.get(FETCH_START_META), defer_ack=True)
+            self._finish(
+                ticket,
+                request.meta.get(FETCH_START_META),
+                defer_ack=True,
+                response=response,
+                exception=exception,
+            )
         except StoreError as exc:
             self._store_failed(exc)
 
-    def _finish(self, ticket: int, started: float | None, *, defer_ack: bool = False) -> None:
+    def _finish(
+        self,
+        ticket: int,
+        started: float | None,
+        *,
+        defer_ack: bool = False,
+        response: Response | None = None,
+        exception: BaseException | None = None,
+    ) -> None:
         if self._closed:
             return
         now = self.clock()
@@ -246,9 +283,16 @@ class FrontierScheduler:
         # or an IgnoreRequest before the downloader).
         duration = 0.0 if started is None else max(0.0, now - started)
         defer = defer_ack and self._store is not None and self._tracks_requests()
-        lease = self.frontier.complete(ticket, duration, ack=not defer)
+        lease_host = self.frontier.lease_host(ticket)
+        rest = 0.0
+        if lease_host is not None and (response is not None or exception is not None):
+            rest = self._outcome_rest(lease_host, response, exception)
+        lease = self.frontier.complete(ticket, duration, ack=not defer, rest_at_least=rest)
         if lease is None:
             return
+        failures = self._failures.get(lease.host, 0)
+        if self.config.retire_after and failures >= self.config.retire_after:
+            self._retire(lease.host, failures, response, exception)
         if defer:
             self._pending_acks[lease.token] = lease.item
         else:
@@ -261,6 +305,117 @@ class FrontierScheduler:
                 duration,
                 (next_contact or now) - now,
             )
+
+    # -- site owners' signals: Retry-After, errors, Crawl-delay ---------------
+
+    def _outcome_rest(
+        self, host: str, response: Response | None, exception: BaseException | None
+    ) -> float:
+        """The rest a fetch's outcome asks for; updates the host's failure count.
+
+        Failures: a 5xx or 429 response, or any download exception except
+        IgnoreRequest. A 429 or 503 with a usable Retry-After rests as asked
+        (up to FRONTIER_MAX_RETRY_AFTER); other failures back off exponentially.
+        Any other response resets the count.
+        """
+        retry_after: float | None = None
+        if exception is not None:
+            if isinstance(exception, IgnoreRequest):
+                return 0.0
+        elif response is not None:
+            status = response.status
+            if status < 500 and status != 429:
+                self._failures.pop(host, None)
+                return 0.0
+            if status in (429, 503):
+                retry_after = parse_retry_after(response.headers.get(b"Retry-After"), time.time())
+        failures = self._failures[host] = self._failures.get(host, 0) + 1
+        if retry_after is not None:
+            self.stats.inc_value("frontier/retry_after/honoured")
+            cap = self.config.max_retry_after
+            if retry_after > cap:
+                self.stats.inc_value("frontier/retry_after/clamped")
+                politeness_log.warning(
+                    "host %r asked to retry after %.0f s; waiting FRONTIER_MAX_RETRY_AFTER "
+                    "(%.0f s) instead",
+                    host,
+                    retry_after,
+                    cap,
+                )
+                retry_after = cap
+            return retry_after
+        self.stats.inc_value("frontier/backoff/count")
+        base = self.config.backoff_base
+        # 2 ** 60 x any sensible base is far beyond any cap: no overflow.
+        return min(self.config.backoff_max, base * 2.0 ** min(failures - 1, 60))
+
+    def _retire(
+        self,
+        host: str,
+        failures: int,
+        response: Response | None,
+        exception: BaseException | None,
+    ) -> None:
+        dropped = self.frontier.retire(host)
+        self._failures.pop(host, None)
+        self.stats.inc_value("frontier/retired_hosts")
+        if dropped:
+            self.stats.inc_value("frontier/retired_requests", len(dropped))
+        last = f"HTTP {response.status}" if response is not None else repr(exception)
+        logger.warning(
+            "Retired host %r after %d consecutive failed fetches (last: %s, "
+            "FRONTIER_RETIRE_AFTER=%d): dropped %d queued requests%s",
+            host,
+            failures,
+            last,
+            self.config.retire_after,
+            len(dropped),
+            _sample_urls(dropped),
+        )
+
+    def _report_dropped(self) -> None:
+        """Log the URLs of retired hosts that surfaced from the front queues."""
+        dropped = self.frontier.take_dropped()
+        if not dropped:
+            return
+        self.stats.inc_value("frontier/retired_requests", len(dropped))
+        by_host: dict[str, list[Request]] = {}
+        for host, request in dropped:
+            by_host.setdefault(host, []).append(request)
+        for host, requests in by_host.items():
+            logger.warning(
+                "Dropped %d more queued requests of retired host %r%s",
+                len(requests),
+                host,
+                _sample_urls(requests),
+            )
+
+    def _on_robots_parsed(self, robotparser: Any, request: Request, **kwargs: Any) -> None:
+        try:
+            host = host_key(request)
+        except HostlessURL:
+            return
+        settings = self.crawler.settings
+        agent = settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT") or "*"
+        wanted = robots_delay(robotparser, str(agent))
+        if wanted is None or wanted <= 0:
+            return
+        self.stats.inc_value("frontier/crawl_delay/hosts")
+        cap = self.config.max_crawl_delay
+        if wanted > cap:
+            self.stats.inc_value("frontier/crawl_delay/capped")
+            if host not in self._crawl_delay_capped:
+                self._crawl_delay_capped.add(host)
+                politeness_log.warning(
+                    "host %r asks for a crawl delay of %.0f s in robots.txt; using "
+                    "FRONTIER_MAX_CRAWL_DELAY (%.0f s) instead",
+                    host,
+                    wanted,
+                    cap,
+                )
+            wanted = cap
+        self.frontier.set_min_rest(host, wanted)
+        politeness_log.debug("host %r: robots.txt crawl delay %.3f s", host, wanted)
 
     def _timing_middleware_installed(self) -> bool:
         from scrapy_frontier.middleware import FetchTimingMiddleware
@@ -483,6 +638,69 @@ class FrontierScheduler:
             late_max = round(1000 * st.dispatch_lateness_max, 3)
             set_value("frontier/dispatch_lateness_ms/max", late_max)
         set_value("frontier/queued", len(self.frontier))
+
+
+def parse_retry_after(value: bytes | str | None, now: float) -> float | None:
+    """Seconds to wait from a Retry-After header (delay-seconds or an HTTP date).
+
+    ``now`` is the wall-clock time (``time.time()``) for dates. None if the
+    header is missing or unusable; a date in the past gives 0.
+    """
+    if value is None:
+        return None
+    text = value.decode("latin-1") if isinstance(value, bytes) else value
+    text = text.strip()
+    if not text:
+        return None
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # "-0000": UTC by RFC 5322
+        from datetime import timezone
+
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, when.timestamp() - now)
+
+
+def robots_delay(robotparser: Any, agent: str) -> float | None:
+    """The longest of robots.txt Crawl-delay and Request-rate (as seconds per
+    request) for ``agent``; None if neither is set.
+
+    Request-rate is read only from Protego (Scrapy's default parser), which
+    exposes it; its optional time-of-day window is ignored (always applied).
+    """
+    delays: list[float] = []
+    crawl_delay = getattr(robotparser, "crawl_delay", None)
+    if crawl_delay is not None:
+        try:
+            value = crawl_delay(agent)
+        except Exception:  # noqa: BLE001 -- a third-party parser must not stop the crawl
+            logger.debug("crawl_delay() failed in %r", robotparser, exc_info=True)
+            value = None
+        if value is not None and math.isfinite(float(value)):
+            delays.append(float(value))
+    request_rate = getattr(getattr(robotparser, "rp", None), "request_rate", None)
+    if callable(request_rate):
+        try:
+            rate = request_rate(agent)
+        except Exception:  # noqa: BLE001
+            rate = None
+        requests = getattr(rate, "requests", None)
+        seconds = getattr(rate, "seconds", None)
+        if isinstance(requests, int) and isinstance(seconds, int | float) and requests > 0:
+            delays.append(float(seconds) / requests)
+    return max(delays) if delays else None
+
+
+def _sample_urls(requests: list[Request], limit: int = 10) -> str:
+    if not requests:
+        return ""
+    urls = ", ".join(r.url for r in requests[:limit])
+    more = len(requests) - limit
+    return f": {urls}" + (f" and {more} more" if more > 0 else "")
 
 
 def _durable_seen_store(df: object) -> SQLiteFingerprintStore | None:

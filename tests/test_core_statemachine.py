@@ -87,6 +87,10 @@ class FrontierMachine(RuleBasedStateMachine):
         self.rest_until: dict[str, float] = {}
         self.completed = 0
         self.expired = 0
+        # Per-host floors (robots.txt Crawl-delay), retired hosts and their dropped items.
+        self.min_rest: dict[str, float] = {}
+        self.retired: set[str] = set()
+        self.dropped: set[int] = set()
 
     # -- model bookkeeping ---------------------------------------------------------
 
@@ -94,6 +98,8 @@ class FrontierMachine(RuleBasedStateMachine):
         now = self.clock.now
         assert lease.item in self.pushed, "handed out something never pushed"
         assert lease.item not in self.popped, f"item {lease.item} handed out twice"
+        assert lease.item not in self.dropped, f"dropped item {lease.item} handed out"
+        assert lease.host not in self.retired, f"retired host {lease.host} handed out"
         host, level = self.pushed[lease.item]
         assert (lease.host, lease.level) == (host, level)
         busy = {held.host for held in self.outstanding.values()}
@@ -110,9 +116,17 @@ class FrontierMachine(RuleBasedStateMachine):
         self.popped.add(lease.item)
         self.outstanding[lease.ticket] = lease
 
-    def _record_release(self, lease: Lease[int], fetch: float) -> None:
-        self.rest_until[lease.host] = self.clock.now + clamp_delay(self.policy, fetch)
+    def _record_release(self, lease: Lease[int], fetch: float, at_least: float = 0.0) -> None:
+        rest = max(clamp_delay(self.policy, fetch), self.min_rest.get(lease.host, 0.0), at_least)
+        self.rest_until[lease.host] = self.clock.now + rest
         self.finished_tickets.append(lease.ticket)
+        self._collect_dropped()
+
+    def _collect_dropped(self) -> None:
+        for host, item in self.frontier.take_dropped():
+            assert host in self.retired and self.pushed[item][0] == host
+            assert item not in self.dropped and item not in self.popped
+            self.dropped.add(item)
 
     # -- rules -----------------------------------------------------------------------
 
@@ -121,8 +135,29 @@ class FrontierMachine(RuleBasedStateMachine):
         level = 1 + (level - 1) % self.frontier.levels
         item = self.next_id
         self.next_id += 1
-        self.frontier.push(host, level, item)
-        self.pushed[item] = (host, level)
+        queued = self.frontier.push(host, level, item)
+        assert queued == (host not in self.retired)
+        if queued:
+            self.pushed[item] = (host, level)
+        self._collect_dropped()
+
+    @rule(host=st.sampled_from(HOSTS), seconds=st.sampled_from([0.0, 0.3, 2.0, 9.0]))
+    def set_min_rest(self, host, seconds):
+        self.frontier.set_min_rest(host, seconds)
+        self.min_rest[host] = seconds
+
+    @rule(host=st.sampled_from(HOSTS[-2:]))
+    def retire(self, host):
+        queued_before = {item for h, _, item in self.frontier.iter_queued() if h == host}
+        dropped = self.frontier.retire(host)
+        if host in self.retired:
+            assert dropped == []
+        self.retired.add(host)
+        assert set(dropped) <= queued_before
+        assert not set(dropped) & self.dropped
+        self.dropped.update(dropped)
+        self._collect_dropped()
+        event("host retired")
 
     @rule(host=st.sampled_from(HOSTS), dt=st.sampled_from([0.0, 0.5, 3.0, 20.0]))
     def restore_rest(self, host, dt):
@@ -140,6 +175,7 @@ class FrontierMachine(RuleBasedStateMachine):
     @rule()
     def pop(self):
         lease = self.frontier.pop()
+        self._collect_dropped()
         if lease is not None:
             self._record_pop(lease)
             return
@@ -155,15 +191,20 @@ class FrontierMachine(RuleBasedStateMachine):
     def pop_all_ready(self):
         while (lease := self.frontier.pop()) is not None:
             self._record_pop(lease)
+        self._collect_dropped()
 
     @precondition(lambda self: self.frontier is not None and self.outstanding)
-    @rule(data=st.data(), fetch=st.floats(-1.0, 20.0, allow_nan=False))
-    def complete(self, data, fetch):
+    @rule(
+        data=st.data(),
+        fetch=st.floats(-1.0, 20.0, allow_nan=False),
+        at_least=st.sampled_from([0.0, 0.0, 0.7, 12.0]),
+    )
+    def complete(self, data, fetch, at_least):
         ticket = data.draw(st.sampled_from(sorted(self.outstanding)))
         lease = self.outstanding.pop(ticket)
-        assert self.frontier.complete(ticket, fetch) is lease
+        assert self.frontier.complete(ticket, fetch, rest_at_least=at_least) is lease
         self.completed += 1
-        self._record_release(lease, fetch)
+        self._record_release(lease, fetch, at_least)
 
     @precondition(lambda self: self.frontier is not None and self.finished_tickets)
     @rule(data=st.data(), fetch=st.floats(0.0, 5.0))
@@ -184,6 +225,7 @@ class FrontierMachine(RuleBasedStateMachine):
         if wake is not None and wake > self.clock.now:
             self.clock.now = wake  # exactly t_e
             lease = self.frontier.pop()
+            self._collect_dropped()
             assert lease is not None, "nothing handed out exactly at next_wakeup()"
             assert lease.ready_at == wake
             self._record_pop(lease)
@@ -220,7 +262,11 @@ class FrontierMachine(RuleBasedStateMachine):
         queued = Counter(item for _, _, item in f.iter_queued())
         assert all(n == 1 for n in queued.values()), "an item is queued twice"
         assert not (set(queued) & self.popped), "a handed-out item is still queued"
-        assert set(queued) | self.popped == set(self.pushed), "an item was lost"
+        assert not (set(queued) & self.dropped), "a dropped item is still queued"
+        pending = {item for _, item in f._dropped}
+        assert set(queued) | self.popped | self.dropped | pending == set(self.pushed), (
+            "an item was lost"
+        )
         assert len(f) == len(queued)
         for host, level, item in f.iter_queued():
             assert self.pushed[item] == (host, level)
@@ -265,8 +311,11 @@ class FrontierMachine(RuleBasedStateMachine):
         if f is None:
             return
         bound = 3 * len(self.pushed) + 10
+        def done() -> bool:
+            return self.popped | self.dropped == set(self.pushed)
+
         for _ in range(bound):
-            if len(self.popped) == len(self.pushed):
+            if done():
                 break
             for ticket in sorted(self.outstanding):
                 lease = self.outstanding.pop(ticket)
@@ -274,17 +323,26 @@ class FrontierMachine(RuleBasedStateMachine):
                 self.completed += 1
                 self._record_release(lease, 0.1)
             f._check()
+            if done():
+                break
             wake = f.next_wakeup()
             assert wake is not None, "items queued but no host scheduled"
             if wake > self.clock.now:
                 self.clock.now = wake
             lease = f.pop()
+            self._collect_dropped()
+            if lease is None and done():
+                break
             assert lease is not None, "no progress at next_wakeup()"
             self._record_pop(lease)
             while (lease := f.pop()) is not None:
                 self._record_pop(lease)
+            self._collect_dropped()
             f._check()
-        assert self.popped == set(self.pushed), "some pushed items were never handed out"
+        assert self.popped | self.dropped == set(self.pushed), (
+            "some pushed items were never handed out nor dropped"
+        )
+        assert not {self.pushed[i][0] for i in self.dropped} - self.retired
         assert len(f) == 0
 
 

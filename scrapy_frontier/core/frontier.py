@@ -18,6 +18,11 @@ Vocabulary (Najork and Heydon's Mercator, as restated in REFERENCE.md 1):
   the lease is completed, which is what makes "one fetch per host at a time"
   hold; completing sets the host's next contact from the fetch duration.
 
+Site owners' wishes: a per-host **minimum rest** (robots.txt Crawl-delay,
+``set_min_rest``) and a one-off ``rest_at_least`` on ``complete`` (Retry-After,
+back-off) only ever lengthen the rest the delay policy gives. A **retired** host
+(``retire``) loses its queued URLs; later ones are refused or dropped.
+
 The number of back queues adapts to demand between two bounds: the frontier
 keeps at least ``back_queues`` hosts active whenever the front queues have work
 (Mercator's refill), and activates more -- up to ``back_queues_max`` -- only
@@ -66,6 +71,9 @@ class FrontierStats:
     activations: int = 0
     releases: int = 0
     peak_active: int = 0
+    retired_hosts: int = 0
+    retired_items: int = 0
+    """URLs dropped because their host was retired (queued, surfacing, or pushed later)."""
     politeness_hold_seconds: float = 0.0
     """Sum, over fetches followed by another URL of the same host, of the rest imposed."""
     dispatch_lateness_seconds: float = 0.0
@@ -138,6 +146,14 @@ class Frontier(Generic[T]):
         # Insertion-ordered; deadlines grow with tickets (constant timeout).
         self._leases: dict[int, Lease[T]] = {}
         self._seq = 0
+        # Per-host minimum rest after any fetch (robots.txt Crawl-delay): kept
+        # apart from _hosts so that it survives a host's state being forgotten.
+        self._min_rest: dict[str, float] = {}
+        # Hosts given up for good (see retire): their URLs are refused or dropped.
+        self._retired: set[str] = set()
+        # Items of retired hosts dropped when they surfaced from a front queue,
+        # until the caller collects them with take_dropped().
+        self._dropped: list[tuple[str, T]] = []
 
     # -- sizes -------------------------------------------------------------
 
@@ -166,6 +182,11 @@ class Frontier(Generic[T]):
         hs = self._hosts.get(host)
         return None if hs is None else hs.next_contact
 
+    def lease_host(self, ticket: int) -> str | None:
+        """The host of an outstanding lease, or None if it is unknown or over."""
+        lease = self._leases.get(ticket)
+        return None if lease is None else lease.host
+
     def host_busy(self, host: str) -> bool:
         hs = self._hosts.get(host)
         return hs is not None and hs.lease is not None
@@ -184,6 +205,76 @@ class Frontier(Generic[T]):
             self._hosts[host] = hs
         hs.next_contact = max(hs.next_contact, until)
         heapq.heappush(self._cooling, (hs.next_contact, host))
+
+    def set_min_rest(self, host: str, seconds: float) -> None:
+        """Every fetch from ``host`` is followed by a rest of at least ``seconds``
+        (on top of nothing: the policy's delay applies if it is longer).
+
+        ``0`` removes the floor. Remembered even when the host's state is
+        forgotten, so it holds for the whole crawl.
+        """
+        if math.isnan(seconds) or seconds < 0:
+            raise ValueError(f"minimum rest must be >= 0, got {seconds}")
+        if seconds:
+            self._min_rest[host] = seconds
+        else:
+            self._min_rest.pop(host, None)
+
+    def min_rest(self, host: str) -> float:
+        return self._min_rest.get(host, 0.0)
+
+    def is_retired(self, host: str) -> bool:
+        return host in self._retired
+
+    def retire(self, host: str) -> list[T]:
+        """Give up ``host`` for good: drop the URLs in its back queue and return them.
+
+        Later pushes for the host are refused (``push`` returns False) and its
+        URLs still waiting in front queues are dropped when they surface (see
+        :meth:`take_dropped`). A fetch in flight is left to complete normally.
+        """
+        dropped: list[T] = []
+        if host in self._retired:
+            return dropped
+        self._retired.add(host)
+        self.stats.retired_hosts += 1
+        hs = self._hosts.get(host)
+        if hs is None:
+            return dropped
+        if hs.active and hs.queued:
+            self._unschedule(host)
+            store = self.store
+            while hs.queued:
+                _, item, token = store.back_lease(host)
+                store.ack(token)
+                hs.queued -= 1
+                self._back_len -= 1
+                dropped.append(item)
+        if hs.active and hs.lease is None:
+            hs.active = False
+            self.store.back_close(host)
+            self._active -= 1
+            self.stats.releases += 1
+            heapq.heappush(self._cooling, (hs.next_contact, host))
+        self.stats.retired_items += len(dropped)
+        self._fill_to_floor()
+        return dropped
+
+    def take_dropped(self) -> list[tuple[str, T]]:
+        """(host, item) of retired hosts dropped from front queues since the last call."""
+        dropped, self._dropped = self._dropped, []
+        return dropped
+
+    def _unschedule(self, host: str) -> None:
+        """Remove the host's heap entry (ready or due), if any."""
+        ready = [e for e in self._ready if e[2] != host]
+        if len(ready) != len(self._ready):
+            heapq.heapify(ready)
+            self._ready = ready
+        due = [e for e in self._due if e[3] != host]
+        if len(due) != len(self._due):
+            heapq.heapify(due)
+            self._due = due
 
     def resume(self, front_count: int, hosts: dict[str, int]) -> None:
         """Take over a durable store's state after a restart: ``front_count`` URLs
@@ -213,24 +304,29 @@ class Frontier(Generic[T]):
 
     # -- adding ------------------------------------------------------------
 
-    def push(self, host: str, level: int, item: T) -> None:
+    def push(self, host: str, level: int, item: T) -> bool:
         """Queue ``item`` for ``host`` at priority ``level`` (1..F, F highest).
 
         A host that owns a back queue gets the item straight into it (the
         result Mercator's refill would reach, without the round trip through a
         front queue); other hosts' items wait in front queue ``level``.
+        Returns False (and queues nothing) if the host was retired.
         """
         if not 1 <= level <= self.levels:
             raise ValueError(f"level must be in 1..{self.levels}, got {level}")
+        if host in self._retired:
+            self.stats.retired_items += 1
+            return False
         self.stats.pushed += 1
         hs = self._hosts.get(host)
         if hs is not None and hs.active:
             self.store.back_append(host, level, item)
             self._added_to_back(hs)
-            return
+            return True
         self.store.front_append(level, host, item)
         self._front_len += 1
         self._fill_to_floor()
+        return True
 
     def _added_to_back(self, hs: _Host[T]) -> None:
         assert hs.active
@@ -258,6 +354,9 @@ class Frontier(Generic[T]):
         while self._front_len:
             level = 1 + self.chooser.choose([lv - 1 for lv in store.front_levels()])
             host = store.front_head_host(level)
+            if host in self._retired:
+                self._drop_front_head(level, host)
+                continue
             hs = self._hosts.get(host)
             activating = hs is None or not hs.active
             if activating:
@@ -277,6 +376,27 @@ class Frontier(Generic[T]):
             if activating:
                 return True
         return False
+
+    def _drop_front_head(self, level: int, host: str) -> None:
+        """Drop the head of front queue ``level``: a URL of a retired host.
+
+        The store has no "delete head" operation, so the URL passes through a
+        short-lived back queue and is leased and acknowledged at once.
+        """
+        store = self.store
+        hs = self._hosts.get(host)
+        # A retired host with a fetch in flight still owns its (empty) back queue.
+        owned = hs is not None and hs.active
+        if not owned:
+            store.back_open(host)
+        store.front_to_back(level)
+        self._front_len -= 1
+        _, item, token = store.back_lease(host)
+        store.ack(token)
+        if not owned:
+            store.back_close(host)
+        self.stats.retired_items += 1
+        self._dropped.append((host, item))
 
     # -- taking ------------------------------------------------------------
 
@@ -348,8 +468,18 @@ class Frontier(Generic[T]):
 
     # -- finishing ---------------------------------------------------------
 
-    def complete(self, ticket: int, fetch_seconds: float, *, ack: bool = True) -> Lease[T] | None:
+    def complete(
+        self,
+        ticket: int,
+        fetch_seconds: float,
+        *,
+        ack: bool = True,
+        rest_at_least: float = 0.0,
+    ) -> Lease[T] | None:
         """Report that the fetch of lease ``ticket`` ended now after ``fetch_seconds``.
+
+        ``rest_at_least`` makes the host rest at least that long from now, whatever
+        the delay policy says (a Retry-After header, a back-off after errors).
 
         Returns the lease, or None if it was unknown (already completed or
         expired) -- a late report must not release a host twice. With
@@ -359,7 +489,9 @@ class Frontier(Generic[T]):
         lease = self._leases.pop(ticket, None)
         if lease is None:
             return None
-        self._release(lease, fetch_seconds, self.clock(), ack=ack)
+        if math.isnan(rest_at_least) or rest_at_least < 0:
+            raise ValueError(f"rest_at_least must be >= 0, got {rest_at_least}")
+        self._release(lease, fetch_seconds, self.clock(), ack=ack, rest_at_least=rest_at_least)
         self.stats.completed += 1
         return lease
 
@@ -368,12 +500,21 @@ class Frontier(Generic[T]):
         self.store.ack(token)
 
     def _release(
-        self, lease: Lease[T], fetch_seconds: float, now: float, *, ack: bool = True
+        self,
+        lease: Lease[T],
+        fetch_seconds: float,
+        now: float,
+        *,
+        ack: bool = True,
+        rest_at_least: float = 0.0,
     ) -> None:
         hs = self._hosts[lease.host]
         hs.lease = None
         hs.last_fetch = fetch_seconds
-        hs.next_contact = self.policy.next_contact(now, fetch_seconds)
+        rest = max(
+            self.policy.delay(fetch_seconds), self._min_rest.get(hs.key, 0.0), rest_at_least
+        )
+        hs.next_contact = now + rest
         if ack:
             self.store.ack(lease.token)
         self.store.save_rest(hs.key, hs.next_contact - now, fetch_seconds)
@@ -464,6 +605,8 @@ class Frontier(Generic[T]):
         for hs in self._hosts.values():
             if not hs.active:
                 assert hs.lease is None, f"{hs.key} in flight without a back queue"
+            elif hs.key in self._retired:
+                assert hs.lease is not None and not hs.queued, f"retired {hs.key} still queued"
         entries: dict[str, float] = {}
         for t_e, _, key in self._ready:
             assert key not in entries, f"two heap entries for {key}"

@@ -66,7 +66,14 @@ def serve(args: argparse.Namespace) -> int:
     if args.robots_txt is not None:
         with open(args.robots_txt, encoding="utf-8") as f:
             robots = f.read()
-    server = TestWebServer(spec, log_path=args.log, port=args.port, robots_txt=robots)
+    server = TestWebServer(
+        spec,
+        log_path=args.log,
+        port=args.port,
+        robots_txt=robots,
+        crawl_delays={int(i): float(d) for i, d in args.crawl_delay or ()},
+        failing_hosts=args.failing_host or (),
+    )
     server.start()
     announcement = {
         "start_urls": server.start_urls(),
@@ -136,6 +143,20 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=0, help="0 picks a free port")
     s.add_argument("--log", help="append request log entries (JSON lines) to this file")
     s.add_argument("--robots-txt", help="file whose content every host serves as robots.txt")
+    s.add_argument(
+        "--crawl-delay",
+        nargs=2,
+        action="append",
+        metavar=("HOST", "SECONDS"),
+        help="host number HOST's robots.txt asks for this Crawl-delay (repeatable)",
+    )
+    s.add_argument(
+        "--failing-host",
+        type=int,
+        action="append",
+        metavar="HOST",
+        help="host number HOST answers 503 to everything but robots.txt (repeatable)",
+    )
     s.add_argument("--docs", action="store_true", help="add hosts serving installed HTML docs")
     s.add_argument("--docs-max", type=int, default=2)
     s.add_argument("--max-seconds", type=float, default=3600.0, help="exit after this long")

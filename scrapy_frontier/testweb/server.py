@@ -6,13 +6,15 @@ open at the same time, as hundreds of real hosts would.
 
 from __future__ import annotations
 
+import math
 import mimetypes
 import os
 import re
 import resource
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from email.utils import formatdate
 from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import quote, unquote
 
@@ -149,6 +151,8 @@ class TestWebServer:
         log_path: str | None = None,
         port: int = 0,
         robots_txt: str | None = None,
+        crawl_delays: Mapping[int, float] | None = None,
+        failing_hosts: Iterable[int] = (),
     ) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port out of range: {port}")
@@ -156,6 +160,13 @@ class TestWebServer:
         self.log_path = log_path
         self.requested_port = port
         self.robots_txt = DEFAULT_ROBOTS_TXT if robots_txt is None else robots_txt
+        #: Host index -> the Crawl-delay its robots.txt asks for (politeness tests).
+        self.crawl_delays = dict(crawl_delays or {})
+        #: Host indexes that answer 503 (no Retry-After) to everything but robots.txt.
+        self.failing_hosts = frozenset(failing_hosts)
+        for index in [*self.crawl_delays, *self.failing_hosts]:
+            if not 0 <= index < len(spec.hosts):
+                raise ValueError(f"no host with index {index}")
         self.log: list[LogEntry] = []
         self.port_of: dict[str, int] = {}
         self._ports: list[_ListeningPort] = []
@@ -262,11 +273,28 @@ class TestWebServer:
         query = request.uri.partition(b"?")[2].decode("latin-1")
         logged_path = raw_path + ("?" + query if query else "")
         location: str | None = None
+        retry_after: str | None = None
         method = request.method
         if method not in (b"GET", b"HEAD"):
             status, ctype, body = 405, "text/plain", b"method not allowed\n"
         elif raw_path == "/robots.txt" and not query:
-            status, ctype, body = 200, "text/plain", self.robots_txt.encode("utf-8")
+            status, ctype, body = 200, "text/plain", self._robots(index).encode("utf-8")
+        elif index in self.failing_hosts:
+            status, ctype, body = 503, "text/plain", b"down\n"
+        elif raw_path.startswith(("/ratelimit/", "/unavailable/")) and not query:
+            # First request to each such path: 429 with "Retry-After: 1" (/ratelimit/) or 503
+            # with an HTTP-date Retry-After 1 to 2 s ahead (/unavailable/); then 200.
+            key = (index, raw_path)
+            self._flaky_hits[key] = self._flaky_hits.get(key, 0) + 1
+            if self._flaky_hits[key] > 1:
+                status, ctype, body = 200, "text/html", b"<html><title>ok</title></html>"
+            elif raw_path.startswith("/ratelimit/"):
+                status, ctype, body = 429, "text/plain", b"slow down\n"
+                retry_after = "1"
+            else:
+                status, ctype, body = 503, "text/plain", b"come back later\n"
+                # Whole seconds only: the next full second plus one, so more than 1 s ahead.
+                retry_after = formatdate(math.floor(time.time()) + 2, usegmt=True)
         elif index in self._doc_roots:
             status, ctype, body = self._doc_response(self._doc_roots[index], raw_path)
         elif raw_path.startswith("/redirect/") and not query:
@@ -298,6 +326,8 @@ class TestWebServer:
             request.setHeader(b"Content-Type", ctype.encode("ascii"))
             if location is not None:
                 request.setHeader(b"Location", location.encode("ascii"))
+            if retry_after is not None:
+                request.setHeader(b"Retry-After", retry_after.encode("ascii"))
             request.setHeader(b"Content-Length", str(len(body)).encode("ascii"))
             request.write(body)
             request.finish()
@@ -315,6 +345,12 @@ class TestWebServer:
         request.notifyFinish().addErrback(aborted)
         self._pending[request] = _reactor().callLater(host.latency, respond)
         return cast(int, NOT_DONE_YET)
+
+    def _robots(self, index: int) -> str:
+        delay = self.crawl_delays.get(index)
+        if delay is None:
+            return self.robots_txt
+        return f"User-agent: *\nCrawl-delay: {delay:g}\nDisallow:\n"
 
     def _record(self, entry: LogEntry) -> None:
         self.log.append(entry)
