@@ -21,6 +21,7 @@ after a ``kill -9`` the repeats are at most the fetches that were in flight.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
@@ -147,7 +148,7 @@ class SQLiteStore(Generic[T]):
             ) from exc
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
         if fresh or not meta:
-            with db:
+            with _transaction(db):
                 db.executemany(
                     "INSERT OR REPLACE INTO meta VALUES (?, ?)",
                     [("format", FORMAT), ("version", str(VERSION)), ("spider", spider)],
@@ -224,7 +225,7 @@ class SQLiteStore(Generic[T]):
                     sorted({host for _, host in lost})[:20],
                 )
             self.volatile_lost = len(lost)
-            with self._db:
+            with _transaction(self._db):
                 self._db.execute("DELETE FROM front WHERE data IS NULL")
                 self._db.execute("DELETE FROM back WHERE data IS NULL")
                 leased = self._db.execute("UPDATE back SET leased = 0 WHERE leased = 1").rowcount
@@ -441,7 +442,7 @@ class SQLiteStore(Generic[T]):
             return
         db = self._db
         try:
-            with db:
+            with _transaction(db):
                 if self._ins_front:
                     db.executemany("INSERT INTO front VALUES (?, ?, ?, ?)", self._ins_front)
                 if self._ins_back:
@@ -495,6 +496,21 @@ class SQLiteStore(Generic[T]):
 
 
 _Entry = tuple[int, int, bytes | None]
+
+
+@contextlib.contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """One explicit transaction. The connection runs in autocommit mode
+    (``isolation_level=None``), where ``with db:`` would commit every statement
+    -- every row of an ``executemany`` -- on its own."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if db.in_transaction:
+            db.rollback()
+        raise
+    db.execute("COMMIT")
 
 
 def request_codec(spider: Any) -> Codec[Any]:

@@ -270,3 +270,16 @@ SQLiteFrontierMachine.TestCase.settings = settings(
     max_examples=60, stateful_step_count=60, deadline=None
 )
 TestSQLiteFrontierStateMachine = SQLiteFrontierMachine.TestCase
+
+
+def test_a_flush_is_one_transaction(tmp_path: Path) -> None:
+    store = sqlite_store(tmp_path / "f.sqlite", flush_ops=10_000)
+    commits = []
+    store._db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    store.back_open("a")
+    for i in range(50):
+        store.back_append("a", 1, i)
+        store.front_append(1, f"h{i}", i)
+    store.flush()
+    assert commits == ["COMMIT"]  # not one per row
+    store.close()
