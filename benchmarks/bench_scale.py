@@ -63,6 +63,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from _fakes import FakeDownloader
+
 KINDS = ("frontier-batched", "frontier-wt", "scrapy-jobdir")
 FULL_N = 10_000_000
 FULL_HOSTS = 100_000
@@ -145,24 +147,6 @@ class _NextCall:
         self.scheduled += 1
 
 
-class _FakeDownloader:
-    """What the schedulers read from Scrapy's Downloader: no download is ever active."""
-
-    DOWNLOAD_SLOT = "download_slot"
-
-    def __init__(self, middlewares: list[Any]) -> None:
-        self.slots: dict[str, Any] = {}
-        self.middleware = SimpleNamespace(middlewares=middlewares)
-
-    def get_slot_key(self, request: Any) -> str:
-        from scrapy.utils.httpobj import urlparse_cached
-
-        slot = request.meta.get(self.DOWNLOAD_SLOT)
-        if slot is not None:
-            return str(slot)
-        return urlparse_cached(request).hostname or ""
-
-
 def _make_scheduler(kind: str, jobdir: str) -> tuple[Any, Any, Any]:
     from scrapy import Spider
     from scrapy.utils.misc import build_from_crawler, load_object
@@ -188,7 +172,7 @@ def _make_scheduler(kind: str, jobdir: str) -> tuple[Any, Any, Any]:
         else:
             spider_mws.append(FrontierSpiderMiddleware(crawler))
     engine = SimpleNamespace(
-        downloader=_FakeDownloader(downloader_mws),
+        downloader=FakeDownloader(downloader_mws),
         scraper=SimpleNamespace(spidermw=SimpleNamespace(middlewares=spider_mws)),
     )
     crawler.engine = engine  # type: ignore[assignment]

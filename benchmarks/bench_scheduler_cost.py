@@ -51,8 +51,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
+
+from _fakes import FakeDownloader
 
 CONFIGS = ("frontier", "scrapy", "scrapy-jobdir")
 BASELINE = "scrapy"
@@ -90,33 +91,10 @@ def _settings(config: str, jobdir: str | None) -> dict[str, Any]:
     return settings
 
 
-class _FakeDownloader:
-    """The part of Scrapy's Downloader the schedulers read: no download is ever active.
-
-    ``slots`` empty: DownloaderAwarePriorityQueue sees 0 active downloads on every
-    slot. ``middleware.middlewares``: the frontier looks there for its timing
-    middleware (present, as the add-on installs it).
-    """
-
-    DOWNLOAD_SLOT = "download_slot"
-
-    def __init__(self, middlewares: list[Any]) -> None:
-        self.slots: dict[str, Any] = {}
-        self.middleware = SimpleNamespace(middlewares=middlewares)
-
-    def get_slot_key(self, request: Any) -> str:
-        from scrapy.utils.httpobj import urlparse_cached
-
-        slot = request.meta.get(self.DOWNLOAD_SLOT)
-        if slot is not None:
-            return str(slot)
-        return urlparse_cached(request).hostname or ""
-
-
 class _FakeEngine:
     """``crawler.engine`` with a downloader and no ``_slot`` (no engine loop to wake)."""
 
-    def __init__(self, downloader: _FakeDownloader) -> None:
+    def __init__(self, downloader: FakeDownloader) -> None:
         self.downloader = downloader
 
 
@@ -154,7 +132,7 @@ def _make_scheduler(config: str, jobdir: str | None) -> tuple[Any, Any]:
         cls: Any = FrontierScheduler
     else:
         cls = load_object(crawler.settings["SCHEDULER"])
-    crawler.engine = _FakeEngine(_FakeDownloader(middlewares))  # type: ignore[assignment]
+    crawler.engine = _FakeEngine(FakeDownloader(middlewares))  # type: ignore[assignment]
     spider = BenchSpider.from_crawler(crawler)
     crawler.spider = spider
     scheduler = build_from_crawler(cls, crawler)
