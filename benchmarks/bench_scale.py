@@ -157,24 +157,12 @@ def _make_scheduler(kind: str, jobdir: str) -> tuple[Any, Any, Any]:
 
     crawler = get_crawler(ScaleSpider, _settings(kind, jobdir))
     downloader_mws: list[Any] = []
-    spider_mws: list[Any] = []
     if kind.startswith("frontier"):
         from scrapy_frontier.middleware import FetchTimingMiddleware
 
         # Installed as the add-on does (no signal fallback).
         downloader_mws.append(FetchTimingMiddleware(crawler))
-        try:  # the spider middleware of earlier versions, when present
-            from scrapy_frontier.spidermw import (  # type: ignore[import-not-found]
-                FrontierSpiderMiddleware,
-            )
-        except ImportError:
-            pass
-        else:
-            spider_mws.append(FrontierSpiderMiddleware(crawler))
-    engine = SimpleNamespace(
-        downloader=FakeDownloader(downloader_mws),
-        scraper=SimpleNamespace(spidermw=SimpleNamespace(middlewares=spider_mws)),
-    )
+    engine = SimpleNamespace(downloader=FakeDownloader(downloader_mws))
     crawler.engine = engine  # type: ignore[assignment]
     spider = ScaleSpider.from_crawler(crawler)
     crawler.spider = spider
@@ -346,10 +334,6 @@ def _dequeue_phase(
     next_request = scheduler.next_request
     pending = scheduler.has_pending_requests
     finished = scheduler.fetch_finished if frontier else None
-    # Versions with a spider middleware defer the ack of a fetched URL until it
-    # reports that the response's callback output is queued: report it at once
-    # (a page without links), or the acks would wait ACK_GRACE seconds.
-    processed = getattr(scheduler, "response_processed", None) if frontier else None
     inprogress = scheduler.crawler.engine._slot.inprogress if frontier else set()
     samples: list[dict[str, Any]] = []
     got = empty = empties = 0
@@ -385,8 +369,6 @@ def _dequeue_phase(
                     # its response has been processed, right after the fetch ends.
                     inprogress.add(request)
                     finished(request)
-                    if processed is not None:
-                        processed(request)
                     inprogress.discard(request)
         except Exception as exc:
             error = f"dequeue failed after {got:,} URLs: {type(exc).__name__}: {exc}"
