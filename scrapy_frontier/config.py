@@ -41,6 +41,10 @@ class FrontierConfig:
     """Cap on the doubling back-off."""
     retire_after: int = 10
     """Consecutive failures after which a host is retired; 0 never retires."""
+    ip_politeness: bool = False
+    """Hosts that resolve to one IP address also share one fetch at a time and one rest."""
+    dns_timeout: float = 60.0
+    """Scrapy's DNS_TIMEOUT, for the lookups per-IP politeness makes."""
 
     @property
     def policy(self) -> DelayPolicy:
@@ -100,6 +104,8 @@ class FrontierConfig:
             backoff_base=backoff_base,
             backoff_max=backoff_max,
             retire_after=_int(settings, "FRONTIER_RETIRE_AFTER", 10, minimum=0),
+            ip_politeness=_bool(settings, "FRONTIER_IP_POLITENESS", False),
+            dns_timeout=_float(settings, "DNS_TIMEOUT", 60.0, minimum=0.001),
         )
 
 

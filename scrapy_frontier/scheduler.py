@@ -15,9 +15,10 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_frontier.config import FrontierConfig
-from scrapy_frontier.core.frontier import Frontier
+from scrapy_frontier.core.frontier import Frontier, Lease
 from scrapy_frontier.core.prioritizer import PriorityMapper
-from scrapy_frontier.hostkey import HostlessURL, host_key
+from scrapy_frontier.hostkey import HostlessURL, host_key, url_host_key
+from scrapy_frontier.resolve import HostResolver
 from scrapy_frontier.seen_sqlite import SeenStoreError, SQLiteFingerprintStore
 from scrapy_frontier.sqlite_store import SQLiteStore, StoreError, request_codec
 from scrapy_frontier.timer import Timer, call_later
@@ -81,6 +82,13 @@ class FrontierScheduler:
         # Consecutive failed fetches per host (only hosts currently failing).
         self._failures: dict[str, int] = {}
         self._crawl_delay_capped: set[str] = set()
+        self._answered_now = False
+        # Per-IP politeness: the hostname to look up for keys that are not one
+        # (download_slot overrides), and the resolver.
+        self._slot_hostnames: dict[str, str] = {}
+        self._resolver: HostResolver | None = None
+        if config.ip_politeness:
+            self._resolver = HostResolver(self._on_group, timeout=config.dns_timeout)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
@@ -102,6 +110,7 @@ class FrontierScheduler:
             clock=self.clock,
             rng=random.Random(config.seed),
             store=store,
+            group_hosts=config.ip_politeness,
         )
 
     # -- Scrapy scheduler interface ----------------------------------------
@@ -180,6 +189,8 @@ class FrontierScheduler:
         # meta: the fetch that held this lease is over whatever happened to it
         # (a no-op when the timing middleware already reported it).
         meta = request.meta
+        if self._resolver is not None and "download_slot" in meta:
+            self._remember_slot_hostname(host, request)
         ticket = meta.pop(LEASE_META, None)
         started = meta.pop(FETCH_START_META, None)
         queued = self.frontier.push(host, self.mapper.level(request.priority), request)
@@ -225,6 +236,8 @@ class FrontierScheduler:
                     expired.host,
                 )
         lease = frontier.pop()
+        if self._resolver is not None:
+            lease = self._resolve_waiting(lease)
         if frontier.stats.retired_items:
             self._report_dropped()
         if lease is None:
@@ -237,6 +250,43 @@ class FrontierScheduler:
         request.meta[LEASE_META] = lease.ticket
         self._write_through()
         return request
+
+    # -- per-IP politeness ----------------------------------------------------
+
+    def _resolve_waiting(self, lease: Lease[Request] | None) -> Lease[Request] | None:
+        """Start lookups for hosts waiting for their IP; pop again if one was
+        answered at once and nothing was handed out yet."""
+        assert self._resolver is not None
+        frontier = self.frontier
+        # Bounded: each round resolves hosts that pop() found unresolved.
+        for _ in range(1000):
+            waiting = frontier.take_unresolved()
+            if not waiting:
+                break
+            self._answered_now = False
+            for key in waiting:
+                self._resolver.resolve(key, self._slot_hostnames.get(key, key))
+            if lease is not None or not self._answered_now:
+                break
+            lease = frontier.pop()
+        return lease
+
+    def _on_group(self, key: str, group: str, synchronous: bool) -> None:
+        if self._closed:
+            return
+        self.frontier.set_group(key, group)
+        if synchronous:
+            self._answered_now = True
+        else:
+            self._nudge_engine()
+
+    def _remember_slot_hostname(self, key: str, request: Request) -> None:
+        """A download_slot key is not a hostname: look up the first URL's host."""
+        if key not in self._slot_hostnames:
+            try:
+                self._slot_hostnames[key] = url_host_key(request.url)
+            except HostlessURL:
+                self._slot_hostnames[key] = key
 
     # -- fetch end reports ---------------------------------------------------
 
@@ -602,6 +652,10 @@ class FrontierScheduler:
     def _wake_engine(self) -> None:
         self._timer = None
         self._timer_at = None
+        self._nudge_engine()
+
+    def _nudge_engine(self) -> None:
+        """Make the engine ask for requests again soon (without waiting for its heartbeat)."""
         slot = getattr(self.crawler.engine, "_slot", None)
         nextcall = getattr(slot, "nextcall", None)
         if nextcall is None or self._closed:
@@ -638,6 +692,10 @@ class FrontierScheduler:
             late_max = round(1000 * st.dispatch_lateness_max, 3)
             set_value("frontier/dispatch_lateness_ms/max", late_max)
         set_value("frontier/queued", len(self.frontier))
+        if self._resolver is not None:
+            set_value("frontier/ip/lookups", self._resolver.lookups)
+            set_value("frontier/ip/lookup_failures", self._resolver.failures)
+            set_value("frontier/ip/group_waits", st.group_parks)
 
 
 def parse_retry_after(value: bytes | str | None, now: float) -> float | None:

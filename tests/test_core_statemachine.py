@@ -35,6 +35,8 @@ def clamp_delay(policy: DelayPolicy, fetch: float) -> float:
 class FrontierMachine(RuleBasedStateMachine):
     #: Builds the QueueStore for a run (None: the frontier's default MemoryStore).
     make_store = None
+    #: Run the frontier with host groups (per-IP politeness); see test_core_groups.
+    group_hosts = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -77,6 +79,7 @@ class FrontierMachine(RuleBasedStateMachine):
             lease_timeout=lease_timeout,
             clock=self.clock,
             rng=random.Random(seed),
+            group_hosts=self.group_hosts,
         )
         self.next_id = 0
         self.pushed: dict[int, tuple[str, int]] = {}

@@ -23,6 +23,13 @@ Site owners' wishes: a per-host **minimum rest** (robots.txt Crawl-delay,
 back-off) only ever lengthen the rest the delay policy gives. A **retired** host
 (``retire``) loses its queued URLs; later ones are refused or dropped.
 
+**Host groups** (``group_hosts=True``, per-IP politeness as in BUbiNG): hosts
+that share a group -- an IP address, set by the caller with ``set_group`` --
+also share one lease and one rest on top of their own. A ready host whose group
+is unknown waits (the caller resolves the hosts listed by ``take_unresolved``);
+one whose group is busy is parked until the group's fetch ends; one whose group
+is resting is put back in the ready heap at the group's next contact.
+
 The number of back queues adapts to demand between two bounds: the frontier
 keeps at least ``back_queues`` hosts active whenever the front queues have work
 (Mercator's refill), and activates more -- up to ``back_queues_max`` -- only
@@ -74,6 +81,8 @@ class FrontierStats:
     retired_hosts: int = 0
     retired_items: int = 0
     """URLs dropped because their host was retired (queued, surfacing, or pushed later)."""
+    group_parks: int = 0
+    """Times a ready host waited because another host of its group was being fetched."""
     politeness_hold_seconds: float = 0.0
     """Sum, over fetches followed by another URL of the same host, of the rest imposed."""
     dispatch_lateness_seconds: float = 0.0
@@ -95,6 +104,19 @@ class _Host(Generic[T]):
     """True while the host's heap entry comes from a politeness hold."""
 
 
+@dataclass(slots=True, eq=False)
+class _Group:
+    """Hosts that share one connection and one rest (an IP address)."""
+
+    key: str
+    next_contact: float = 0.0
+    busy: str | None = None
+    """The member host holding the group's one lease."""
+    parked: list[str] = field(default_factory=list)
+    """Ready member hosts waiting for the lease to end (no heap entry meanwhile)."""
+    members: int = 0
+
+
 class Frontier(Generic[T]):
     """The in-memory Mercator frontier. ``T`` is whatever the caller queues."""
 
@@ -110,6 +132,7 @@ class Frontier(Generic[T]):
         clock: Clock,
         rng: random.Random | None = None,
         store: QueueStore[T] | None = None,
+        group_hosts: bool = False,
     ) -> None:
         if front_queues < 1:
             raise ValueError(f"front_queues must be >= 1, got {front_queues}")
@@ -154,6 +177,12 @@ class Frontier(Generic[T]):
         # Items of retired hosts dropped when they surfaced from a front queue,
         # until the caller collects them with take_dropped().
         self._dropped: list[tuple[str, T]] = []
+        self.group_hosts = group_hosts
+        self._group_of: dict[str, str] = {}
+        self._groups: dict[str, _Group] = {}
+        # Ready hosts held until their group is known, and those not yet reported.
+        self._unresolved: set[str] = set()
+        self._to_resolve: list[str] = []
 
     # -- sizes -------------------------------------------------------------
 
@@ -266,7 +295,13 @@ class Frontier(Generic[T]):
         return dropped
 
     def _unschedule(self, host: str) -> None:
-        """Remove the host's heap entry (ready or due), if any."""
+        """Remove the host's heap entry (ready or due), or its place in a group, if any."""
+        self._unresolved.discard(host)
+        gkey = self._group_of.get(host)
+        if gkey is not None:
+            parked = self._groups[gkey].parked
+            if host in parked:
+                parked.remove(host)
         ready = [e for e in self._ready if e[2] != host]
         if len(ready) != len(self._ready):
             heapq.heapify(ready)
@@ -275,6 +310,84 @@ class Frontier(Generic[T]):
         if len(due) != len(self._due):
             heapq.heapify(due)
             self._due = due
+
+    # -- host groups (per-IP politeness) -----------------------------------
+
+    def set_group(self, host: str, group: str) -> None:
+        """``host`` belongs to ``group`` (e.g. the IP address it resolves to).
+
+        Only used with ``group_hosts``. A host waiting for its group becomes
+        ready again. Moving a host that is fetching or parked is refused.
+        """
+        old = self._group_of.get(host)
+        if old == group:
+            return
+        if old is not None:
+            og = self._groups[old]
+            if og.busy == host or host in og.parked:
+                raise ValueError(f"host {host!r} is fetching or waiting in group {old!r}")
+            og.members -= 1
+            self._forget_group(og)
+        self._group_of[host] = group
+        g = self._groups.get(group)
+        if g is None:
+            g = self._groups[group] = _Group(group)
+        g.members += 1
+        if host in self._unresolved:
+            self._unresolved.discard(host)
+            hs = self._hosts.get(host)
+            if hs is not None and hs.active and hs.queued and hs.lease is None:
+                self._schedule(hs, held=hs.next_contact > self.clock())
+
+    def group_of(self, host: str) -> str | None:
+        return self._group_of.get(host)
+
+    def take_unresolved(self) -> list[str]:
+        """Hosts that became ready without a known group since the last call.
+
+        Each waits until :meth:`set_group` is called for it.
+        """
+        hosts, self._to_resolve = self._to_resolve, []
+        return hosts
+
+    def _group_allows(self, hs: _Host[T], now: float) -> bool:
+        """Whether a due host's group lets it be fetched now; if not, park it."""
+        gkey = self._group_of.get(hs.key)
+        if gkey is None:
+            if hs.key not in self._unresolved:
+                self._unresolved.add(hs.key)
+                self._to_resolve.append(hs.key)
+            return False
+        g = self._groups[gkey]
+        if g.busy is not None:
+            g.parked.append(hs.key)
+            self.stats.group_parks += 1
+            return False
+        if g.next_contact > now:
+            # The host may not go before its group does: wait in the ready heap.
+            hs.next_contact = g.next_contact
+            self._schedule(hs, held=True)
+            return False
+        return True
+
+    def _release_group(self, host: str, fetch_seconds: float, now: float) -> None:
+        gkey = self._group_of.get(host)
+        if gkey is None:
+            return
+        g = self._groups[gkey]
+        if g.busy != host:
+            return
+        g.busy = None
+        g.next_contact = max(g.next_contact, now + self.policy.delay(fetch_seconds))
+        parked, g.parked = g.parked, []
+        for key in parked:
+            hs = self._hosts[key]
+            hs.next_contact = max(hs.next_contact, g.next_contact)
+            self._schedule(hs, held=True)
+
+    def _forget_group(self, g: _Group) -> None:
+        if g.members <= 0 and g.busy is None and not g.parked and g.next_contact <= self.clock():
+            del self._groups[g.key]
 
     def resume(self, front_count: int, hosts: dict[str, int]) -> None:
         """Take over a durable store's state after a restart: ``front_count`` URLs
@@ -419,7 +532,10 @@ class Frontier(Generic[T]):
                 heapq.heappush(due, (-self.store.back_head_level(key), slack, seq, key, t_e))
             if due:
                 entry = heapq.heappop(due)
-                return self._hand_out(self._hosts[entry[3]], entry[4], now)
+                hs = self._hosts[entry[3]]
+                if self.group_hosts and not self._group_allows(hs, now):
+                    continue
+                return self._hand_out(hs, entry[4], now)
             if self._active < self.back_queues_max and self._front_len:
                 self._activate_one()
                 continue
@@ -456,6 +572,8 @@ class Frontier(Generic[T]):
         )
         hs.lease = lease
         self._leases[lease.ticket] = lease
+        if self.group_hosts:
+            self._groups[self._group_of[hs.key]].busy = hs.key
         stats = self.stats
         stats.popped += 1
         if hs.held:
@@ -511,6 +629,8 @@ class Frontier(Generic[T]):
         hs = self._hosts[lease.host]
         hs.lease = None
         hs.last_fetch = fetch_seconds
+        if self.group_hosts:
+            self._release_group(hs.key, fetch_seconds, now)
         rest = max(
             self.policy.delay(fetch_seconds), self._min_rest.get(hs.key, 0.0), rest_at_least
         )
@@ -578,6 +698,11 @@ class Frontier(Generic[T]):
                 and hs.next_contact <= now
             ):
                 del hosts[key]
+                gkey = self._group_of.pop(key, None)
+                if gkey is not None:
+                    g = self._groups[gkey]
+                    g.members -= 1
+                    self._forget_group(g)
 
     # -- inspection --------------------------------------------------------
 
@@ -614,12 +739,36 @@ class Frontier(Generic[T]):
         for *_, key, t_e in self._due:
             assert key not in entries, f"two heap entries for {key}"
             entries[key] = t_e
+        waiting = set(self._unresolved)
+        for g in self._groups.values():
+            assert len(set(g.parked)) == len(g.parked), f"host parked twice in {g.key}"
+            assert not g.parked or g.busy is not None, f"parked hosts in idle group {g.key}"
+            for key in g.parked:
+                assert self._group_of[key] == g.key
+                assert key not in waiting, f"{key} waits twice"
+                waiting.add(key)
+            if g.busy is not None:
+                busy_host = self._hosts[g.busy]
+                assert busy_host.lease is not None, f"group {g.key} busy without a lease"
+                assert self._group_of[g.busy] == g.key
+        for key in self._unresolved:
+            assert key not in self._group_of, f"{key} unresolved but grouped"
         for hs in slot_hosts:
-            if hs.queued and hs.lease is None:
+            if hs.queued and hs.lease is None and hs.key not in waiting:
                 assert entries.get(hs.key) == hs.next_contact, f"heap entry wrong for {hs.key}"
             else:
-                assert hs.key not in entries, f"heap entry for busy or empty host {hs.key}"
-        assert len(entries) == sum(1 for hs in slot_hosts if hs.queued and hs.lease is None)
+                assert hs.key not in entries, f"heap entry for busy, empty or parked {hs.key}"
+        for key in waiting:
+            hs = self._hosts[key]
+            assert hs.active and hs.queued and hs.lease is None, f"{key} waits for nothing"
+        assert len(entries) + len(waiting) == sum(
+            1 for hs in slot_hosts if hs.queued and hs.lease is None
+        )
+        if self.group_hosts:
+            groups_busy = [self._group_of[lease.host] for lease in self._leases.values()]
+            assert len(groups_busy) == len(set(groups_busy)), "two leases in one group"
+            for gkey in groups_busy:
+                assert self._groups[gkey].busy is not None
         busy: set[str] = set()
         for ticket, lease in self._leases.items():
             assert lease.ticket == ticket

@@ -27,6 +27,8 @@ class LogEntry:
     start: float
     end: float
     status: int
+    vhost: str = ""
+    """The Host header's name (without port): which of several names on one address."""
 
     @property
     def duration(self) -> float:
@@ -43,6 +45,7 @@ class LogEntry:
             start=float(d["start"]),
             end=float(d["end"]),
             status=int(d["status"]),
+            vhost=str(d.get("vhost", "")),
         )
 
 

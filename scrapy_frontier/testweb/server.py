@@ -269,6 +269,8 @@ class TestWebServer:
     def _handle(self, index: int, request: Request) -> int:
         start = time.monotonic()
         host = self.spec.hosts[index]
+        host_header = (request.getHeader(b"host") or b"").decode("latin-1")
+        vhost = host_header.rsplit(":", 1)[0] if ":" in host_header else host_header
         raw_path = request.path.decode("latin-1")
         query = request.uri.partition(b"?")[2].decode("latin-1")
         logged_path = raw_path + ("?" + query if query else "")
@@ -331,7 +333,9 @@ class TestWebServer:
             request.setHeader(b"Content-Length", str(len(body)).encode("ascii"))
             request.write(body)
             request.finish()
-            self._record(LogEntry(host.address, logged_path, start, time.monotonic(), status))
+            self._record(
+                LogEntry(host.address, logged_path, start, time.monotonic(), status, vhost)
+            )
 
         def aborted(failure: Failure) -> None:
             del failure  # any failure here means the client went away
@@ -339,7 +343,9 @@ class TestWebServer:
             if call is not None and call.active():
                 call.cancel()
                 self._record(
-                    LogEntry(host.address, logged_path, start, time.monotonic(), CLIENT_CLOSED)
+                    LogEntry(
+                        host.address, logged_path, start, time.monotonic(), CLIENT_CLOSED, vhost
+                    )
                 )
 
         request.notifyFinish().addErrback(aborted)

@@ -1,0 +1,116 @@
+"""Per-IP politeness on real crawls: several host names on one loopback address.
+
+A resolver override maps a1/a2/a3.test to the first test-web address and b1.test to
+the second. With FRONTIER_IP_POLITENESS the server's log, grouped by address, must show
+one request at a time and the full rest after each; without it (the control crawl) the
+three names on one address are crawled side by side and the auditor must see it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scrapy_frontier.config import FrontierConfig
+from scrapy_frontier.resolve import HostResolver, ip_literal
+from scrapy_frontier.testweb import ServerProcess, audit, read_log
+from scrapy_frontier.testweb.crawl import FRONTIER_ADDON, run_crawl
+from scrapy_frontier.testweb.log import LogEntry
+
+NAMES_A = ["a1.test", "a2.test", "a3.test"]
+NAMES_B = ["b1.test"]
+RESOLVER = "scrapy_frontier.testweb.resolver.AliasResolver"
+
+
+def test_ip_literal() -> None:
+    assert ip_literal("127.0.0.1") == "127.0.0.1"
+    assert ip_literal("[::1]") == "::1"
+    assert ip_literal("example.com") is None
+
+
+def test_setting_is_read_and_validated() -> None:
+    from scrapy.settings import Settings
+
+    assert FrontierConfig.from_settings(Settings()).ip_politeness is False
+    config = FrontierConfig.from_settings(Settings({"FRONTIER_IP_POLITENESS": True}))
+    assert config.ip_politeness is True
+
+
+def test_resolver_answers_literals_and_pseudo_hosts_at_once() -> None:
+    seen: list[tuple[str, str, bool]] = []
+    resolver = HostResolver(lambda *a: seen.append(a), timeout=1.0, reactor=object())
+    resolver.resolve("127.0.0.5", "127.0.0.5")
+    resolver.resolve("data:", "data:")
+    assert seen == [("127.0.0.5", "127.0.0.5", True), ("data:", "data:", True)]
+    assert resolver.lookups == 0
+
+
+def _crawl(tmp_path: Path, ip_politeness: bool) -> tuple[Any, list[LogEntry], ServerProcess]:
+    log = tmp_path / "server.jsonl"
+    web_args = ["--shape", "wide", "--hosts", "2", "--pages", "6",
+                "--latency", "0.02", "0.03", "--cross-links", "0"]
+    with ServerProcess(web_args, log_path=str(log)) as web:
+        hosts = web.info["hosts"]
+        aliases = {name: hosts[0]["address"] for name in NAMES_A}
+        aliases.update({name: hosts[1]["address"] for name in NAMES_B})
+        # Each address's own port, from its root URL (http://ADDRESS:PORT/p/0).
+        ports = [url.split(":")[2].split("/")[0] for url in web.start_urls]
+        starts = [f"http://{name}:{ports[0]}/p/0" for name in NAMES_A]
+        starts += [f"http://{name}:{ports[1]}/p/0" for name in NAMES_B]
+        settings = {
+            "ADDONS": FRONTIER_ADDON,
+            "FRONTIER_MIN_DELAY": 0.0,
+            "FRONTIER_IP_POLITENESS": ip_politeness,
+            "TWISTED_DNS_RESOLVER": RESOLVER,
+            "TESTWEB_HOST_ADDRESSES": aliases,
+        }
+        result = run_crawl(starts, settings, allowed_domains=NAMES_A + NAMES_B,
+                           workdir=tmp_path / "crawl")
+    assert result.returncode == 0, result.output[-3000:]
+    return result, read_log(log), web
+
+
+def _by_name(entries: list[LogEntry]) -> list[LogEntry]:
+    return [dataclasses.replace(e, host=e.vhost) for e in entries]
+
+
+@pytest.mark.crawl
+def test_names_on_one_ip_share_one_connection_and_rest(tmp_path: Path) -> None:
+    result, entries, web = _crawl(tmp_path, ip_politeness=True)
+    assert {e.vhost for e in entries} == set(NAMES_A + NAMES_B)
+    paths = {path for _, path in web.expected}
+    expected = {(name, path) for name in NAMES_A + NAMES_B for path in paths
+                if path.startswith("/p/")}
+    # Per name: every page once, with the per-host rule kept.
+    per_name = audit(_by_name(entries), expected=expected, min_delay=0.0)
+    assert per_name.coverage == 1.0 and per_name.duplicates == 0, per_name.summary()
+    assert per_name.polite, per_name.summary()
+    # Per address: the three names on the first address never overlap and each
+    # request waits the full rest after the previous one to that address.
+    per_ip = audit(entries, min_delay=0.0)
+    print("per address:", per_ip.summary())
+    assert per_ip.overlaps == 0 and per_ip.short_gaps == 0, per_ip.summary()
+    stats = result.stats
+    assert stats["frontier/ip/lookups"] == 4
+    assert stats["frontier/ip/lookup_failures"] == 0
+    assert stats["frontier/ip/group_waits"] > 0
+    # The second address was not held back by the first: its makespan is far shorter.
+    first, second = (h["address"] for h in web.info["hosts"])
+    span = {addr: max(e.end for e in entries if e.host == addr)
+            - min(e.start for e in entries if e.host == addr) for addr in (first, second)}
+    print("makespan per address", span)
+    assert span[second] < span[first] / 2
+
+
+@pytest.mark.crawl
+def test_without_ip_politeness_names_on_one_ip_run_side_by_side(tmp_path: Path) -> None:
+    result, entries, _ = _crawl(tmp_path, ip_politeness=False)
+    per_name = audit(_by_name(entries), min_delay=0.0)
+    assert per_name.polite, per_name.summary()  # each name alone is still polite
+    per_ip = audit(entries, min_delay=0.0)
+    print("per address (control):", per_ip.summary())
+    assert per_ip.short_gaps > 0, per_ip.summary()
+    assert "frontier/ip/lookups" not in result.stats
