@@ -9,6 +9,10 @@ from scrapy import Request
 
 from scrapy_frontier.scheduler import FETCH_START_META, LEASE_META
 
+#: ``Request.meta`` key: when a robots.txt fetch was sent (robots.txt requests
+#: bypass the scheduler, but they are contacts the host's rest must count).
+ROBOTS_START_META = "frontier_robots_start"
+
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
@@ -20,8 +24,13 @@ class FetchTimingMiddleware:
     Install it near the downloader (order 950, the add-on does this) so that
     the time measured is the fetch itself, and every outcome -- response,
     exception, IgnoreRequest from robots.txt, timeout -- passes through it.
-    Only requests that carry a frontier lease release a host: robots.txt and
-    media-pipeline downloads bypass the scheduler and are ignored.
+    Only requests that carry a frontier lease release a host; media-pipeline
+    downloads bypass the scheduler and are ignored. robots.txt fetches (which
+    Scrapy's RobotsTxtMiddleware makes for the first request to a site, while
+    that request holds the host's lease) are timed too: the request that
+    waited for them is sent only after the host's rest from the robots.txt
+    fetch, so a site sees its robots.txt and its first page as polite as any
+    two pages.
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -31,9 +40,18 @@ class FetchTimingMiddleware:
     def from_crawler(cls, crawler: Crawler) -> FetchTimingMiddleware:
         return cls(crawler)
 
-    def process_request(self, request: Request, spider: Any = None) -> None:
-        if LEASE_META in request.meta:
-            request.meta[FETCH_START_META] = time.monotonic()
+    def process_request(self, request: Request, spider: Any = None) -> Request | None:
+        meta = request.meta
+        if LEASE_META in meta:
+            hold = getattr(_scheduler(self.crawler), "robots_hold", None)
+            if hold is not None:
+                again: Request | None = hold(request)
+                if again is not None:
+                    return again  # back to the frontier until the host has rested
+            meta[FETCH_START_META] = time.monotonic()
+        elif meta.get("dont_obey_robotstxt") and _is_robots_txt(request.url):
+            meta[ROBOTS_START_META] = time.monotonic()
+        return None
 
     def process_response(
         self, request: Request, response: Response, spider: Any = None
@@ -53,11 +71,20 @@ class FetchTimingMiddleware:
         exception: Exception | None = None,
     ) -> None:
         if LEASE_META not in request.meta:
+            started = request.meta.get(ROBOTS_START_META)
+            if started is not None:
+                fetched = getattr(_scheduler(self.crawler), "robots_fetched", None)
+                if fetched is not None:
+                    fetched(request, max(0.0, time.monotonic() - started))
             return
         scheduler = _scheduler(self.crawler)
         finished = getattr(scheduler, "fetch_finished", None)
         if finished is not None:
             finished(request, response=response, exception=exception)
+
+
+def _is_robots_txt(url: str) -> bool:
+    return url.partition("?")[0].endswith("/robots.txt")
 
 
 def _scheduler(crawler: Crawler) -> Any:

@@ -83,6 +83,8 @@ class FrontierScheduler:
         self._failures: dict[str, int] = {}
         self._crawl_delay_capped: set[str] = set()
         self._answered_now = False
+        # Host -> (end, duration) of a robots.txt fetch made during its lease.
+        self._robots_done: dict[str, tuple[float, float]] = {}
         # Per-IP politeness: the hostname to look up for keys that are not one
         # (download_slot overrides), and the resolver.
         self._slot_hostnames: dict[str, str] = {}
@@ -337,6 +339,10 @@ class FrontierScheduler:
         rest = 0.0
         if lease_host is not None and (response is not None or exception is not None):
             rest = self._outcome_rest(lease_host, response, exception)
+        if self._robots_done and lease_host is not None:
+            robots = self._robots_done.pop(lease_host, None)
+            if robots is not None:
+                rest = max(rest, self._robots_rest_end(lease_host, robots) - now)
         lease = self.frontier.complete(ticket, duration, ack=not defer, rest_at_least=rest)
         if lease is None:
             return
@@ -466,6 +472,43 @@ class FrontierScheduler:
             wanted = cap
         self.frontier.set_min_rest(host, wanted)
         politeness_log.debug("host %r: robots.txt crawl delay %.3f s", host, wanted)
+
+    # -- robots.txt fetches count as contacts ----------------------------------
+
+    def robots_fetched(self, request: Request, seconds: float) -> None:
+        """A robots.txt fetch of ``request``'s host ended now after ``seconds``."""
+        try:
+            host = host_key(request)
+        except HostlessURL:
+            return
+        self._robots_done[host] = (self.clock(), seconds)
+        self.stats.inc_value("frontier/robots/fetches")
+
+    def robots_hold(self, request: Request) -> Request | None:
+        """If the leased ``request`` follows its host's robots.txt fetch too soon,
+        a copy to queue again (the host rests until the gap is kept); else None.
+
+        The copy goes back through ``enqueue_request``, which ends the lease
+        with the rest still owed (see ``_finish``): no download slot waits.
+        """
+        if not self._robots_done:
+            return None
+        host = self.frontier.lease_host(request.meta.get(LEASE_META, -1))
+        robots = None if host is None else self._robots_done.get(host)
+        if host is None or robots is None:
+            return None
+        until = self._robots_rest_end(host, robots)
+        if until <= self.clock():
+            return None
+        self.stats.inc_value("frontier/robots/held")
+        politeness_log.debug(
+            "host %r: %s waits %.3f s after robots.txt", host, request, until - self.clock()
+        )
+        return request.replace(dont_filter=True)
+
+    def _robots_rest_end(self, host: str, robots: tuple[float, float]) -> float:
+        end, seconds = robots
+        return end + max(self.frontier.policy.delay(seconds), self.frontier.min_rest(host))
 
     def _timing_middleware_installed(self) -> bool:
         from scrapy_frontier.middleware import FetchTimingMiddleware

@@ -293,6 +293,35 @@ def test_crawl_delay_from_robots_parsed_signal(caplog: pytest.LogCaptureFixture)
     assert sched.frontier.next_contact("slow.example") == pytest.approx(clock.now + 2.0)
 
 
+def test_robots_txt_fetch_counts_as_a_contact() -> None:
+    """The request that triggered robots.txt goes back to wait for the host's rest."""
+    sched, clock, crawler = make_scheduler({"FRONTIER_DELAY_FACTOR": 10.0})
+    from scrapy_frontier.middleware import ROBOTS_START_META, FetchTimingMiddleware
+
+    mw = FetchTimingMiddleware(crawler)
+    for i in range(2):
+        sched.enqueue_request(Request(f"http://a.example/{i}"))
+    first = sched.next_request()
+    assert first is not None
+    # The robots middleware downloads robots.txt while `first` holds the lease.
+    robots = Request("http://a.example/robots.txt", meta={"dont_obey_robotstxt": True})
+    robots.meta[ROBOTS_START_META] = clock()
+    clock.advance(0.1)
+    sched.robots_fetched(robots, 0.1)  # rest 1 s from now
+    again = sched.robots_hold(first)
+    assert again is not None and again.url == first.url and again.dont_filter
+    assert sched.enqueue_request(again)  # the engine queues what the middleware returned
+    assert sched.next_request() is None
+    assert sched.frontier.next_contact("a.example") == pytest.approx(clock.now + 1.0)
+    clock.advance(1.0)
+    nxt = sched.next_request()
+    assert nxt is not None
+    assert sched.robots_hold(nxt) is None  # rest kept: sent as is
+    assert mw.process_request(nxt) is None
+    assert crawler.stats.get_value("frontier/robots/held") == 1
+    assert crawler.stats.get_value("frontier/robots/fetches") == 1
+
+
 def test_robots_delay_reads_protego_request_rate() -> None:
     from scrapy.robotstxt import ProtegoRobotParser
 
@@ -367,7 +396,18 @@ def test_crawl_delay_from_robots_txt_is_kept_and_capped(tmp_path: Path) -> None:
     assert len(delayed) == 4 and min(delayed) >= 0.3, delayed
     assert len(capped) == 4 and min(capped) >= 0.4, capped
     assert min(free) < 0.3, free  # the control host is not slowed down
+    # robots.txt is a contact like any other: the first page waits the host's
+    # rest after it (10 x its fetch time, or the Crawl-delay).
+    with_robots = audit(entries, include_robots=True, min_delay=0.0)
+    assert with_robots.overlaps == 0 and with_robots.short_gaps == 0, with_robots.summary()
+    for host, wanted in ((hosts[0], 0.3), (hosts[1], 0.4)):
+        seq = sorted((e for e in entries if e.host == host), key=lambda e: e.start)
+        assert seq[0].path == "/robots.txt"
+        print(f"{host}: first page {seq[1].start - seq[0].end:.3f} s after robots.txt")
+        assert seq[1].start - seq[0].end >= wanted
     stats = result.stats
+    assert stats["frontier/robots/fetches"] == 3
+    assert stats["frontier/robots/held"] == 3
     assert stats["frontier/crawl_delay/hosts"] == 2
     assert stats["frontier/crawl_delay/capped"] == 1
     assert result.output.count("FRONTIER_MAX_CRAWL_DELAY") == 1
