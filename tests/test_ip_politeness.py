@@ -114,3 +114,73 @@ def test_without_ip_politeness_names_on_one_ip_run_side_by_side(tmp_path: Path) 
     print("per address (control):", per_ip.summary())
     assert per_ip.short_gaps > 0, per_ip.summary()
     assert "frontier/ip/lookups" not in result.stats
+
+
+class _FakeReactor:
+    """Answers lookups from a table, at once (like a DNS cache hit) or later."""
+
+    def __init__(self, table: dict[str, str], deferred: bool = False) -> None:
+        self.table = table
+        self.asked: list[str] = []
+        self.deferred = deferred
+        self.waiting: list[tuple[Any, str]] = []
+
+    def resolve(self, name: str, timeout: Any = ()) -> Any:
+        from twisted.internet import defer
+
+        self.asked.append(name)
+        if not self.deferred:
+            return defer.succeed(self.table[name])
+        d: Any = defer.Deferred()
+        self.waiting.append((d, self.table[name]))
+        return d
+
+
+def _scheduler_with(table: dict[str, str], deferred: bool = False) -> tuple[Any, Any, _FakeReactor]:
+    from tests.test_scheduler import make_scheduler
+
+    sched, clock, _ = make_scheduler({"FRONTIER_IP_POLITENESS": True})
+    reactor = _FakeReactor(table, deferred)
+    assert sched._resolver is not None
+    sched._resolver = HostResolver(sched._on_group, timeout=1.0, reactor=reactor)
+    return sched, clock, reactor
+
+
+def test_scheduler_holds_the_second_host_on_an_ip_and_resolves_slot_hostnames() -> None:
+    from scrapy import Request
+
+    from tests.test_scheduler import finish
+
+    table = {"b.example": "10.0.0.1", "c.example": "10.0.0.1", "d.example": "10.0.0.2",
+             "e.example": "10.0.0.3"}
+    sched, clock, reactor = _scheduler_with(table)
+    for host in ("b", "c", "d"):
+        sched.enqueue_request(Request(f"http://{host}.example/1"))
+    sched.enqueue_request(Request("http://e.example/1", meta={"download_slot": "proxy-7"}))
+    out = [sched.next_request() for _ in range(4)]
+    got = sorted(r.url for r in out if r is not None)
+    # One of b/c (same IP), plus d and the slot's request: three, never both b and c.
+    assert len(got) == 3, got
+    assert not {"http://b.example/1", "http://c.example/1"} <= set(got)
+    assert sorted(reactor.asked) == ["b.example", "c.example", "d.example", "e.example"]
+    assert sched.frontier.group_of("proxy-7") == "10.0.0.3"
+    first_bc = next(r for r in out if r is not None and r.url[7] in "bc")
+    finish(sched, clock, first_bc, 0.1)  # the IP rests 1 s
+    assert sched.next_request() is None
+    clock.advance(1.0)
+    other = sched.next_request()
+    assert other is not None and other.url != first_bc.url and other.url[7] in "bc"
+
+
+def test_a_late_dns_answer_wakes_the_engine() -> None:
+    from scrapy import Request
+
+    sched, _, reactor = _scheduler_with({"b.example": "10.0.0.1"}, deferred=True)
+    sched.enqueue_request(Request("http://b.example/1"))
+    assert sched.next_request() is None  # waiting for DNS
+    assert sched.crawler.stats.get_value("frontier/engine_wakeups") is None
+    d, address = reactor.waiting.pop()
+    d.callback(address)
+    assert sched.crawler.stats.get_value("frontier/engine_wakeups") == 1
+    request = sched.next_request()
+    assert request is not None and request.url == "http://b.example/1"
