@@ -84,8 +84,7 @@ class RefreshConfig:
                 raise ValueError(f"{name} must be a finite number > 0, got {value}")
         if self.max_interval < self.min_interval:
             raise ValueError(
-                f"max_interval ({self.max_interval}) must be >= min_interval "
-                f"({self.min_interval})"
+                f"max_interval ({self.max_interval}) must be >= min_interval ({self.min_interval})"
             )
 
     def clamp(self, interval: float) -> float:
