@@ -75,6 +75,8 @@ def _changed_term(lam: float, t: float) -> tuple[float, float]:
     if x > 700.0:
         e = math.exp(-x)
         return t * e, -t * t * e
+    if x < 1e-6:  # series: t / (e^x - 1) = (1/lam)(1 - x/2 + x^2/12 - ...)
+        return (1.0 - x / 2.0 + x * x / 12.0) / lam, -(1.0 - x * x / 12.0) / (lam * lam)
     em1 = math.expm1(x)
     return t / em1, -t * t * (em1 + 1.0) / (em1 * em1)
 
@@ -134,7 +136,7 @@ def mle_rate(samples: Iterable[tuple[float, bool]]) -> float:
     lam = -math.log((n - x + 0.5) / (n + 0.5)) / (total_t / n)
     lo, hi = lam, lam
     for _ in range(_MAX_ITER):
-        if g(lo)[0] > 0:
+        if g(lo)[0] > 0 or lo < 1e-290:
             break
         lo /= 4.0
     for _ in range(_MAX_ITER):
@@ -283,9 +285,11 @@ def optimal_allocation(
 
     Each page gets :func:`optimal_frequency` for one common ``mu``, found by
     bisection (in log-space) so that the frequencies sum to ``budget`` within
-    ``rel_tol``. The sum falls continuously from +inf to 0 as ``mu`` grows to
-    ``1 / min(rate)``, so the root exists whenever some rate is > 0. ``mu_hint``
-    (a previous ``mu``) only narrows the first bracket.
+    ``rel_tol`` (then rescaled to sum to it exactly, a correction that only
+    matters when every page changes much faster than it can be visited). The sum
+    falls continuously from +inf to 0 as ``mu`` grows to ``1 / min(rate)``, so
+    the root exists whenever some rate is > 0. ``mu_hint`` (a previous ``mu``)
+    only narrows the first bracket.
     """
     if budget <= 0:
         raise ValueError(f"budget must be > 0, got {budget}")
@@ -321,6 +325,11 @@ def optimal_allocation(
         else:
             hi = mu
     freqs = [optimal_frequency(r, mu) if r > 0 else 0.0 for r in rates]
+    # When every page has rate / f >> 1, the sum is so steep in mu that float
+    # precision leaves it ~1e-5 off: rescale so the budget is spent exactly.
+    spent = sum(freqs)
+    if spent > 0 and math.isfinite(spent):
+        freqs = [f * budget / spent for f in freqs]
     pairs = zip(rates, freqs, strict=True)
     fresh = sum(mean_freshness_even(r, f) for r, f in pairs) / len(rates)
     return Allocation(mu, freqs, fresh)
