@@ -270,8 +270,12 @@ class TestPredictors:
         rate = mle_rate(h.samples())
         assert iv[-1] == pytest.approx(math.log(2) / rate)
         assert h.state("poisson")["rate"] == pytest.approx(rate)
-        _, iv = drive(PoissonTarget(CONFIG), [False, False], step=DAY)
+        _, iv = drive(PoissonTarget(CONFIG), [False, False, False], step=DAY)
+        assert iv == pytest.approx([DAY, 2 * DAY, 4 * DAY, 8 * DAY])  # growth capped at 2x
+        _, iv = drive(PoissonTarget(CONFIG, max_growth=math.inf), [False], step=DAY)
         assert iv[-1] == CONFIG.max_interval  # never seen to change
+        with pytest.raises(ValueError):
+            PoissonTarget(CONFIG, max_growth=0.5)
 
     def test_estimator_optimal(self):
         p = EstimatorOptimal(CONFIG, mu=0.5 * DAY)
@@ -280,7 +284,8 @@ class TestPredictors:
         assert p.interval_for(3 / DAY) == CONFIG.max_interval  # mu * rate >= 1
         assert p.interval_for(0.0) == CONFIG.max_interval
         h, iv = drive(p, [True, False, False, True], step=DAY)
-        assert iv[-1] == pytest.approx(CONFIG.clamp(p.interval_for(estimate_rate(h) or 0)))
+        wanted = p.interval_for(estimate_rate(h) or 0)
+        assert iv[-1] == pytest.approx(min(wanted, 2 * iv[-2]))
         with pytest.raises(ValueError):
             p.set_mu(-1)
 

@@ -350,30 +350,40 @@ class EqualInterval(_Multiplicative):
         return self.coefficient * (times[-1] - times[0]) / (len(times) - 1)
 
 
+def _check_growth(max_growth: float) -> float:
+    if math.isnan(max_growth) or max_growth < 1:
+        raise ValueError(f"max_growth must be >= 1 (or inf), got {max_growth}")
+    return max_growth
+
+
 class PoissonTarget(_Multiplicative):
     """Come back when the page has changed with probability ``p`` (default 0.5).
 
     With the estimated rate ``lambda`` (:func:`estimate_rate`) the interval is
-    ``-ln(1 - p) / lambda``; a page never seen to change goes to ``max_interval``.
-    Before the first interval is known it keeps the initial interval.
+    ``-ln(1 - p) / lambda``; a page never seen to change heads for
+    ``max_interval``. Few visits give wild estimates (one unchanged visit gives a
+    rate of 0), so the interval may grow at most ``max_growth`` times per visit
+    (``math.inf`` to disable). Before the first interval is known it keeps the
+    initial interval.
     """
 
     name = "poisson"
 
-    def __init__(self, config: RefreshConfig, p: float = 0.5) -> None:
+    def __init__(self, config: RefreshConfig, p: float = 0.5, max_growth: float = 2.0) -> None:
         super().__init__(config)
         if not 0 < p < 1:
             raise ValueError(f"p must be in (0, 1), got {p}")
         self.p = p
+        self.max_growth = _check_growth(max_growth)
 
     def propose(self, history: PageHistory, changed: bool) -> float:
         rate = estimate_rate(history)
+        previous = self.previous(history)
         if rate is None:
-            return self.previous(history)
+            return previous
         history.state(self.name)["rate"] = rate
-        if rate <= 0:
-            return math.inf
-        return -math.log1p(-self.p) / rate
+        wanted = -math.log1p(-self.p) / rate if rate > 0 else math.inf
+        return min(wanted, previous * self.max_growth)
 
 
 class EstimatorOptimal(_Multiplicative):
@@ -383,15 +393,18 @@ class EstimatorOptimal(_Multiplicative):
     :func:`~scrapy_frontier.core.estimators.optimal_allocation` over all pages'
     estimated rates (kept in ``state["rate"]``) and its fetch budget. ``f = 0``
     (the page changes too often to be kept fresh, or never changes) gives
-    ``max_interval``. Pages with no rate estimate yet keep their previous interval.
+    ``max_interval``. Pages with no rate estimate yet keep their previous interval;
+    as in :class:`PoissonTarget` the interval grows at most ``max_growth`` times
+    per visit.
     """
 
     name = "estimator_optimal"
 
-    def __init__(self, config: RefreshConfig, mu: float = 0.0) -> None:
+    def __init__(self, config: RefreshConfig, mu: float = 0.0, max_growth: float = 2.0) -> None:
         super().__init__(config)
         self.mu = 0.0
         self.set_mu(mu)
+        self.max_growth = _check_growth(max_growth)
 
     def set_mu(self, mu: float) -> None:
         if math.isnan(mu) or mu < 0:
@@ -405,10 +418,11 @@ class EstimatorOptimal(_Multiplicative):
 
     def propose(self, history: PageHistory, changed: bool) -> float:
         rate = estimate_rate(history)
+        previous = self.previous(history)
         if rate is None:
-            return self.previous(history)
+            return previous
         history.state(self.name)["rate"] = rate
-        return self.interval_for(rate)
+        return min(self.interval_for(rate), previous * self.max_growth)
 
 
 class AutoSelector:
