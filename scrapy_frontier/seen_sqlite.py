@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 
+from scrapy_frontier.sqlite_files import SQLiteFile
+
 #: Recorded in the file's ``frontier_meta`` table.
 FORMAT = "scrapy-frontier/seen"
 VERSION = 1
@@ -34,7 +36,6 @@ DEFAULT_BATCH_SIZE = 4096
 #: ...or once its oldest fingerprint has waited this many seconds.
 DEFAULT_FLUSH_INTERVAL = 1.0
 
-_HEADER = b"SQLite format 3\x00"
 _LIMIT = 1 << 63
 
 
@@ -44,10 +45,6 @@ class SeenStoreError(RuntimeError):
     def __init__(self, path: str | os.PathLike[str], problem: str, advice: str) -> None:
         self.path = str(path)
         super().__init__(f"seen-set file {self.path}: {problem}. {advice}")
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
 
 
 class SQLiteFingerprintStore:
@@ -70,6 +67,8 @@ class SQLiteFingerprintStore:
         if not flush_interval >= 0:  # also refuses NaN
             raise ValueError(f"flush_interval must be >= 0 seconds, got {flush_interval!r}")
         self.path = Path(path)
+        self._file = SQLiteFile(self.path, SeenStoreError, fmt=FORMAT, version=VERSION,
+                                what="seen-set")
         self.batch_size = batch_size
         self.flush_interval = flush_interval
         self._clock = clock
@@ -99,50 +98,10 @@ class SQLiteFingerprintStore:
     # -- opening -----------------------------------------------------------------------
 
     def _check_directory(self) -> None:
-        parent = self.path.parent
-        if not parent.is_dir():
-            raise SeenStoreError(
-                self.path, f"its directory {parent} does not exist or is not a directory",
-                "Create the directory, or point FRONTIER_PATH / JOBDIR elsewhere.",
-            )
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise SeenStoreError(
-                self.path, f"its directory {parent} is not writable",
-                "Make it writable for this user, or point FRONTIER_PATH / JOBDIR elsewhere.",
-            )
+        self._file.check_directory()
 
     def _check_file(self) -> None:
-        if not self.path.is_file():
-            raise SeenStoreError(self.path, "is not a regular file",
-                                 "Move it away, or point FRONTIER_PATH / JOBDIR elsewhere.")
-        size = self.path.stat().st_size
-        if size == 0:
-            self._check_directory()
-            return  # an empty file holds nothing to lose: it gets the schema
-        try:
-            with open(self.path, "rb") as f:
-                header = f.read(100)
-        except OSError as exc:
-            raise SeenStoreError(self.path, f"cannot be read ({_describe(exc)})",
-                                 "Check its permissions.") from exc
-        if len(header) < 100 or not header.startswith(_HEADER):
-            raise SeenStoreError(
-                self.path, "is not an SQLite database (wrong header)",
-                "It was not written by scrapy-frontier, or is damaged: move it away (the "
-                "crawl then starts with an empty seen-set) or restore it from a backup.",
-            )
-        page_size = int.from_bytes(header[16:18], "big")
-        page_size = 65536 if page_size == 1 else page_size
-        pages = int.from_bytes(header[28:32], "big")
-        # The in-header page count is valid when the change counter matches
-        # "version-valid-for" (SQLite file format, section 1.3.7).
-        if header[24:28] == header[92:96] and pages and size < pages * page_size:
-            raise SeenStoreError(
-                self.path,
-                f"is truncated ({size} bytes, its header says {pages * page_size})",
-                "It was cut short (a failed copy or a full disk?): restore it from a backup, "
-                "or move it away to start with an empty seen-set.",
-            )
+        self._file.check_file()
 
     def _setup(self, *, fresh: bool) -> None:
         conn = self._conn
@@ -161,35 +120,7 @@ class SQLiteFingerprintStore:
             conn.execute("COMMIT")
             self._count = 0
             return
-        tables = {row[0] for row in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if "frontier_meta" not in tables:
-            raise SeenStoreError(
-                self.path,
-                "is an SQLite database, but not a scrapy-frontier seen-set "
-                f"(tables: {', '.join(sorted(tables)) or 'none'})",
-                "Another program's file is in the way: move it, or point FRONTIER_PATH / "
-                "JOBDIR elsewhere. Nothing was changed in it.",
-            )
-        meta = dict(conn.execute("SELECT key, value FROM frontier_meta").fetchall())
-        if meta.get("format") != FORMAT:
-            raise SeenStoreError(
-                self.path, f"holds format {meta.get('format')!r}, not {FORMAT!r}",
-                "Another scrapy-frontier file is in the way: move it, or point "
-                "FRONTIER_PATH / JOBDIR elsewhere. Nothing was changed in it.",
-            )
-        version = meta.get("version")
-        if version != VERSION:
-            raise SeenStoreError(
-                self.path,
-                f"was written in format version {version!r}; this scrapy-frontier reads "
-                f"version {VERSION}",
-                "Use the scrapy-frontier release that wrote it, or move it away to start with "
-                "an empty seen-set. Nothing was changed in it.",
-            )
-        if "seen" not in tables:
-            raise SeenStoreError(self.path, "has no 'seen' table (damaged)",
-                                 "Restore it from a backup, or move it away.")
+        meta = self._file.check_meta(conn, "seen")
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         count = meta.get("count")
@@ -202,38 +133,9 @@ class SQLiteFingerprintStore:
         conn.execute("COMMIT")
 
     def _error(self, exc: sqlite3.Error, doing: str) -> SeenStoreError:
-        text = str(exc).lower()
-        code = getattr(exc, "sqlite_errorcode", None)
-        if "disk is full" in text or code == getattr(sqlite3, "SQLITE_FULL", 13):
-            return SeenStoreError(
-                self.path, f"{doing}: the disk is full ({_describe(exc)})",
-                "Free some space and run the crawl again; fingerprints written before this "
-                "error are kept.",
-            )
-        if "readonly" in text or "read-only" in text:
-            return SeenStoreError(
-                self.path, f"{doing}: it is read-only ({_describe(exc)})",
-                "Make the file and its directory writable, or point FRONTIER_PATH / JOBDIR "
-                "elsewhere.",
-            )
-        if "locked" in text or "busy" in text:
-            return SeenStoreError(
-                self.path, f"{doing}: it is in use by another process ({_describe(exc)})",
-                "Another crawl is using this job directory: stop it, or use another "
-                "FRONTIER_PATH / JOBDIR.",
-            )
-        if "unable to open" in text:
-            return SeenStoreError(
-                self.path, f"{doing} ({_describe(exc)})",
-                "Check that its directory exists and is writable.",
-            )
-        if "malformed" in text or "not a database" in text or "corrupt" in text:
-            return SeenStoreError(
-                self.path, f"{doing}: it is corrupt ({_describe(exc)})",
-                "Restore it from a backup, or move it away to start with an empty seen-set.",
-            )
-        return SeenStoreError(self.path, f"{doing} ({_describe(exc)})",
-                              "Check the file and the disk it is on.")
+        error = self._file.classify(exc, doing, "fingerprints written before this error are kept")
+        assert isinstance(error, SeenStoreError)
+        return error
 
     # -- the store -------------------------------------------------------------------------
 

@@ -1,0 +1,152 @@
+"""Checks shared by the project's SQLite files (seen-set, page history).
+
+Each file carries a ``frontier_meta`` table with its ``format`` and ``version``.
+A file that cannot be used -- not SQLite, another program's database, another
+format or version, truncated, corrupt, read-only, on a full disk, locked by
+another crawl -- gives an error naming the file and what to do. Nothing here
+deletes, resets or rewrites a file to make an error go away.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+_HEADER = b"SQLite format 3\x00"
+
+#: Builds the caller's exception from (path, problem, advice).
+ErrorFactory = Callable[[Path, str, str], Exception]
+
+
+def describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+class SQLiteFile:
+    """The checks for one file; ``what`` names its contents in messages ("seen-set")."""
+
+    def __init__(
+        self, path: Path, error: ErrorFactory, *, fmt: str, version: int, what: str
+    ) -> None:
+        self.path = path
+        self.error = error
+        self.fmt = fmt
+        self.version = version
+        self.what = what
+
+    def check_directory(self) -> None:
+        parent = self.path.parent
+        if not parent.is_dir():
+            raise self.error(
+                self.path, f"its directory {parent} does not exist or is not a directory",
+                "Create the directory, or point FRONTIER_PATH / JOBDIR elsewhere.",
+            )
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise self.error(
+                self.path, f"its directory {parent} is not writable",
+                "Make it writable for this user, or point FRONTIER_PATH / JOBDIR elsewhere.",
+            )
+
+    def check_file(self) -> None:
+        """An existing file must look like a whole SQLite database."""
+        path = self.path
+        if not path.is_file():
+            raise self.error(path, "is not a regular file",
+                             "Move it away, or point FRONTIER_PATH / JOBDIR elsewhere.")
+        size = path.stat().st_size
+        if size == 0:
+            self.check_directory()
+            return  # an empty file holds nothing to lose: it gets the schema
+        try:
+            with open(path, "rb") as f:
+                header = f.read(100)
+        except OSError as exc:
+            raise self.error(path, f"cannot be read ({describe(exc)})",
+                             "Check its permissions.") from exc
+        if len(header) < 100 or not header.startswith(_HEADER):
+            raise self.error(
+                path, "is not an SQLite database (wrong header)",
+                "It was not written by scrapy-frontier, or is damaged: move it away (the "
+                f"crawl then starts with an empty {self.what}) or restore it from a backup.",
+            )
+        page_size = int.from_bytes(header[16:18], "big")
+        page_size = 65536 if page_size == 1 else page_size
+        pages = int.from_bytes(header[28:32], "big")
+        # The in-header page count is valid when the change counter matches
+        # "version-valid-for" (SQLite file format, section 1.3.7).
+        if header[24:28] == header[92:96] and pages and size < pages * page_size:
+            raise self.error(
+                path,
+                f"is truncated ({size} bytes, its header says {pages * page_size})",
+                "It was cut short (a failed copy or a full disk?): restore it from a backup, "
+                f"or move it away to start with an empty {self.what}.",
+            )
+
+    def check_meta(self, conn: sqlite3.Connection, table: str) -> dict[str, Any]:
+        """The ``frontier_meta`` of an existing file, after checking format and version."""
+        tables = {row[0] for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "frontier_meta" not in tables:
+            raise self.error(
+                self.path,
+                f"is an SQLite database, but not a scrapy-frontier {self.what} "
+                f"(tables: {', '.join(sorted(tables)) or 'none'})",
+                "Another program's file is in the way: move it, or point FRONTIER_PATH / "
+                "JOBDIR elsewhere. Nothing was changed in it.",
+            )
+        meta = dict(conn.execute("SELECT key, value FROM frontier_meta").fetchall())
+        if meta.get("format") != self.fmt:
+            raise self.error(
+                self.path, f"holds format {meta.get('format')!r}, not {self.fmt!r}",
+                "Another scrapy-frontier file is in the way: move it, or point "
+                "FRONTIER_PATH / JOBDIR elsewhere. Nothing was changed in it.",
+            )
+        version = meta.get("version")
+        if version != self.version:
+            raise self.error(
+                self.path,
+                f"was written in format version {version!r}; this scrapy-frontier reads "
+                f"version {self.version}",
+                "Use the scrapy-frontier release that wrote it, or move it away to start with "
+                f"an empty {self.what}. Nothing was changed in it.",
+            )
+        if table not in tables:
+            raise self.error(self.path, f"has no {table!r} table (damaged)",
+                             "Restore it from a backup, or move it away.")
+        return meta
+
+    def classify(self, exc: sqlite3.Error, doing: str, kept: str) -> Exception:
+        """The error for an SQLite failure while ``doing``; ``kept`` says what survives."""
+        text = str(exc).lower()
+        code = getattr(exc, "sqlite_errorcode", None)
+        path = self.path
+        if "disk is full" in text or code == getattr(sqlite3, "SQLITE_FULL", 13):
+            return self.error(
+                path, f"{doing}: the disk is full ({describe(exc)})",
+                f"Free some space and run the crawl again; {kept}.",
+            )
+        if "readonly" in text or "read-only" in text:
+            return self.error(
+                path, f"{doing}: it is read-only ({describe(exc)})",
+                "Make the file and its directory writable, or point FRONTIER_PATH / JOBDIR "
+                "elsewhere.",
+            )
+        if "locked" in text or "busy" in text:
+            return self.error(
+                path, f"{doing}: it is in use by another process ({describe(exc)})",
+                "Another crawl is using this job directory: stop it, or use another "
+                "FRONTIER_PATH / JOBDIR.",
+            )
+        if "unable to open" in text:
+            return self.error(path, f"{doing} ({describe(exc)})",
+                              "Check that its directory exists and is writable.")
+        if "malformed" in text or "not a database" in text or "corrupt" in text:
+            return self.error(
+                path, f"{doing}: it is corrupt ({describe(exc)})",
+                f"Restore it from a backup, or move it away to start with an empty {self.what}.",
+            )
+        return self.error(path, f"{doing} ({describe(exc)})",
+                          "Check the file and the disk it is on.")
