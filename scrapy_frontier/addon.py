@@ -32,6 +32,11 @@ class Addon:
         for name, value in ADDON_SETTINGS.items():
             settings.set(name, value, "addon")
         _add_component(settings, "DOWNLOADER_MIDDLEWARES", MIDDLEWARE_PATH, MIDDLEWARE_ORDER)
+        # Below HttpErrorMiddleware (50): the page history sees 304s and error statuses.
+        _add_component(settings, "SPIDER_MIDDLEWARES", RECRAWL_MIDDLEWARE_PATH, 40)
+
+
+RECRAWL_MIDDLEWARE_PATH = "scrapy_frontier.recrawl_middleware.RecrawlMiddleware"
 
 
 def _add_component(settings: Settings, name: str, path: str, order: int) -> None:

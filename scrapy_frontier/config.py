@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from scrapy.settings import BaseSettings
 
 from scrapy_frontier.core.politeness import DelayPolicy
+from scrapy_frontier.core.refresh import DAY, RefreshConfig
+from scrapy_frontier.recrawl import MODES, PREDICTORS, RecrawlSettings
 
 
 class FrontierConfigError(ValueError):
@@ -45,6 +47,9 @@ class FrontierConfig:
     """Hosts that resolve to one IP address also share one fetch at a time and one rest."""
     dns_timeout: float = 60.0
     """Scrapy's DNS_TIMEOUT, for the lookups per-IP politeness makes."""
+    recrawl: RecrawlSettings = field(default_factory=RecrawlSettings)
+    priority_rules: dict[str, int] = field(default_factory=dict)
+    """FRONTIER_PRIORITY_RULES: host suffix -> priority boost."""
 
     @property
     def policy(self) -> DelayPolicy:
@@ -106,7 +111,64 @@ class FrontierConfig:
             retire_after=_int(settings, "FRONTIER_RETIRE_AFTER", 10, minimum=0),
             ip_politeness=_bool(settings, "FRONTIER_IP_POLITENESS", False),
             dns_timeout=_float(settings, "DNS_TIMEOUT", 60.0, minimum=0.001),
+            recrawl=_recrawl(settings),
+            priority_rules=_priority_rules(settings),
         )
+
+
+def _choice(settings: BaseSettings, name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = _raw(settings, name, default)
+    value = raw.strip().lower() if isinstance(raw, str) else raw
+    if value not in choices:
+        raise FrontierConfigError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
+    return str(value)
+
+
+def _recrawl(settings: BaseSettings) -> RecrawlSettings:
+    low = _float(settings, "FRONTIER_RECRAWL_MIN", 3600.0, minimum=0.001)
+    high = _float(settings, "FRONTIER_RECRAWL_MAX", 180 * DAY, minimum=0.001)
+    if high < low:
+        raise FrontierConfigError(
+            f"FRONTIER_RECRAWL_MAX ({high}) must be >= FRONTIER_RECRAWL_MIN ({low})"
+        )
+    initial = _float(settings, "FRONTIER_RECRAWL_INITIAL", min(max(DAY, low), high),
+                     minimum=0.001)
+    quality = _raw(settings, "FRONTIER_QUALITY", "depth")
+    if not isinstance(quality, str) and not callable(quality):
+        raise FrontierConfigError(
+            f"FRONTIER_QUALITY must be 'depth', 'inlinks', or a callable (or its import path) "
+            f"taking a page record and returning a quality in [0, 1], got {quality!r}"
+        )
+    return RecrawlSettings(
+        mode=_choice(settings, "FRONTIER_RECRAWL", "due", MODES),
+        refresh=RefreshConfig(
+            min_interval=low, max_interval=high, initial_interval=initial,
+            base_interval=initial,
+        ),
+        predictor=_choice(settings, "FRONTIER_RECRAWL_PREDICTOR", "poisson", PREDICTORS),
+        simhash_threshold=_int(settings, "FRONTIER_CHANGE_THRESHOLD", 3, minimum=0),
+        exact=_bool(settings, "FRONTIER_CHANGE_EXACT", False),
+        pass_304=_bool(settings, "FRONTIER_RECRAWL_PASS_304", False),
+        max_pages=_int(settings, "FRONTIER_HISTORY_MAX_PAGES", 0, minimum=0),
+        retire_after=_int(settings, "FRONTIER_HISTORY_RETIRE_AFTER", 5, minimum=0),
+        quality=quality if isinstance(quality, str) else "callable",
+        quality_callable=None if isinstance(quality, str) else quality,
+    )
+
+
+def _priority_rules(settings: BaseSettings) -> dict[str, int]:
+    raw = _raw(settings, "FRONTIER_PRIORITY_RULES", {})
+    try:
+        rules = settings.getdict("FRONTIER_PRIORITY_RULES") if raw else {}
+        out = {str(host): int(boost) for host, boost in rules.items()}
+    except (TypeError, ValueError, AttributeError):
+        raise FrontierConfigError(
+            "FRONTIER_PRIORITY_RULES must map host suffixes to integer priority boosts, "
+            f'e.g. {{"example.com": 2}}, got {raw!r}'
+        ) from None
+    if any(isinstance(b, bool) for b in rules.values()):
+        raise FrontierConfigError(f"FRONTIER_PRIORITY_RULES boosts must be integers: {raw!r}")
+    return out
 
 
 def _raw(settings: BaseSettings, name: str, default: Any) -> Any:

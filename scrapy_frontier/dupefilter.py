@@ -97,6 +97,7 @@ class FrontierDupeFilter(BaseDupeFilter):
         self.filtered = 0
         self._since_publish = 0
         self._published: dict[str, int] = {}
+        self.last_fp: int | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FrontierDupeFilter:
@@ -136,7 +137,9 @@ class FrontierDupeFilter(BaseDupeFilter):
         fp = self.fingerprinter.fingerprint(request)
         if not self._digest:
             fp = hashlib.blake2b(fp, digest_size=8).digest()
-        answer = self.seen.seen(fingerprint64(fp))
+        #: The fingerprint of the last request looked up (for the page history's inlinks).
+        self.last_fp = fingerprint64(fp)
+        answer = self.seen.seen(self.last_fp)
         self._since_publish += 1
         if self._since_publish >= PUBLISH_EVERY:
             self.publish_stats()
@@ -188,6 +191,15 @@ class FrontierDupeFilter(BaseDupeFilter):
                 self._published[key] = value
         if seen.lookups:
             stats.set_value("frontier/seen/hit_rate", round(seen.hit_rate, 4))
+
+
+def request_fp64(fingerprinter: RequestFingerprinterProtocol, request: Request) -> int:
+    """The 64-bit fingerprint the seen-set and the page history use for ``request``."""
+    fp = fingerprinter.fingerprint(request)
+    if type(fingerprinter) is not RequestFingerprinter:
+        # Other fingerprinters may return structured bytes: hash them down first.
+        fp = hashlib.blake2b(fp, digest_size=8).digest()
+    return fingerprint64(fp)
 
 
 def store_directory(settings: BaseSettings) -> Path | None:

@@ -17,7 +17,11 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy_frontier.config import FrontierConfig
 from scrapy_frontier.core.frontier import Frontier, Lease
 from scrapy_frontier.core.prioritizer import PriorityMapper
+from scrapy_frontier.core.recrawl_priority import HostRules
+from scrapy_frontier.history_sqlite import HistoryStoreError
 from scrapy_frontier.hostkey import HostlessURL, host_key, url_host_key
+from scrapy_frontier.recrawl import Recrawler, Visit
+from scrapy_frontier.recrawl_scrapy import BOOST_META, RecrawlHooks
 from scrapy_frontier.resolve import HostResolver
 from scrapy_frontier.seen_sqlite import SeenStoreError, SQLiteFingerprintStore
 from scrapy_frontier.sqlite_store import SQLiteStore, StoreError, request_codec
@@ -85,6 +89,10 @@ class FrontierScheduler:
         self._answered_now = False
         # Host -> (end, duration) of a robots.txt fetch made during its lease.
         self._robots_done: dict[str, tuple[float, float]] = {}
+        self.host_rules = HostRules(config.priority_rules)
+        #: Incremental recrawl (page history), unless FRONTIER_RECRAWL is "off".
+        self.recrawl: RecrawlHooks | None = None
+        self._feed_at = 0.0
         # Per-IP politeness: the hostname to look up for keys that are not one
         # (download_slot overrides), and the resolver.
         self._slot_hostnames: dict[str, str] = {}
@@ -129,6 +137,12 @@ class FrontierScheduler:
         self.stats.set_value("frontier/back_queues/max", self.config.back_queues_max)
         if self.config.state_dir:
             self._open_store(spider)
+        if self.config.recrawl.mode != "off":
+            self.recrawl = RecrawlHooks.open(
+                self.crawler, self.config.recrawl, self.config.state_dir
+            )
+            if self.config.recrawl.mode == "continuous":
+                self.crawler.signals.connect(self._on_spider_idle, signal=signals.spider_idle)
         return self.df.open()
 
     def close(self, reason: str) -> Deferred[None] | None:
@@ -136,6 +150,12 @@ class FrontierScheduler:
         self._cancel_timer()
         self._report_dropped()
         self.publish_stats()
+        if self.recrawl is not None:
+            try:
+                self.recrawl.close(self.stats)
+            except HistoryStoreError as exc:
+                self.stats.inc_value("frontier/history/errors")
+                logger.error("%s", exc)
         store = self._store
         if store is not None:
             # The engine has processed every response by now.
@@ -163,7 +183,12 @@ class FrontierScheduler:
     def has_pending_requests(self) -> bool:
         # True while anything waits, including URLs held only for politeness:
         # otherwise the engine would think the crawl is over.
-        return len(self.frontier) > 0
+        if len(self.frontier) > 0:
+            return True
+        rc = self.recrawl
+        return rc is not None and rc.recrawler.settings.mode == "due" and not (
+            rc.recrawler.exhausted or self._failed
+        )
 
     def __len__(self) -> int:
         return len(self.frontier)
@@ -180,6 +205,15 @@ class FrontierScheduler:
     def _enqueue(self, request: Request) -> bool:
         if not request.dont_filter and self.df.request_seen(request):
             self.df.log(request, self.spider)  # type: ignore[arg-type]
+            if self.recrawl is not None:
+                self.recrawl.inlink(getattr(self.df, "last_fp", None))
+            return False
+        if (
+            request.dont_filter
+            and self.recrawl is not None
+            and LEASE_META not in request.meta
+            and not self._recrawl_gate(request)
+        ):
             return False
         try:
             host = host_key(request)
@@ -195,7 +229,10 @@ class FrontierScheduler:
             self._remember_slot_hostname(host, request)
         ticket = meta.pop(LEASE_META, None)
         started = meta.pop(FETCH_START_META, None)
-        queued = self.frontier.push(host, self.mapper.level(request.priority), request)
+        priority = request.priority
+        if self.host_rules.rules or BOOST_META in meta:
+            priority += self.host_rules.boost(host) + int(meta.get(BOOST_META, 0))
+        queued = self.frontier.push(host, self.mapper.level(priority), request)
         if queued:
             self._enqueued += 1
         else:
@@ -227,6 +264,8 @@ class FrontierScheduler:
             self._maybe_flush(now)
         if self.uses_signals:
             self._reap_finished_leases()
+        if self.recrawl is not None and len(frontier) < 2 * self.config.recrawl.feed_batch:
+            self._feed_due()
         if frontier.in_flight:
             for expired in frontier.expire_leases():
                 self.stats.inc_value("frontier/lease_expired")
@@ -252,6 +291,71 @@ class FrontierScheduler:
         request.meta[LEASE_META] = lease.ticket
         self._write_through()
         return request
+
+    # -- incremental recrawl ---------------------------------------------------
+
+    @property
+    def recrawler(self) -> Recrawler | None:
+        return None if self.recrawl is None else self.recrawl.recrawler
+
+    def page_visited(self, request: Request, visit: Visit) -> None:
+        """A response for ``request`` arrived (from the recrawl spider middleware)."""
+        if self.recrawl is None or self._closed:
+            return
+        try:
+            self.recrawl.page_visited(request, visit)
+        except HistoryStoreError as exc:
+            self._history_failed(exc)
+
+    def _recrawl_gate(self, request: Request) -> bool:
+        assert self.recrawl is not None
+        try:
+            return self.recrawl.gate(request)
+        except HistoryStoreError as exc:
+            self._history_failed(exc)
+            return True  # fetching a page again is the safe side
+
+    def _feed_due(self) -> None:
+        """Queue pages of the history that are due (bypassing the seen test)."""
+        assert self.recrawl is not None
+        now = self.clock()
+        if now < self._feed_at:
+            return
+        batch = self.config.recrawl.feed_batch
+        try:
+            requests = self.recrawl.due_requests(batch, self.spider)
+        except HistoryStoreError as exc:
+            self._history_failed(exc)
+            return
+        for request in requests:
+            self._enqueue(request)
+        if len(requests) < batch:
+            # Nothing more is due for now: look again in a second (continuous mode).
+            self._feed_at = now + 1.0
+
+    def _on_spider_idle(self, spider: Spider) -> None:
+        """Continuous recrawl: stay open, pages fall due later. Stop with a signal."""
+        from scrapy.exceptions import DontCloseSpider
+
+        if self._closed or self._failed or self.recrawl is None:
+            return
+        self._arm_wakeup()
+        raise DontCloseSpider
+
+    def _history_failed(self, exc: HistoryStoreError) -> None:
+        self.stats.inc_value("frontier/history/errors")
+        if self._failed:
+            return
+        self._failed = True
+        logger.error("%s The crawl is stopping.", exc)
+        self._close_spider("frontier_history_error")
+
+    def _close_spider(self, reason: str) -> None:
+        close = getattr(self.crawler.engine, "close_spider_async", None)
+        if close is not None:
+            from scrapy.utils.defer import deferred_from_coro
+
+            deferred_from_coro(close(reason=reason))
 
     # -- per-IP politeness ----------------------------------------------------
 
@@ -305,6 +409,11 @@ class FrontierScheduler:
         ``response`` or ``exception``, when given, drive Retry-After, the
         back-off after failures and host retirement.
         """
+        if exception is not None and self.recrawl is not None:
+            try:
+                self.recrawl.fetch_failed(request, exception)
+            except HistoryStoreError as exc:
+                self._history_failed(exc)
         ticket = request.meta.get(LEASE_META)
         if ticket is None:
             return
@@ -667,12 +776,7 @@ class FrontierScheduler:
             return
         self._failed = True
         logger.error("%s The crawl is stopping.", exc)
-        engine = self.crawler.engine
-        close = getattr(engine, "close_spider_async", None)
-        if close is not None:
-            from scrapy.utils.defer import deferred_from_coro
-
-            deferred_from_coro(close(reason="frontier_store_error"))
+        self._close_spider("frontier_store_error")
 
     # -- waking the engine -------------------------------------------------
 
@@ -684,6 +788,12 @@ class FrontierScheduler:
         if self._closed:
             return
         at = self.frontier.next_wakeup()
+        rc = self.recrawler
+        if rc is not None and rc.settings.mode == "continuous" and not len(self.frontier):
+            # Wake when the next page falls due (looked at again at least every minute).
+            due = rc.next_due()
+            wait = 60.0 if due is None else min(60.0, max(1.0, due - time.time()))
+            at = self.clock() + wait if at is None else min(at, self.clock() + wait)
         if at is None:
             return
         if self._timer is not None and self._timer_at is not None and self._timer_at <= at:
@@ -735,6 +845,8 @@ class FrontierScheduler:
             late_max = round(1000 * st.dispatch_lateness_max, 3)
             set_value("frontier/dispatch_lateness_ms/max", late_max)
         set_value("frontier/queued", len(self.frontier))
+        if self.recrawl is not None:
+            self.recrawl.publish_stats(self.stats)
         if self._resolver is not None:
             set_value("frontier/ip/lookups", self._resolver.lookups)
             set_value("frontier/ip/lookup_failures", self._resolver.failures)

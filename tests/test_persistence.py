@@ -24,6 +24,8 @@ def crash(sched) -> None:  # type: ignore[no-untyped-def]
     store = sched._store
     store.flush()
     store._db.close()
+    if sched.recrawl is not None:  # the page history's buffer dies with the process
+        sched.recrawl.recrawler.store._conn.close()
 
 
 def test_clean_close_and_reopen_restores_queue_and_rests(tmp_path: Path) -> None:

@@ -1,0 +1,182 @@
+"""Per-page change history for incremental recrawls: the record and its stores.
+
+A :class:`PageRecord` is what the crawler remembers about one URL between visits:
+validators for conditional GET (ETag, Last-Modified), an exact digest and a 64-bit
+simhash of the visible text, the last status and size, the page's quality inputs
+(depth, inlinks), whether it was retired, and the predictors' view of it
+(:class:`~scrapy_frontier.core.refresh.PageHistory`: visit times, changes, the
+refresh interval in force and the next due time).
+
+Stores (:class:`HistoryStore`) keep records by 64-bit URL fingerprint (the same
+fingerprint as the seen-set) and answer "which pages are due, in due order".
+:class:`MemoryHistoryStore` is for continuous crawls without a job directory and
+for tests; :class:`~scrapy_frontier.history_sqlite.SQLiteHistoryStore` keeps
+``history.sqlite`` in JOBDIR / FRONTIER_PATH.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from scrapy_frontier.core.refresh import PageHistory
+
+#: Version of :meth:`PageRecord.to_json`'s layout.
+RECORD_VERSION = 1
+
+
+@dataclass
+class PageRecord:
+    fp: int
+    url: str
+    callback: str | None = None
+    depth: int = 0
+    etag: str | None = None
+    last_modified: str | None = None
+    """The raw Last-Modified header, sent back as If-Modified-Since."""
+    digest: str | None = None
+    simhash: int | None = None
+    size: int = 0
+    """Body bytes of the last full (200) response: what a 304 saves."""
+    status: int = 0
+    fetched_at: float = 0.0
+    inlinks: int = 0
+    retired: str | None = None
+    """Why the page is never recrawled again ("gone", "failures"), or None."""
+    weight: float = 1.0
+    """Quality, for eviction when the history is full (lowest goes first)."""
+    history: PageHistory = field(default_factory=PageHistory)
+
+    @property
+    def next_due(self) -> float:
+        return self.history.next_due
+
+    def to_json(self) -> str:
+        out: dict[str, Any] = {"v": RECORD_VERSION, "u": self.url, "h": self.history.to_dict()}
+        for key, value in (
+            ("cb", self.callback),
+            ("d", self.depth),
+            ("e", self.etag),
+            ("lm", self.last_modified),
+            ("dg", self.digest),
+            ("sh", self.simhash),
+            ("sz", self.size),
+            ("st", self.status),
+            ("ft", self.fetched_at),
+            ("in", self.inlinks),
+            ("r", self.retired),
+            ("w", self.weight),
+        ):
+            if value is not None:
+                out[key] = value
+        return json.dumps(out, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, fp: int, text: str) -> PageRecord:
+        """Inverse of :meth:`to_json`; raises ValueError on anything it cannot read."""
+        try:
+            data = json.loads(text)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"page record is not JSON ({exc})") from None
+        if not isinstance(data, dict) or data.get("v") != RECORD_VERSION:
+            version = data.get("v") if isinstance(data, dict) else None
+            raise ValueError(
+                f"page record version {version!r}; this scrapy-frontier reads {RECORD_VERSION}"
+            )
+        try:
+            return cls(
+                fp=fp,
+                url=str(data["u"]),
+                callback=data.get("cb"),
+                depth=int(data.get("d", 0)),
+                etag=data.get("e"),
+                last_modified=data.get("lm"),
+                digest=data.get("dg"),
+                simhash=None if data.get("sh") is None else int(data["sh"]),
+                size=int(data.get("sz", 0)),
+                status=int(data.get("st", 0)),
+                fetched_at=float(data.get("ft", 0.0)),
+                inlinks=int(data.get("in", 0)),
+                retired=data.get("r"),
+                weight=float(data.get("w", 1.0)),
+                history=PageHistory.from_dict(data["h"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"page record is damaged ({type(exc).__name__}: {exc})") from None
+
+
+class HistoryStore(Protocol):
+    """Page records by fingerprint, with the due order of pages not retired."""
+
+    def get(self, fp: int) -> PageRecord | None: ...
+
+    def put(self, record: PageRecord) -> None: ...
+
+    def due(self, after: tuple[float, int], until: float, limit: int) -> list[PageRecord]:
+        """Records not retired with ``after < (next_due, fp)`` and ``next_due <= until``,
+        in ``(next_due, fp)`` order, at most ``limit``."""
+        ...
+
+    def next_due(self) -> float | None:
+        """The earliest next due time of a page not retired, if any."""
+        ...
+
+    def evict(self, keep: int) -> int:
+        """Delete the lowest-weight records until at most ``keep`` remain; return how many."""
+        ...
+
+    def __len__(self) -> int: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class MemoryHistoryStore:
+    """A :class:`HistoryStore` in a dict (due queries sort; fine for small histories)."""
+
+    def __init__(self) -> None:
+        self._records: dict[int, PageRecord] = {}
+        self._json: dict[int, str] = {}
+
+    def get(self, fp: int) -> PageRecord | None:
+        # A copy, as a durable store would give: callers change what they get.
+        text = self._json.get(fp)
+        return None if text is None else PageRecord.from_json(fp, text)
+
+    def put(self, record: PageRecord) -> None:
+        self._json[record.fp] = record.to_json()
+        self._records[record.fp] = record
+
+    def due(self, after: tuple[float, int], until: float, limit: int) -> list[PageRecord]:
+        keys = sorted(
+            (r.next_due, fp)
+            for fp, r in self._records.items()
+            if r.retired is None and after < (r.next_due, fp) and r.next_due <= until
+        )
+        return [PageRecord.from_json(fp, self._json[fp]) for _, fp in keys[:limit]]
+
+    def next_due(self) -> float | None:
+        dues = [r.next_due for r in self._records.values() if r.retired is None]
+        return min(dues) if dues else None
+
+    def evict(self, keep: int) -> int:
+        extra = len(self._records) - keep
+        if extra <= 0:
+            return 0
+        victims = sorted(self._records.values(), key=lambda r: (r.weight, -r.fp))[:extra]
+        for r in victims:
+            del self._records[r.fp]
+            del self._json[r.fp]
+        return len(victims)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def flush(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+

@@ -1,0 +1,232 @@
+"""``history.sqlite``: page records for incremental recrawls, in JOBDIR / FRONTIER_PATH.
+
+One table, ``pages(fp INTEGER PRIMARY KEY, next_due REAL, weight REAL, retired
+INTEGER, data TEXT) WITHOUT ROWID``, with an index on ``(retired, next_due, fp)``
+for the due order and one on ``weight`` for eviction. Writes are buffered and
+committed together (every ``batch_size`` records, every ``flush_interval``
+seconds, and at close); reads see the buffer. A crash loses at most the buffered
+updates: those pages keep their previous due time and are simply visited again.
+
+The same checks as the seen-set apply (see :mod:`scrapy_frontier.sqlite_files`):
+a file from another program, format or version, a damaged, read-only or locked
+file, a full disk all raise :class:`HistoryStoreError` naming the file and what
+to do; nothing is reset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from scrapy_frontier.history import PageRecord
+from scrapy_frontier.sqlite_files import SQLiteFile
+
+FORMAT = "scrapy-frontier/history"
+VERSION = 1
+STORE_NAME = "history.sqlite"
+
+
+class HistoryStoreError(RuntimeError):
+    """The page-history file cannot be used; the message names it and says what to do."""
+
+    def __init__(self, path: str | os.PathLike[str], problem: str, advice: str) -> None:
+        self.path = str(path)
+        super().__init__(f"page-history file {self.path}: {problem}. {advice}")
+
+
+class SQLiteHistoryStore:
+    """A :class:`~scrapy_frontier.history.HistoryStore` in an SQLite file."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        batch_size: int = 2048,
+        flush_interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = Path(path)
+        self._file = SQLiteFile(self.path, HistoryStoreError, fmt=FORMAT, version=VERSION,
+                                what="page history")
+        self.batch_size = batch_size
+        self.flush_interval = flush_interval
+        self._clock = clock
+        self._pending: dict[int, PageRecord] = {}
+        self._flush_at = 0.0
+        self._closed = False
+        existed = self.path.exists()
+        if existed:
+            self._file.check_file()
+        else:
+            self._file.check_directory()
+        try:
+            self._conn = sqlite3.connect(self.path, timeout=1.0, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise self._error(exc, "cannot be opened") from exc
+        try:
+            self._setup(fresh=not existed or self.path.stat().st_size == 0)
+        except HistoryStoreError:
+            self._conn.close()
+            raise
+        except sqlite3.Error as exc:
+            self._conn.close()
+            raise self._error(exc, "cannot be read") from exc
+
+    def _setup(self, *, fresh: bool) -> None:
+        conn = self._conn
+        conn.execute("PRAGMA locking_mode=EXCLUSIVE")
+        if fresh:
+            self._file.check_directory()
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("CREATE TABLE frontier_meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID")
+            conn.execute(
+                "CREATE TABLE pages(fp INTEGER PRIMARY KEY, next_due REAL NOT NULL, "
+                "weight REAL NOT NULL, retired INTEGER NOT NULL, data TEXT NOT NULL) "
+                "WITHOUT ROWID"
+            )
+            conn.execute("CREATE INDEX pages_due ON pages(retired, next_due, fp)")
+            conn.execute("CREATE INDEX pages_weight ON pages(weight, fp)")
+            conn.executemany(
+                "INSERT INTO frontier_meta(key, value) VALUES (?, ?)",
+                [("format", FORMAT), ("version", VERSION)],
+            )
+            conn.execute("COMMIT")
+            return
+        self._file.check_meta(conn, "pages")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        # Take the write lock now, so a second crawl on the same file fails at once.
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("COMMIT")
+
+    def _error(self, exc: sqlite3.Error, doing: str) -> HistoryStoreError:
+        error = self._file.classify(exc, doing, "page records written before this are kept")
+        assert isinstance(error, HistoryStoreError)
+        return error
+
+    def _decode(self, fp: int, text: str) -> PageRecord:
+        try:
+            return PageRecord.from_json(fp, text)
+        except ValueError as exc:
+            raise HistoryStoreError(
+                self.path, f"the record of fingerprint {fp} cannot be read ({exc})",
+                "Restore the file from a backup, or move it away to start a new history.",
+            ) from None
+
+    # -- the store -------------------------------------------------------------------------
+
+    def get(self, fp: int) -> PageRecord | None:
+        pending = self._pending.get(fp)
+        if pending is not None:
+            return PageRecord.from_json(fp, pending.to_json())
+        self._check_open()
+        try:
+            row = self._conn.execute("SELECT data FROM pages WHERE fp = ?", (fp,)).fetchone()
+        except sqlite3.Error as exc:
+            raise self._error(exc, "lookup failed") from exc
+        return None if row is None else self._decode(fp, row[0])
+
+    def put(self, record: PageRecord) -> None:
+        self._check_open()
+        if not self._pending:
+            self._flush_at = self._clock() + self.flush_interval
+        self._pending[record.fp] = record
+        if len(self._pending) >= self.batch_size or self._clock() >= self._flush_at:
+            self.flush()
+
+    def due(self, after: tuple[float, int], until: float, limit: int) -> list[PageRecord]:
+        self.flush()
+        due, fp = after
+        try:
+            rows = self._conn.execute(
+                "SELECT fp, data FROM pages WHERE retired = 0 AND next_due <= ? "
+                "AND (next_due > ? OR (next_due = ? AND fp > ?)) "
+                "ORDER BY next_due, fp LIMIT ?",
+                (until, due, due, fp, limit),
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise self._error(exc, "due query failed") from exc
+        return [self._decode(fp, data) for fp, data in rows]
+
+    def next_due(self) -> float | None:
+        self.flush()
+        try:
+            row = self._conn.execute(
+                "SELECT MIN(next_due) FROM pages WHERE retired = 0").fetchone()
+        except sqlite3.Error as exc:
+            raise self._error(exc, "due query failed") from exc
+        return None if row is None or row[0] is None else float(row[0])
+
+    def evict(self, keep: int) -> int:
+        self.flush()
+        extra = len(self) - keep
+        if extra <= 0:
+            return 0
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(
+                "DELETE FROM pages WHERE fp IN "
+                "(SELECT fp FROM pages ORDER BY weight, fp DESC LIMIT ?)", (extra,))
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise self._error(exc, f"evicting {extra} records failed") from exc
+        return extra
+
+    def __len__(self) -> int:
+        self.flush()
+        try:
+            row = self._conn.execute("SELECT COUNT(*) FROM pages").fetchone()
+        except sqlite3.Error as exc:
+            raise self._error(exc, "count failed") from exc
+        return int(row[0])
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        self._check_open()
+        batch = [
+            (r.fp, r.next_due, r.weight, 0 if r.retired is None else 1, r.to_json())
+            for _, r in sorted(self._pending.items())
+        ]
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(
+                "INSERT OR REPLACE INTO pages(fp, next_due, weight, retired, data) "
+                "VALUES (?, ?, ?, ?, ?)", batch)
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise self._error(exc, f"writing {len(batch)} page records failed") from exc
+        self._pending.clear()
+
+    def _rollback(self) -> None:
+        if self._conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("ROLLBACK")
+
+    def close(self) -> None:
+        """Flush, checkpoint the WAL into the main file, and close. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.flush()
+            try:
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error as exc:
+                raise self._error(exc, "checkpoint failed") from exc
+        finally:
+            self._closed = True
+            self._conn.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise HistoryStoreError(self.path, "is closed", "Open a new store to use it again.")

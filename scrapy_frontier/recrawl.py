@@ -1,0 +1,321 @@
+"""Incremental recrawl: which known pages are due, and what each visit taught us.
+
+:class:`Recrawler` sits between the scheduler, the spider middleware and a
+:class:`~scrapy_frontier.history.HistoryStore`. It has no Scrapy imports: the
+middleware turns responses into digests and simhashes, the scheduler turns due
+records into requests.
+
+* **visits** -- :meth:`visited` (a full response), :meth:`not_modified` (a 304),
+  :meth:`failed` (an error status or a download error), :meth:`gone` (404/410)
+  update the page's record and its next due time (a refresh predictor from
+  :mod:`scrapy_frontier.core.refresh`, clamped to [FRONTIER_RECRAWL_MIN,
+  FRONTIER_RECRAWL_MAX]).
+* **the due gate** -- :meth:`admit` tells whether a request for a known URL may be
+  fetched now (its page is due, not retired).
+* **the feed** -- :meth:`take_due` hands out due pages in due order, once each.
+
+A page handed out (or admitted) is *claimed*: its due time moves ahead by the
+claim hold, so the feed and the gate never hand it out twice; the visit then
+sets the real next due time. A claimed page that is never fetched (the crawl
+was stopped, its frontier state deleted) becomes due again after the hold.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from scrapy_frontier.core.recrawl_priority import (
+    change_term,
+    depth_quality,
+    inlinks_quality,
+    quality_term,
+)
+from scrapy_frontier.core.refresh import (
+    AutoSelector,
+    EqualInterval,
+    EstimatorOptimal,
+    HalveDouble,
+    NutchAdaptive,
+    PoissonTarget,
+    Predictor,
+    RefreshConfig,
+    Refresher,
+    TimelyReturn,
+)
+from scrapy_frontier.core.simhash import is_change, simhash
+from scrapy_frontier.history import HistoryStore, PageRecord
+
+MODES = ("off", "due", "continuous")
+PREDICTORS = (
+    "auto", "poisson", "estimator_optimal", "halve_double", "nutch", "timely_return",
+    "equal_interval",
+)
+GONE_STATUSES = frozenset({404, 410})
+#: Texts longer than this are simhashed on their first part only (bounded CPU per page).
+SIMHASH_MAX_CHARS = 200_000
+
+
+def make_predictor(name: str, config: RefreshConfig) -> Predictor:
+    simple: dict[str, Callable[[RefreshConfig], Predictor]] = {
+        "poisson": PoissonTarget,
+        "estimator_optimal": EstimatorOptimal,
+        "halve_double": HalveDouble,
+        "nutch": NutchAdaptive,
+        "timely_return": TimelyReturn,
+        "equal_interval": EqualInterval,
+    }
+    if name == "auto":
+        order = ("poisson", "equal_interval", "timely_return", "halve_double", "nutch")
+        return AutoSelector([simple[n](config) for n in order])
+    if name not in simple:
+        raise ValueError(f"unknown refresh predictor {name!r}; use one of {', '.join(PREDICTORS)}")
+    return simple[name](config)
+
+
+@dataclass
+class RecrawlSettings:
+    mode: str = "due"
+    refresh: RefreshConfig = field(default_factory=RefreshConfig)
+    predictor: str = "poisson"
+    simhash_threshold: int = 3
+    exact: bool = False
+    pass_304: bool = False
+    max_pages: int = 0
+    """Cap on the history's pages (0: no cap); the lowest-quality pages go first."""
+    retire_after: int = 5
+    """Consecutive failed visits after which a page is retired (0: never)."""
+    quality: str = "depth"
+    """'depth', 'inlinks', or an import path of a callable (see quality_callable)."""
+    quality_callable: Any = None
+    """A callable given directly in the settings, taking a PageRecord."""
+    feed_batch: int = 500
+
+
+@dataclass
+class Visit:
+    """What the middleware extracted from a response."""
+
+    status: int
+    digest: str | None = None
+    text: str | None = None
+    """The visible text, simhashed only when the digest changed (None: binary body)."""
+    simhash: int | None = None
+    size: int = 0
+    etag: str | None = None
+    last_modified: str | None = None
+    depth: int = 0
+    callback: str | None = None
+
+
+class Recrawler:
+    def __init__(
+        self,
+        settings: RecrawlSettings,
+        store: HistoryStore,
+        *,
+        clock: Callable[[], float] = time.time,
+        quality: Callable[[PageRecord], float] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.clock = clock
+        self.refresher = Refresher(
+            make_predictor(settings.predictor, settings.refresh), settings.refresh, clock
+        )
+        self.quality = quality or _builtin_quality(settings.quality)
+        refresh = settings.refresh
+        self.claim_hold = max(refresh.min_interval, refresh.initial_interval)
+        self.counters: dict[str, float] = {}
+        self._cursor: tuple[float, int] = (-math.inf, -(1 << 63))
+        self._boundary = clock()
+        first_due = store.next_due()
+        # Nothing due at the start of a "due" run: the feed has nothing to hand out.
+        self._exhausted = first_due is None or first_due > self._boundary
+        self._inlinks: dict[int, int] = {}
+        self._puts = 0
+
+    def _count(self, key: str, n: float = 1) -> None:
+        self.counters[key] = self.counters.get(key, 0) + n
+
+    # -- the due gate and the feed ---------------------------------------------------------
+
+    def admit(self, fp: int) -> tuple[bool, PageRecord | None]:
+        """May a request for page ``fp`` be fetched now? Claims it if so."""
+        record = self.store.get(fp)
+        if record is None:
+            return True, None
+        if record.retired is not None:
+            self._count("recrawl/filtered_retired")
+            return False, record
+        now = self.clock()
+        if record.next_due > now:
+            self._count("recrawl/not_due")
+            return False, record
+        self._claim(record, now)
+        return True, record
+
+    def take_due(self, limit: int) -> list[PageRecord]:
+        """Up to ``limit`` due pages not handed out yet, most overdue first; claims them.
+
+        In ``due`` mode "due" means due when the crawl started; in ``continuous``
+        mode, due now.
+        """
+        if self._exhausted and self.settings.mode != "continuous":
+            return []
+        until = self.clock() if self.settings.mode == "continuous" else self._boundary
+        records = self.store.due(self._cursor, until, limit)
+        if len(records) < limit and self.settings.mode != "continuous":
+            self._exhausted = True
+        if records:
+            last = records[-1]
+            self._cursor = (last.next_due, last.fp)
+            now = self.clock()
+            for record in records:
+                self._claim(record, now)
+            self._count("recrawl/fed", len(records))
+        return records
+
+    @property
+    def exhausted(self) -> bool:
+        """``due`` mode: every page due at the start was handed out."""
+        return self._exhausted
+
+    def next_due(self) -> float | None:
+        return self.store.next_due()
+
+    def _claim(self, record: PageRecord, now: float) -> None:
+        record.history.next_due = now + self.claim_hold
+        self._put(record)
+
+    def priority(self, record: PageRecord, boost: int = 0) -> int:
+        """The priority adjustment of a recrawl request for ``record``."""
+        samples = record.history.samples()
+        changes = sum(1 for _, changed in samples if changed)
+        return change_term(changes, len(samples)) + quality_term(self.quality(record)) + boost
+
+    # -- visits ----------------------------------------------------------------------------
+
+    def note_inlink(self, fp: int) -> None:
+        """Another link to page ``fp`` was found (it was filtered as already seen)."""
+        self._inlinks[fp] = self._inlinks.get(fp, 0) + 1
+
+    def _record(self, fp: int, url: str) -> PageRecord:
+        record = self.store.get(fp)
+        if record is None:
+            record = PageRecord(fp=fp, url=url)
+        record.inlinks += self._inlinks.pop(fp, 0)
+        return record
+
+    def visited(self, fp: int, url: str, visit: Visit) -> tuple[PageRecord, bool]:
+        """A full response: returns the record and whether the page really changed."""
+        record = self._record(fp, url)
+        first = not record.history.visits
+        if visit.simhash is None and visit.text is not None:
+            if visit.digest == record.digest and record.simhash is not None:
+                visit.simhash = record.simhash  # same bytes, same text
+            else:
+                visit.simhash = simhash(visit.text[:SIMHASH_MAX_CHARS])
+        changed = is_change(
+            record.digest,
+            visit.digest,
+            record.simhash,
+            visit.simhash,
+            threshold=self.settings.simhash_threshold,
+            exact=self.settings.exact,
+        )
+        if first:
+            self._count("recrawl/pages_new")
+        elif changed:
+            self._count("recrawl/pages_changed")
+        else:
+            self._count("recrawl/pages_unchanged")
+        self.refresher.visited(record.history, changed, _http_date(visit.last_modified))
+        record.digest = visit.digest
+        record.simhash = visit.simhash
+        record.size = visit.size
+        record.etag = visit.etag
+        record.last_modified = visit.last_modified
+        self._update(record, visit)
+        return record, changed
+
+    def not_modified(self, fp: int, url: str, visit: Visit) -> PageRecord:
+        """A 304: a visit that saw no change; the body it saved is counted."""
+        record = self._record(fp, url)
+        self._count("recrawl/not_modified")
+        self._count("recrawl/bytes_saved", record.size)
+        self.refresher.visited(record.history, False, None)
+        self._update(record, visit)
+        return record
+
+    def failed(self, fp: int, url: str, visit: Visit | None) -> PageRecord:
+        """An error status or a download error: counts towards retirement."""
+        record = self._record(fp, url)
+        if visit is not None and visit.status in GONE_STATUSES:
+            record.retired = "gone"
+            self._count("history/retired/gone")
+        else:
+            self.refresher.failed(record.history)
+            limit = self.settings.retire_after
+            if limit and record.history.consecutive_failures >= limit:
+                record.retired = "failures"
+                self._count("history/retired/failures")
+        if visit is not None:
+            record.status = visit.status
+        record.fetched_at = self.clock()
+        self._put(record)
+        return record
+
+    def _update(self, record: PageRecord, visit: Visit) -> None:
+        record.status = visit.status
+        record.fetched_at = self.clock()
+        record.depth = visit.depth
+        if visit.callback is not None:
+            record.callback = visit.callback
+        record.retired = None
+        record.weight = self.quality(record)
+        self._put(record)
+
+    def _put(self, record: PageRecord) -> None:
+        self.store.put(record)
+        self._puts += 1
+        cap = self.settings.max_pages
+        # Evict in chunks (1% over the cap) rather than one page per put.
+        if cap and self._puts % max(1, cap // 100) == 0:
+            evicted = self.store.evict(cap)
+            if evicted:
+                self._count("history/evicted", evicted)
+
+    def close(self) -> None:
+        cap = self.settings.max_pages
+        if cap:
+            evicted = self.store.evict(cap)
+            if evicted:
+                self._count("history/evicted", evicted)
+        self.store.close()
+
+
+def _builtin_quality(name: str) -> Callable[[PageRecord], float]:
+    if name == "depth":
+        return lambda record: depth_quality(record.depth)
+    if name == "inlinks":
+        return lambda record: inlinks_quality(record.inlinks)
+    raise ValueError(f"unknown quality {name!r}: use 'depth', 'inlinks' or a callable's path")
+
+
+def _http_date(value: str | None) -> float | None:
+    """Seconds since the epoch of an HTTP date, or None if missing or unusable."""
+    if not value:
+        return None
+    try:
+        return parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+
+
+def describe_counters(counters: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v:g}" for k, v in sorted(counters.items()))
