@@ -183,6 +183,14 @@ class ChangeModel:
         n = self.version(host, page, t)
         return self._events[(host, page)][n - 1] if n else 0.0
 
+    def previous_change(self, host: int, page: int, t: float) -> float | None:
+        """Time of the change before the last one at or before ``t``, the start (0.0) counting
+        as a change; None at version 0 (the start is the last "change" then)."""
+        n = self.version(host, page, t)
+        if n == 0:
+            return None
+        return self._events[(host, page)][n - 2] if n >= 2 else 0.0
+
     def etag(self, host: int, page: int, version: int) -> str:
         """The strong entity tag (with its quotes) of a page version.
 
@@ -223,8 +231,7 @@ class GroundTruth:
         changes = info.get("changes") or {}
         model = ChangeModel(int(info["seed"]), ChangeOptions.from_dict(changes))
         hosts = [
-            (str(h["address"]), 0 if h.get("doc_root") else int(h["pages"]))
-            for h in info["hosts"]
+            (str(h["address"]), 0 if h.get("doc_root") else int(h["pages"])) for h in info["hosts"]
         ]
         return cls(model, hosts, float(info["started"]), float(info.get("started_wall", 0.0)))
 
@@ -363,7 +370,7 @@ def evaluate_conditional(
 
 # -- content ---------------------------------------------------------------------------------
 
-_VOCABULARY = (
+_VOCABULARY_TEXT = (
     "alpha amber anchor apple arch autumn badge basin beacon berry birch blossom border bridge "
     "brook cabin canal candle canyon carbon castle cedar chalk channel cherry cider circle cliff "
     "clock cloud coast comet copper coral cotton crane crystal current dawn delta desert dune "
@@ -373,7 +380,8 @@ _VOCABULARY = (
     "pepper pine planet plaza prairie quartz rain raven reef ribbon river saddle salmon sand "
     "shadow signal silver slate spring spruce stone storm summer thunder timber tower valley "
     "velvet violet walnut willow window winter yarrow zephyr"
-).split()
+)
+_VOCABULARY = tuple(_VOCABULARY_TEXT.split(" "))
 
 
 def _words(rng: random.Random, count: int) -> list[str]:
@@ -404,9 +412,7 @@ def render_dynamic_page(
     address = spec.hosts[host_index].address
     title = f"Host {address} page {page}"
     stable = _words(random.Random(f"{spec.seed}:stable:{host_index}:{page}"), STABLE_WORDS)
-    news = _words(
-        random.Random(f"{spec.seed}:news:{host_index}:{page}:{version}"), NEWS_WORDS
-    )
+    news = _words(random.Random(f"{spec.seed}:news:{host_index}:{page}:{version}"), NEWS_WORDS)
     items = "\n".join(
         f'<li><a href="{html.escape(href)}">link {i}</a></li>' for i, href in enumerate(links)
     )
