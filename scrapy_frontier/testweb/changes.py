@@ -19,7 +19,7 @@ Change model
     ``rate * t`` gaps, later looks only the events since the previous one.
 
 Page content (whenever a change model is given to the server)
-    A long page (about 1200 words): a "news" section of about 300 words derived from
+    A long page (about 1300 words): a "news" section of about 400 words derived from
     ``(seed, i, j, version)``, which is replaced entirely when the version changes, and about
     900 stable words. The links are those of :meth:`WebSpec.links` whatever the version, so the
     link graph never changes. A version change moves a 64-bit word-shingle simhash by tens of
@@ -29,7 +29,7 @@ Noisy pages
     Chosen per page by the seed with probability ``noisy_fraction``, *independently* of the
     changing pages (a page may be both: a news page with a "generated" line). A noisy page adds
     one line ``Generated for request N`` where ``N`` counts the server's responses for that page
-    (1, 2, ...), so its bytes differ on every fetch while one word token changes among about 1200:
+    (1, 2, ...), so its bytes differ on every fetch while one word token changes among about 1300:
     a 64-bit 3-word-shingle simhash typically moves 0 to 3 bits (a few percent of fetch pairs move
     4 or 5). Noisy pages send no ``ETag`` (as dynamic pages on the real web do), but do send the
     ``Last-Modified`` of their stable part.
@@ -67,7 +67,7 @@ __all__ = [
 MAX_RATE = 1000.0
 #: Words of the stable text and of the versioned "news" section of a dynamic page.
 STABLE_WORDS = 900
-NEWS_WORDS = 300
+NEWS_WORDS = 400
 _PARAGRAPH_WORDS = 75
 _UNIT = float(1 << 53)
 
