@@ -6,6 +6,7 @@ Importing this package does not install a Twisted reactor.
 """
 
 from scrapy_frontier.testweb.audit import AuditReport, audit
+from scrapy_frontier.testweb.changes import ChangeModel, ChangeOptions, GroundTruth
 from scrapy_frontier.testweb.docs import doc_tree_hosts
 from scrapy_frontier.testweb.log import LogEntry, read_log
 from scrapy_frontier.testweb.process import ServerProcess
@@ -14,6 +15,9 @@ from scrapy_frontier.testweb.spec import HostSpec, WebSpec, skewed_web, wide_web
 
 __all__ = [
     "AuditReport",
+    "ChangeModel",
+    "ChangeOptions",
+    "GroundTruth",
     "HostSpec",
     "LogEntry",
     "ServerProcess",

@@ -4,6 +4,30 @@ Examples::
 
     python -m scrapy_frontier.testweb serve --shape skewed --log /tmp/web.jsonl
     python -m scrapy_frontier.testweb audit /tmp/web.jsonl --factor 10
+    python -m scrapy_frontier.testweb serve --change-rate 0.01 --changing-fraction 0.5 \
+        --rate-shape 0.5 --noisy-fraction 0.2
+
+Pages that change (see :mod:`scrapy_frontier.testweb.changes`):
+
+``--change-rate RATE``
+    Mean changes per second of a changing page (a Poisson process per page; default 0).
+``--changing-fraction F``
+    Fraction of the generated pages that change, chosen per page by the seed (default 1.0).
+``--rate-shape K``
+    Draw each changing page's rate from a gamma distribution of shape K and mean RATE
+    (default: every changing page has RATE).
+``--noisy-fraction F``
+    Fraction of the pages (chosen by the seed, independently of the changing ones) that add a
+    per-response "Generated for request N" line and send no ETag (default 0).
+``--conditional``
+    Send validators and answer conditional GETs even with no other change option (the pages
+    then never change). Any of these options turns the change model on, and with it long
+    pages, ``ETag``/``Last-Modified`` headers and 304 answers.
+
+The announcement line then also has ``"changes"`` (the options; null without a change model),
+and always ``"seed"``, ``"started"`` (the server's ``time.monotonic()`` at start, which page
+times count from) and ``"started_wall"`` (its ``time.time()``):
+``changes.GroundTruth.from_announcement(line)`` rebuilds the ground truth.
 """
 
 from __future__ import annotations
@@ -16,10 +40,29 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, cast
 
 from scrapy_frontier.testweb.audit import audit
+from scrapy_frontier.testweb.changes import ChangeOptions
 from scrapy_frontier.testweb.docs import doc_tree_hosts
 from scrapy_frontier.testweb.log import read_log
 from scrapy_frontier.testweb.server import TestWebServer
 from scrapy_frontier.testweb.spec import WebSpec, skewed_web, wide_web
+
+
+def build_changes(args: argparse.Namespace) -> ChangeOptions | None:
+    """The change options asked for, or None when no change option is given."""
+    if not (
+        args.change_rate
+        or args.noisy_fraction
+        or args.conditional
+        or args.rate_shape is not None
+        or args.changing_fraction is not None
+    ):
+        return None
+    return ChangeOptions(
+        rate=args.change_rate,
+        changing_fraction=1.0 if args.changing_fraction is None else args.changing_fraction,
+        rate_shape=args.rate_shape,
+        noisy_fraction=args.noisy_fraction,
+    )
 
 
 def build_spec(args: argparse.Namespace) -> WebSpec:
@@ -62,6 +105,7 @@ def serve(args: argparse.Namespace) -> int:
     reactor = cast(_RunnableReactor, installed)
 
     spec = build_spec(args)
+    changes = build_changes(args)
     robots = None
     if args.robots_txt is not None:
         with open(args.robots_txt, encoding="utf-8") as f:
@@ -73,6 +117,7 @@ def serve(args: argparse.Namespace) -> int:
         robots_txt=robots,
         crawl_delays={int(i): float(d) for i, d in args.crawl_delay or ()},
         failing_hosts=args.failing_host or (),
+        changes=changes,
     )
     server.start()
     announcement = {
@@ -81,6 +126,10 @@ def serve(args: argparse.Namespace) -> int:
         "allowed_domains": server.allowed_domains(),
         "pid": os.getpid(),
         "port": server.port,
+        "seed": spec.seed,
+        "started": server.started,
+        "started_wall": server.started_wall,
+        "changes": None if changes is None else changes.as_dict(),
         "hosts": [
             {"address": h.address, "pages": h.pages, "latency": h.latency, "doc_root": h.doc_root}
             for h in spec.hosts
@@ -156,6 +205,38 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         metavar="HOST",
         help="host number HOST answers 503 to everything but robots.txt (repeatable)",
+    )
+    c = s.add_argument_group("pages that change (any of these turns the change model on)")
+    c.add_argument(
+        "--change-rate",
+        type=float,
+        default=0.0,
+        metavar="RATE",
+        help="mean changes per second of a changing page (Poisson; default 0)",
+    )
+    c.add_argument(
+        "--changing-fraction",
+        type=float,
+        metavar="F",
+        help="fraction of pages that change, chosen by the seed (default 1.0)",
+    )
+    c.add_argument(
+        "--rate-shape",
+        type=float,
+        metavar="K",
+        help="per-page rates drawn from a gamma distribution of shape K, mean RATE",
+    )
+    c.add_argument(
+        "--noisy-fraction",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="fraction of pages with a per-response noise line and no ETag (default 0)",
+    )
+    c.add_argument(
+        "--conditional",
+        action="store_true",
+        help="send ETag/Last-Modified and answer 304 even if no page changes",
     )
     s.add_argument("--docs", action="store_true", help="add hosts serving installed HTML docs")
     s.add_argument("--docs-max", type=int, default=2)

@@ -18,7 +18,8 @@ class LogEntry:
     """One request as the server saw it.
 
     ``start`` is ``time.monotonic()`` when the request had arrived (fully parsed) and ``end``
-    when the response was handed to the transport. On Linux the monotonic clock is system-wide,
+    when the response was handed to the transport. The fields after ``vhost`` were added later:
+    logs without them read with their defaults. On Linux the monotonic clock is system-wide,
     so a crawler in another process can compare its own timestamps with these.
     """
 
@@ -29,6 +30,13 @@ class LogEntry:
     status: int
     vhost: str = ""
     """The Host header's name (without port): which of several names on one address."""
+    bytes: int = 0
+    """Body bytes sent (0 for HEAD, 304 and aborted requests)."""
+    version: int = -1
+    """Version of the generated page served (see :mod:`~scrapy_frontier.testweb.changes`),
+    as of ``start`` (always 0 without a change model); -1 for anything else."""
+    conditional: bool = False
+    """Whether the request carried If-None-Match or If-Modified-Since."""
 
     @property
     def duration(self) -> float:
@@ -46,6 +54,9 @@ class LogEntry:
             end=float(d["end"]),
             status=int(d["status"]),
             vhost=str(d.get("vhost", "")),
+            bytes=int(d.get("bytes", 0)),
+            version=int(d.get("version", -1)),
+            conditional=bool(d.get("conditional", False)),
         )
 
 

@@ -2,6 +2,12 @@
 
 Latency is simulated with ``callLater`` so one reactor thread can keep hundreds of slow requests
 open at the same time, as hundreds of real hosts would.
+
+With a change model (``changes=ChangeOptions(...)``; see :mod:`scrapy_frontier.testweb.changes`)
+the generated pages are long pages whose content changes over time, some pages carry a noise
+line that differs on every response, and every generated page sends ``Last-Modified`` (and,
+unless noisy, ``ETag``) and answers conditional GETs with 304 Not Modified when they match.
+Without one, pages and headers are exactly as before.
 """
 
 from __future__ import annotations
@@ -23,6 +29,14 @@ from twisted.internet.error import CannotListenError
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 
+from scrapy_frontier.testweb.changes import (
+    ChangeModel,
+    ChangeOptions,
+    GroundTruth,
+    evaluate_conditional,
+    http_date,
+    render_dynamic_page,
+)
 from scrapy_frontier.testweb.docs import html_files
 from scrapy_frontier.testweb.log import CLIENT_CLOSED, LogEntry, LogWriter
 from scrapy_frontier.testweb.spec import PAGE_PREFIX, WebSpec
@@ -153,6 +167,7 @@ class TestWebServer:
         robots_txt: str | None = None,
         crawl_delays: Mapping[int, float] | None = None,
         failing_hosts: Iterable[int] = (),
+        changes: ChangeOptions | None = None,
     ) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port out of range: {port}")
@@ -167,6 +182,13 @@ class TestWebServer:
         for index in [*self.crawl_delays, *self.failing_hosts]:
             if not 0 <= index < len(spec.hosts):
                 raise ValueError(f"no host with index {index}")
+        #: The change model, or None: pages static, short, and without validators.
+        self.changes = None if changes is None else ChangeModel(spec.seed, changes)
+        #: ``time.monotonic()`` and ``time.time()`` when start() was called; page times count
+        #: from ``started``.
+        self.started: float | None = None
+        self.started_wall: float | None = None
+        self._responses: dict[tuple[int, int], int] = {}  # noisy pages' response counters
         self.log: list[LogEntry] = []
         self.port_of: dict[str, int] = {}
         self._ports: list[_ListeningPort] = []
@@ -197,6 +219,8 @@ class TestWebServer:
             self._writer = LogWriter(self.log_path)
         tcp = _reactor()
         shared = self.requested_port
+        self.started = time.monotonic()
+        self.started_wall = time.time()
         try:
             for i, host in enumerate(self.spec.hosts):
                 site = _QuietSite(_HostResource(self._handle, i), self._channels)
@@ -244,6 +268,13 @@ class TestWebServer:
         done.addBoth(close_log)
         return done
 
+    def ground_truth(self) -> GroundTruth:
+        """Which version each page has when (requires a change model and a started server)."""
+        if self.changes is None or self.started is None or self.started_wall is None:
+            raise RuntimeError("no change model, or server not started")
+        hosts = [(h.address, 0 if h.doc_root else h.pages) for h in self.spec.hosts]
+        return GroundTruth(self.changes, hosts, self.started, self.started_wall)
+
     # -- what a crawl should do --------------------------------------------------------------
 
     def start_urls(self) -> list[str]:
@@ -276,6 +307,12 @@ class TestWebServer:
         logged_path = raw_path + ("?" + query if query else "")
         location: str | None = None
         retry_after: str | None = None
+        headers: list[tuple[bytes, bytes]] = []
+        version = -1
+        conditional = (
+            request.getHeader(b"if-none-match") is not None
+            or request.getHeader(b"if-modified-since") is not None
+        )
         method = request.method
         if method not in (b"GET", b"HEAD"):
             status, ctype, body = 405, "text/plain", b"method not allowed\n"
@@ -312,7 +349,10 @@ class TestWebServer:
             else:
                 status, ctype, body = 200, "text/html", b"<html><title>ok</title></html>"
         else:
-            status, ctype, body = self._page_response(index, raw_path, query)
+            status, ctype, body, version, headers = self._page_response(
+                index, raw_path, query, start, request
+            )
+        sent = 0 if method == b"HEAD" or status in (204, 304) else len(body)
 
         def respond() -> None:
             self._pending.pop(request, None)
@@ -325,16 +365,31 @@ class TestWebServer:
             if getattr(request, "_disconnected", False):
                 return
             request.setResponseCode(status)
-            request.setHeader(b"Content-Type", ctype.encode("ascii"))
-            if location is not None:
-                request.setHeader(b"Location", location.encode("ascii"))
-            if retry_after is not None:
-                request.setHeader(b"Retry-After", retry_after.encode("ascii"))
-            request.setHeader(b"Content-Length", str(len(body)).encode("ascii"))
-            request.write(body)
-            request.finish()
+            for name, value in headers:
+                request.setHeader(name, value)
+            if status == 304:  # no body, no Content-Type/Length of a body not sent
+                request.finish()
+            else:
+                request.setHeader(b"Content-Type", ctype.encode("ascii"))
+                if location is not None:
+                    request.setHeader(b"Location", location.encode("ascii"))
+                if retry_after is not None:
+                    request.setHeader(b"Retry-After", retry_after.encode("ascii"))
+                request.setHeader(b"Content-Length", str(len(body)).encode("ascii"))
+                request.write(body)
+                request.finish()
             self._record(
-                LogEntry(host.address, logged_path, start, time.monotonic(), status, vhost)
+                LogEntry(
+                    host.address,
+                    logged_path,
+                    start,
+                    time.monotonic(),
+                    status,
+                    vhost,
+                    bytes=sent,
+                    version=version,
+                    conditional=conditional,
+                )
             )
 
         def aborted(failure: Failure) -> None:
@@ -344,7 +399,14 @@ class TestWebServer:
                 call.cancel()
                 self._record(
                     LogEntry(
-                        host.address, logged_path, start, time.monotonic(), CLIENT_CLOSED, vhost
+                        host.address,
+                        logged_path,
+                        start,
+                        time.monotonic(),
+                        CLIENT_CLOSED,
+                        vhost,
+                        version=version,
+                        conditional=conditional,
                     )
                 )
 
@@ -363,14 +425,52 @@ class TestWebServer:
         if self._writer is not None:
             self._writer.write(entry)
 
-    def _page_response(self, index: int, path: str, query: str) -> tuple[int, str, bytes]:
+    def _page_response(
+        self, index: int, path: str, query: str, now: float, request: Request
+    ) -> tuple[int, str, bytes, int, list[tuple[bytes, bytes]]]:
+        """(status, content type, body, version, extra headers) of a generated page.
+
+        With a change model the content is the page's version at ``now`` (the request's
+        arrival), with validators, and 304 when the request's conditions say so.
+        """
         m = _PAGE_RE.fullmatch(path)
         if m is None or query:
-            return _not_found()
+            return (*_not_found(), -1, [])
         page = int(m.group(1))
         if page >= self.spec.hosts[index].pages:
-            return _not_found()
-        return 200, _HTML, self.spec.render_page(index, page, self.port_of)
+            return (*_not_found(), -1, [])
+        model = self.changes
+        if model is None:
+            return 200, _HTML, self.spec.render_page(index, page, self.port_of), 0, []
+        assert self.started is not None and self.started_wall is not None
+        t = now - self.started
+        version = model.version(index, page, t)
+        noisy = model.is_noisy(index, page)
+        etag = None if noisy else model.etag(index, page, version)
+        last = self.started_wall + model.last_change(index, page, t)
+        before = model.previous_change(index, page, t)
+        previous = None if before is None else self.started_wall + before
+        headers = [(b"Last-Modified", http_date(last).encode("ascii"))]
+        if etag is not None:
+            headers.append((b"ETag", etag.encode("ascii")))
+        inm = request.getHeader(b"if-none-match")
+        ims = request.getHeader(b"if-modified-since")
+        if evaluate_conditional(
+            None if inm is None else inm.decode("latin-1"),
+            None if ims is None else ims.decode("latin-1"),
+            etag,
+            last,
+            previous,
+            self.started_wall + t,
+        ):
+            return 304, _HTML, b"", version, headers
+        noise = None
+        if noisy:
+            key = (index, page)
+            self._responses[key] = self._responses.get(key, 0) + 1
+            noise = f"Generated for request {self._responses[key]}"
+        body = render_dynamic_page(self.spec, index, page, self.port_of, version, noise)
+        return 200, _HTML, body, version, headers
 
     def _doc_response(self, root: str, raw_path: str) -> tuple[int, str, bytes]:
         path = unquote(raw_path)
