@@ -290,6 +290,9 @@ class TestPredictors:
         assert iv[-1] == pytest.approx(min(wanted, 2 * iv[-2]))
         with pytest.raises(ValueError):
             p.set_mu(-1)
+        # mu not set yet: keep the interval, but remember the rate for the allocation.
+        h, iv = drive(EstimatorOptimal(CONFIG), [True, False], step=DAY)
+        assert iv == [DAY, DAY, DAY] and h.state("estimator_optimal")["rate"] > 0
 
     @pytest.mark.parametrize("cls", [HalveDouble, NutchAdaptive, TimelyReturn, EqualInterval])
     def test_clamps(self, cls):

@@ -400,7 +400,9 @@ class EstimatorOptimal(_Multiplicative):
     :func:`~scrapy_frontier.core.estimators.optimal_allocation` over all pages'
     estimated rates (kept in ``state["rate"]``) and its fetch budget. ``f = 0``
     (the page changes too often to be kept fresh, or never changes) gives
-    ``max_interval``. Pages with no rate estimate yet keep their previous interval;
+    ``max_interval``. Until ``mu`` is set (it starts at 0, which would mean an
+    unlimited budget) pages keep their previous interval, and so do pages with no
+    rate estimate yet;
     as in :class:`PoissonTarget` the interval grows at most ``max_growth`` times
     per visit.
 
@@ -446,7 +448,9 @@ class EstimatorOptimal(_Multiplicative):
     def propose(self, history: PageHistory, changed: bool) -> float:
         rate = estimate_rate(history, self.prior)
         previous = self.previous(history)
-        if rate is None:
+        if rate is None or self.mu <= 0:
+            if rate is not None:
+                history.state(self.name)["rate"] = rate
             return previous
         history.state(self.name)["rate"] = rate
         interval = min(self.interval_for(rate), previous * self.max_growth)
