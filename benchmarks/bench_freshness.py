@@ -31,6 +31,7 @@ from typing import Any
 
 from scrapy_frontier.core.clock import FakeClock
 from scrapy_frontier.core.estimators import (
+    gamma_prior,
     mean_freshness_even,
     optimal_allocation,
 )
@@ -43,8 +44,8 @@ from scrapy_frontier.core.refresh import (
     PageHistory,
     PoissonTarget,
     Predictor,
-    Refresher,
     RefreshConfig,
+    Refresher,
     TimelyReturn,
     estimate_rate,
 )
@@ -202,8 +203,16 @@ class EstimatorOptimalPolicy(PredictorPolicy):
     over the estimated rates, whose ``mu`` the predictor then uses.
     """
 
-    def __init__(self, config: RefreshConfig, budget: float, every: float) -> None:
-        self.opt = EstimatorOptimal(config)
+    def __init__(
+        self,
+        config: RefreshConfig,
+        budget: float,
+        every: float,
+        probe: int = 0,
+        shrink: bool = True,
+    ) -> None:
+        self.opt = EstimatorOptimal(config, probe=probe)
+        self.shrink = shrink
         super().__init__("estimator-optimal", self.opt, config)
         self.budget = budget
         self.realloc_every = every
@@ -211,11 +220,18 @@ class EstimatorOptimalPolicy(PredictorPolicy):
 
     def realloc(self) -> None:
         n = len(self.histories)
+        if self.shrink:
+            # Empirical Bayes: a gamma prior fitted to the plain estimates of pages
+            # with a few visits already; then every page's estimate is shrunk to it.
+            plain = [
+                r
+                for h in self.histories
+                if len(h.visits) > 3 and (r := estimate_rate(h)) is not None
+            ]
+            self.opt.set_prior(gamma_prior(plain))
         known: list[float] = []
         for h in self.histories:
-            rate = h.state(self.opt.name).get("rate")
-            if rate is None:
-                rate = estimate_rate(h)
+            rate = estimate_rate(h, self.opt.prior)
             if rate is not None:
                 known.append(rate)
         if not known or not any(r > 0 for r in known):
@@ -254,6 +270,7 @@ def simulate(
     horizon: float,
     warmup: float,
     seed: int,
+    last_modified_header: bool = False,
 ) -> Metrics:
     """Run one policy. ``budget`` in fetches per second; times in seconds.
 
@@ -317,9 +334,9 @@ def simulate(
             if not changed:
                 wasted += 1
         last_fetch[i] = t
-        # The simulated server sends no Last-Modified: the predictors see only
-        # "changed or not", as with most pages.
-        nxt = policy.on_fetch(i, changed, None)
+        # By default the simulated server sends no Last-Modified: the predictors
+        # see only "changed or not".
+        nxt = policy.on_fetch(i, changed, last_modified if last_modified_header else None)
         if nxt < math.inf:
             heapq.heappush(heap, (nxt, i))
     for i in range(n):  # changes still unseen at the end
@@ -344,7 +361,12 @@ def simulate(
 
 
 def make_policies(
-    rates: list[float], budget: float, config: RefreshConfig, realloc_every: float
+    rates: list[float],
+    budget: float,
+    config: RefreshConfig,
+    realloc_every: float,
+    probe: int,
+    shrink: bool,
 ) -> list[Callable[[], Policy]]:
     """Factories, so every run starts from fresh state."""
     n = len(rates)
@@ -367,7 +389,7 @@ def make_policies(
 
     return [
         lambda: FixedFrequency("oracle-optimal", oracle),
-        lambda: EstimatorOptimalPolicy(config, budget, realloc_every),
+        lambda: EstimatorOptimalPolicy(config, budget, realloc_every, probe, shrink),
         lambda: FixedFrequency("uniform", uniform),
         lambda: FixedFrequency("proportional", proportional),
         lambda: PredictorPolicy("halve/double", HalveDouble(config), config),
@@ -461,8 +483,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--days", type=float, default=540.0, help="simulated days")
     ap.add_argument("--warmup", type=float, default=180.0, help="days not measured")
     ap.add_argument("--realloc-days", type=float, default=7.0, help="estimator-optimal mu refresh")
+    ap.add_argument(
+        "--probe", type=int, default=0, help="estimator-optimal probing (0: off; EstimatorOptimal)"
+    )
+    ap.add_argument(
+        "--no-shrink",
+        action="store_true",
+        help="estimator-optimal: plain MLE rates, no empirical-Bayes gamma prior",
+    )
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--scenario", choices=["gamma", "skewed", "both"], default="both")
+    ap.add_argument(
+        "--last-modified",
+        action="store_true",
+        help="the server sends Last-Modified (the estimators then use it)",
+    )
     ap.add_argument("--quick", action="store_true", help="300 pages, 180 days; writes nothing")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--plot", type=Path, default=PLOT)
@@ -502,6 +537,8 @@ def main(argv: list[str] | None = None) -> int:
             "horizon_days": args.days,
             "warmup_days": args.warmup,
             "realloc_days": args.realloc_days,
+            "probe": args.probe,
+            "shrink": not args.no_shrink,
             "seed": args.seed,
             "config_seconds": {
                 "min_interval": config.min_interval,
@@ -509,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
                 "initial_interval": config.initial_interval,
                 "base_interval": config.base_interval,
             },
-            "last_modified": False,
+            "last_modified": args.last_modified,
         },
         "tianwang_fit": {
             "shape": shape,
@@ -523,16 +560,21 @@ def main(argv: list[str] | None = None) -> int:
         "python": sys.version.split()[0],
         "machine": platform.machine(),
     }
-    for s_index, name in enumerate(chosen):
+    for name in chosen:
         sc = scenarios[name]
-        seed = args.seed + 1000 * s_index
+        seed = args.seed + 1000 * list(scenarios).index(name)  # same pages with --scenario
         rates = make_rates(sc, args.pages, seed)
         changes = make_changes(rates, horizon, seed + 1)
         closed = analytic(rates, budget)
         rows: dict[str, Metrics] = {}
-        for factory in make_policies(rates, budget, config, args.realloc_days * DAY):
+        factories = make_policies(
+            rates, budget, config, args.realloc_days * DAY, args.probe, not args.no_shrink
+        )
+        for factory in factories:
             policy = factory()
-            rows[policy.name] = simulate(policy, changes, budget, horizon, warmup, seed + 2)
+            rows[policy.name] = simulate(
+                policy, changes, budget, horizon, warmup, seed + 2, args.last_modified
+            )
             print(f"  {name}: {policy.name} done in {rows[policy.name].seconds:.1f} s", flush=True)
         print_table(name, rows, closed)
         results["scenarios"][name] = {

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from scrapy_frontier.core import FakeClock
 from scrapy_frontier.core.estimators import (
+    bayes_rate,
     bias_reduced_rate,
+    gamma_prior,
     last_modified_rate,
     mean_age_even,
     mean_freshness_even,
@@ -288,6 +290,9 @@ class TestPredictors:
         assert iv[-1] == pytest.approx(min(wanted, 2 * iv[-2]))
         with pytest.raises(ValueError):
             p.set_mu(-1)
+        # mu not set yet: keep the interval, but remember the rate for the allocation.
+        h, iv = drive(EstimatorOptimal(CONFIG), [True, False], step=DAY)
+        assert iv == [DAY, DAY, DAY] and h.state("estimator_optimal")["rate"] > 0
 
     @pytest.mark.parametrize("cls", [HalveDouble, NutchAdaptive, TimelyReturn, EqualInterval])
     def test_clamps(self, cls):
@@ -508,3 +513,53 @@ class TestSimhash:
         assert is_change(b"a", b"b", 0b0, 0b1111)
         assert is_change(b"a", b"b", 0, 0, exact=True)
         assert not is_change(b"a", b"b", 0, 0b1, threshold=1)
+
+
+class TestShrinkageAndProbing:
+    def test_bayes_rate(self):
+        # No change seen: exactly the posterior mean shape / (rate + sum t).
+        assert bayes_rate([(2.0, False), (3.0, False)], 2.0, 5.0) == pytest.approx(2 / 10)
+        assert bayes_rate([], 2.0, 5.0) == pytest.approx(0.4)  # the prior mean
+        # All changed: finite, unlike the MLE.
+        assert 0 < bayes_rate([(1.0, True)] * 5, 1.0, 1.0) < math.inf
+        # Many samples: the prior washes out, back to the MLE.
+        rng = random.Random(9)
+        samples = [(1.0, rng.random() < 1 - math.exp(-0.7)) for _ in range(3000)]
+        assert bayes_rate(samples, 2.0, 20.0) == pytest.approx(mle_rate(samples), rel=0.01)
+        # Few samples: between the MLE and the prior mean.
+        few = [(1.0, True), (1.0, False)]
+        assert 0.1 < bayes_rate(few, 1.0, 10.0) < mle_rate(few)
+        with pytest.raises(ValueError):
+            bayes_rate(few, 0.0, 1.0)
+
+    def test_gamma_prior(self):
+        rng = random.Random(2)
+        rates = [rng.gammavariate(2.0, 0.5) for _ in range(20_000)]
+        shape, rate = gamma_prior(rates) or (0.0, 0.0)
+        assert shape == pytest.approx(2.0, rel=0.05)
+        assert rate == pytest.approx(2.0, rel=0.05)
+        assert gamma_prior([1.0]) is None
+        assert gamma_prior([1.0, 1.0]) is None
+
+    def test_estimator_optimal_uses_the_prior(self):
+        p = EstimatorOptimal(CONFIG, mu=DAY, max_growth=math.inf)
+        h, _ = drive(p, [False], step=DAY)
+        assert h.interval == CONFIG.max_interval  # MLE 0: never changes
+        p.set_prior((1.0, 10 * DAY))  # mean one change per 10 days
+        h, _ = drive(p, [False], step=DAY)
+        assert h.state(p.name)["rate"] == pytest.approx(1 / (11 * DAY))
+        assert h.interval < CONFIG.max_interval
+        with pytest.raises(ValueError):
+            p.set_prior((0.0, 1.0))
+
+    def test_probing_halves_while_every_visit_changes(self):
+        p = EstimatorOptimal(CONFIG, mu=0.01 * DAY, probe=2, max_growth=math.inf)
+        _, iv = drive(p, [True, True, True], step=DAY)
+        assert iv[2] <= iv[1] / 2
+        assert iv[3] <= max(iv[2] / 2, CONFIG.min_interval)
+        # If even the lower bound says "too fast to keep fresh", no probing.
+        p = EstimatorOptimal(CONFIG, mu=100 * DAY, probe=2)
+        _, iv = drive(p, [True, True, True], step=DAY)
+        assert iv[-1] == 2 * iv[-2] or iv[-1] == CONFIG.max_interval
+        with pytest.raises(ValueError):
+            EstimatorOptimal(CONFIG, probe=-1)

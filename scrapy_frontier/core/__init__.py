@@ -9,6 +9,7 @@ from scrapy_frontier.core.clock import Clock, FakeClock
 from scrapy_frontier.core.frontier import Frontier, FrontierStats, Lease
 from scrapy_frontier.core.politeness import DelayPolicy
 from scrapy_frontier.core.prioritizer import FrontQueueChooser, PriorityMapper
+from scrapy_frontier.core.refresh import PageHistory, RefreshConfig, Refresher
 
 __all__ = [
     "Clock",
@@ -18,5 +19,8 @@ __all__ = [
     "FrontierStats",
     "FrontQueueChooser",
     "Lease",
+    "PageHistory",
     "PriorityMapper",
+    "RefreshConfig",
+    "Refresher",
 ]

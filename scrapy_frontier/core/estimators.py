@@ -24,7 +24,9 @@ from dataclasses import dataclass
 
 __all__ = [
     "Allocation",
+    "bayes_rate",
     "bias_reduced_rate",
+    "gamma_prior",
     "last_modified_rate",
     "mean_age_even",
     "mean_freshness_even",
@@ -122,18 +124,28 @@ def mle_rate(samples: Iterable[tuple[float, bool]]) -> float:
     if unchanged_sum == 0.0:
         return math.log(2 * n + 1) / (total_t / n)
 
+    x = len(changed_t)
+    start = -math.log((n - x + 0.5) / (n + 0.5)) / (total_t / n)
+    return _solve_rate(changed_t, unchanged_sum, 0.0, start)
+
+
+def _solve_rate(changed_t: list[float], const: float, a: float, lam: float) -> float:
+    """Root of ``a / lam + sum t_i / (exp(lam t_i) - 1) = const`` (falling in ``lam``).
+
+    Newton's method inside a bracket, bisecting in log-space when a step leaves
+    it; ``lam`` is the starting point. Needs ``const > 0`` and ``a > 0`` or a
+    changed interval, so that a root exists.
+    """
+
     def g(lam: float) -> tuple[float, float]:
-        value = -unchanged_sum
-        slope = 0.0
+        value = a / lam - const
+        slope = -a / (lam * lam)
         for t in changed_t:
             v, d = _changed_term(lam, t)
             value += v
             slope += d
         return value, slope
 
-    # Start from the regular-interval estimate at the mean interval, then bracket.
-    x = len(changed_t)
-    lam = -math.log((n - x + 0.5) / (n + 0.5)) / (total_t / n)
     lo, hi = lam, lam
     for _ in range(_MAX_ITER):
         if g(lo)[0] > 0 or lo < 1e-290:
@@ -159,6 +171,55 @@ def mle_rate(samples: Iterable[tuple[float, bool]]) -> float:
             return new
         lam = new
     return lam
+
+
+def bayes_rate(samples: Iterable[tuple[float, bool]], shape: float, rate: float) -> float:
+    """Rate estimate shrunk toward a gamma prior (``shape``, ``rate``: mean shape/rate).
+
+    Returns the mode of the posterior under a ``Gamma(shape + 1, rate)`` prior,
+    i.e. the root of
+
+        shape / lambda + sum over changed t_i / (exp(lambda t_i) - 1)
+            = rate + sum over unchanged t_j
+
+    When no visit saw a change this is exactly the posterior mean under
+    ``Gamma(shape, rate)``, ``shape / (rate + sum t)``; otherwise it is close to it.
+    Unlike :func:`mle_rate` it is finite and > 0 in every case, and with few
+    visits it stays near the prior mean (pages of a site, or the whole crawl,
+    make a natural prior: fit it to their estimates). With no samples it returns
+    the prior mean.
+    """
+    if not shape > 0 or not rate > 0:
+        raise ValueError(f"prior shape and rate must be > 0, got {shape}, {rate}")
+    changed_t: list[float] = []
+    unchanged_sum = 0.0
+    for t, changed in samples:
+        if not t > 0 or math.isinf(t):
+            raise ValueError(f"visit intervals must be finite and > 0, got {t}")
+        if changed:
+            changed_t.append(t)
+        else:
+            unchanged_sum += t
+    const = rate + unchanged_sum
+    if not changed_t:
+        return shape / const
+    return _solve_rate(changed_t, const, shape, shape / rate)
+
+
+def gamma_prior(rates: Sequence[float]) -> tuple[float, float] | None:
+    """A gamma prior (shape, rate) with the mean and variance of ``rates``.
+
+    Method of moments: ``shape = m^2 / v``, ``rate = m / v``. Noisy per-page
+    estimates inflate ``v``, which only makes the prior weaker. None when there
+    are fewer than two rates or they have no spread or a zero mean.
+    """
+    if len(rates) < 2:
+        return None
+    m = sum(rates) / len(rates)
+    v = sum((r - m) ** 2 for r in rates) / (len(rates) - 1)
+    if not m > 0 or not v > 0:
+        return None
+    return m * m / v, m / v
 
 
 def last_modified_rate(n: int, changes: int, total_time: float) -> float:
