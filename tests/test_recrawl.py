@@ -1,0 +1,387 @@
+"""Incremental recrawl: the page history stores, the Recrawler on a fake clock,
+the spider middleware's view of responses, and the scheduler's due gate and feed."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scrapy import Request
+from scrapy.http import HtmlResponse, Response
+
+from scrapy_frontier.core import FakeClock
+from scrapy_frontier.core.recrawl_priority import HostRules, change_term, quality_term
+from scrapy_frontier.core.refresh import DAY, RefreshConfig
+from scrapy_frontier.history import MemoryHistoryStore, PageRecord
+from scrapy_frontier.history_sqlite import HistoryStoreError, SQLiteHistoryStore
+from scrapy_frontier.recrawl import Recrawler, RecrawlSettings, Visit
+from scrapy_frontier.recrawl_middleware import NotModified, RecrawlMiddleware, visit_of
+
+WORDS = " ".join(f"word{i % 97} item{i % 13}" for i in range(600))
+
+
+def record(fp: int, due: float, weight: float = 1.0, retired: str | None = None) -> PageRecord:
+    r = PageRecord(fp=fp, url=f"http://a.example/{fp}", weight=weight, retired=retired)
+    r.history.next_due = due
+    return r
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if request.param == "memory":
+        yield MemoryHistoryStore()
+    else:
+        s = SQLiteHistoryStore(tmp_path / "history.sqlite", batch_size=3)
+        yield s
+        s.close()
+
+
+# -- stores (one contract, both backends) -------------------------------------------------
+
+
+def test_store_round_trip_and_due_order(store: Any) -> None:
+    for fp, due in ((5, 30.0), (-7, 10.0), (9, 10.0), (2, 50.0)):
+        store.put(record(fp, due))
+    store.put(record(3, 5.0, retired="gone"))
+    got = store.get(-7)
+    assert got is not None and got.url == "http://a.example/-7" and got.next_due == 10.0
+    assert store.get(12345) is None
+    assert len(store) == 5
+    assert store.next_due() == 10.0  # retired pages do not count
+    first = store.due((float("-inf"), -(1 << 63)), 40.0, 2)
+    assert [r.fp for r in first] == [-7, 9]
+    rest = store.due((first[-1].next_due, first[-1].fp), 40.0, 10)
+    assert [r.fp for r in rest] == [5]  # 2 is due after 40, 3 is retired
+
+
+def test_store_evicts_lowest_weight_first(store: Any) -> None:
+    for fp, w in ((1, 0.9), (2, 0.1), (3, 0.5), (4, 0.2)):
+        store.put(record(fp, 1.0, weight=w))
+    assert store.evict(2) == 2
+    assert len(store) == 2
+    assert store.get(2) is None and store.get(4) is None and store.get(1) is not None
+
+
+def test_sqlite_store_survives_close_and_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "history.sqlite"
+    s = SQLiteHistoryStore(path)
+    r = record(42, 7.0)
+    r.etag = '"v1"'
+    r.history.record_visit(1.0, False)
+    s.put(r)
+    s.close()
+    again = SQLiteHistoryStore(path)
+    got = again.get(42)
+    assert got is not None and got.etag == '"v1"' and got.history.visits == [1.0]
+    again.close()
+
+
+def test_sqlite_store_refuses_foreign_damaged_and_locked_files(tmp_path: Path) -> None:
+    foreign = tmp_path / "foreign.sqlite"
+    db = sqlite3.connect(foreign)
+    db.execute("CREATE TABLE t(x)")
+    db.commit()
+    db.close()
+    with pytest.raises(HistoryStoreError, match="not a scrapy-frontier page history"):
+        SQLiteHistoryStore(foreign)
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not a database at all" * 10)
+    with pytest.raises(HistoryStoreError, match="not an SQLite database"):
+        SQLiteHistoryStore(junk)
+    path = tmp_path / "history.sqlite"
+    s = SQLiteHistoryStore(path)
+    s.put(record(1, 1.0))
+    s.flush()
+    with pytest.raises(HistoryStoreError, match="in use by another process"):
+        SQLiteHistoryStore(path)
+    s.close()
+    # A damaged record names the file and the fingerprint.
+    db = sqlite3.connect(path)
+    db.execute("UPDATE pages SET data = '{\"v\": 99}' WHERE fp = 1")
+    db.commit()
+    db.close()
+    s = SQLiteHistoryStore(path)
+    with pytest.raises(HistoryStoreError, match="fingerprint 1 cannot be read"):
+        s.get(1)
+    s.close()
+
+
+# -- the Recrawler on a fake clock ---------------------------------------------------------
+
+
+def make_recrawler(**kwargs: Any) -> tuple[Recrawler, FakeClock]:
+    clock = FakeClock(1_000_000.0)
+    refresh = RefreshConfig(min_interval=60.0, max_interval=10 * DAY, initial_interval=DAY,
+                            base_interval=DAY)
+    settings = RecrawlSettings(refresh=refresh, predictor="timely_return", **kwargs)
+    return Recrawler(settings, MemoryHistoryStore(), clock=clock), clock
+
+
+def page(text: str, status: int = 200, etag: str | None = None) -> Visit:
+    import hashlib
+
+    return Visit(status=status, digest=hashlib.blake2b(text.encode()).hexdigest(), text=text,
+                 size=len(text), etag=etag)
+
+
+def test_first_visit_then_due_gate_and_feed_claims() -> None:
+    rc, clock = make_recrawler()
+    rec, changed = rc.visited(1, "http://a.example/1", page(WORDS, etag='"a"'))
+    assert not changed and rec.next_due == clock.now + DAY
+    assert rc.admit(1) == (False, rc.store.get(1))  # not due yet
+    assert rc.admit(2) == (True, None)  # unknown page: new
+    clock.advance(DAY + 1)
+    rc2 = Recrawler(rc.settings, rc.store, clock=clock)  # next run
+    assert not rc2.exhausted
+    due = rc2.take_due(10)
+    assert [r.fp for r in due] == [1]
+    assert rc2.take_due(10) == [] and rc2.exhausted  # handed out once
+    # The feed claimed it: a start URL (dont_filter) for the same page is not let through.
+    admitted, _ = rc2.admit(1)
+    assert not admitted
+    assert rc2.counters["recrawl/fed"] == 1 and rc2.counters["recrawl/not_due"] == 1
+
+
+def test_noise_is_not_a_change_but_a_real_edit_is() -> None:
+    rc, clock = make_recrawler()
+    rc.visited(1, "u", page(WORDS))
+    clock.advance(DAY)
+    _, changed = rc.visited(1, "u", page(WORDS + " generated 12345"))
+    assert not changed  # digest differs, simhash within 3 bits
+    clock.advance(DAY)
+    rewritten = " ".join(f"other{i % 89} thing{i % 7}" for i in range(600))
+    _, changed = rc.visited(1, "u", page(rewritten))
+    assert changed
+    assert rc.counters["recrawl/pages_unchanged"] == 1
+    assert rc.counters["recrawl/pages_changed"] == 1
+    exact, clock2 = make_recrawler(exact=True)
+    exact.visited(1, "u", page(WORDS))
+    clock2.advance(DAY)
+    assert exact.visited(1, "u", page(WORDS + " generated 12345"))[1]
+
+
+def test_timely_return_intervals_grow_while_unchanged_and_reset_on_change() -> None:
+    rc, clock = make_recrawler()
+    rc.visited(1, "u", page(WORDS))
+    intervals = []
+    for _ in range(3):
+        clock.advance(DAY)
+        rec, _ = rc.visited(1, "u", page(WORDS))
+        intervals.append(rec.history.interval)
+    assert intervals == [2 * DAY, 4 * DAY, 8 * DAY]
+    clock.advance(DAY)
+    rec, changed = rc.visited(1, "u", page("completely different text " * 50))
+    assert changed and rec.history.interval == DAY
+
+
+def test_304_counts_bytes_saved_and_keeps_validators() -> None:
+    rc, clock = make_recrawler()
+    rc.visited(1, "u", page(WORDS, etag='"v1"'))
+    clock.advance(DAY)
+    rec = rc.not_modified(1, "u", Visit(status=304))
+    assert rec.etag == '"v1"' and rec.history.n_visits == 2
+    assert rc.counters["recrawl/not_modified"] == 1
+    assert rc.counters["recrawl/bytes_saved"] == len(WORDS)
+
+
+def test_gone_and_repeated_failures_retire_a_page() -> None:
+    rc, clock = make_recrawler(retire_after=3)
+    rc.visited(1, "u1", page(WORDS))
+    rec = rc.failed(1, "u1", Visit(status=410))
+    assert rec.retired == "gone"
+    for _ in range(2):
+        rec = rc.failed(2, "u2", Visit(status=503))
+        assert rec.retired is None
+    rec = rc.failed(2, "u2", None)  # a download error counts too
+    assert rec.retired == "failures"
+    assert rc.admit(1)[0] is False and rc.admit(2)[0] is False
+    assert rc.counters["history/retired/gone"] == 1
+    assert rc.counters["history/retired/failures"] == 1
+    assert rc.counters["recrawl/filtered_retired"] == 2
+
+
+def test_history_cap_evicts_lowest_quality() -> None:
+    rc, _ = make_recrawler(max_pages=100)
+    for fp in range(150):
+        rc.visited(fp, f"u{fp}", Visit(status=200, digest=str(fp), depth=fp % 5))
+    rc.close()
+    assert len(rc.store) == 100
+    assert rc.counters["history/evicted"] == 50
+    # Deep pages (low depth quality) went first.
+    depths = [r.depth for r in rc.store._records.values()]
+    assert max(depths) <= 4 and depths.count(0) == 30
+
+
+def test_priority_from_change_share_quality_and_rules() -> None:
+    assert change_term(0, 0) == 0 and change_term(1, 2) == 2 and change_term(1, 4) == 1
+    assert change_term(0, 10) == 0  # a noisy page never seen to change is not promoted
+    assert quality_term(1.0) == 1 and quality_term(0.25) == 0 and quality_term(0.1) == -1
+    rules = HostRules({"example.com": 2, "ads.example.com": -3})
+    assert rules.boost("www.example.com") == 2
+    assert rules.boost("x.ads.example.com") == -3
+    assert rules.boost("example.org") == 0
+    rc, clock = make_recrawler()
+    rc.visited(1, "u", page(WORDS))
+    for i in range(3):
+        clock.advance(DAY)
+        rc.visited(1, "u", page(f"version {i} " + " ".join(f"v{i}w{j}" for j in range(300))))
+    rec = rc.store.get(1)
+    assert rec is not None
+    assert rc.priority(rec) == 2 + 1  # changes every visit, depth 0
+
+
+# -- the spider middleware's view of responses ---------------------------------------------
+
+
+def test_visit_of_html_response_extracts_validators_and_visible_text() -> None:
+    body = (b"<html><head><script>var x = 1;</script><style>p{}</style></head>"
+            b"<body><p>Hello &amp; welcome</p></body></html>")
+    request = Request("http://a.example/", meta={"depth": 2})
+    response = HtmlResponse(
+        "http://a.example/", body=body, request=request,
+        headers={"ETag": '"x1"', "Last-Modified": "Sun, 29 Nov 2026 10:00:00 GMT"},
+    )
+    visit = visit_of(response, request)
+    assert visit.etag == '"x1"' and visit.last_modified.startswith("Sun, 29 Nov")
+    assert visit.text is not None and "Hello & welcome" in visit.text
+    assert "var x" not in visit.text and visit.depth == 2 and visit.size == len(body)
+    binary = Response("http://a.example/f.bin", body=b"\x00\x01", request=request)
+    assert visit_of(binary, request).text is None
+
+
+def test_middleware_hides_304_from_the_callback_unless_asked() -> None:
+    from types import SimpleNamespace
+
+    seen: list[int] = []
+    rc, _ = make_recrawler()
+    scheduler = SimpleNamespace(recrawler=rc, page_visited=lambda req, v: seen.append(v.status))
+    crawler = SimpleNamespace(engine=SimpleNamespace(_slot=SimpleNamespace(scheduler=scheduler)))
+    mw = RecrawlMiddleware(crawler)  # type: ignore[arg-type]
+    request = Request("http://a.example/")
+    with pytest.raises(NotModified):
+        mw.process_spider_input(Response("http://a.example/", status=304, request=request))
+    rc.settings.pass_304 = True
+    mw.process_spider_input(Response("http://a.example/", status=304, request=request))
+    assert seen == [304, 304]
+
+
+# -- the scheduler: due gate, feed and conditional GET across runs --------------------------
+
+
+def _run(tmp_path: Path, **settings: Any) -> Any:
+    from tests.test_scheduler import make_scheduler
+
+    base = {"JOBDIR": str(tmp_path / "job"), "FRONTIER_RECRAWL_MIN": 0.05,
+            "FRONTIER_RECRAWL_INITIAL": 0.3, "FRONTIER_RECRAWL_PREDICTOR": "timely_return"}
+    sched, clock, crawler = make_scheduler({**base, **settings})
+    return sched, clock, crawler
+
+
+def _drain(sched: Any, clock: Any) -> list[Request]:
+    out = []
+    for _ in range(20):
+        request = sched.next_request()
+        if request is None:
+            clock.advance(5.0)
+            if not sched.has_pending_requests():
+                break
+            continue
+        out.append(request)
+        request.meta["frontier_fetch_start"] = clock()
+        sched.fetch_finished(request)
+    return out
+
+
+def test_second_run_recrawls_only_due_pages_conditionally(tmp_path: Path) -> None:
+    import time
+
+    sched, clock, crawler = _run(tmp_path)
+    sched.enqueue_request(Request("http://a.example/", dont_filter=True))
+    sched.enqueue_request(Request("http://b.example/x"))
+    for request in _drain(sched, clock):
+        sched.page_visited(request, Visit(status=200, digest=request.url, etag='"e1"',
+                                          last_modified="Sun, 29 Nov 2026 10:00:00 GMT"))
+    sched.close("finished")
+    assert crawler.stats.get_value("frontier/recrawl/pages_new") == 2
+
+    # Right away nothing is due: the start URL (dont_filter) is filtered, nothing is fed.
+    sched, clock, crawler = _run(tmp_path)
+    assert not sched.has_pending_requests()
+    assert not sched.enqueue_request(Request("http://a.example/", dont_filter=True))
+    assert sched.next_request() is None
+    sched.close("finished")
+    assert crawler.stats.get_value("frontier/recrawl/not_due") == 1
+
+    time.sleep(0.35)
+    sched, clock, crawler = _run(tmp_path)
+    assert sched.has_pending_requests()
+    fetched = _drain(sched, clock)
+    assert sorted(r.url for r in fetched) == ["http://a.example/", "http://b.example/x"]
+    for request in fetched:
+        assert request.meta["frontier_recrawl"] is True and request.dont_filter
+        assert request.headers[b"If-None-Match"] == b'"e1"'
+        assert request.headers[b"If-Modified-Since"].startswith(b"Sun, 29 Nov")
+    # Fed pages are claimed: the start URL does not fetch its page a second time.
+    assert not sched.enqueue_request(Request("http://a.example/", dont_filter=True))
+    for request in fetched:
+        sched.page_visited(request, Visit(status=304))
+    sched.close("finished")
+    stats = crawler.stats
+    assert stats.get_value("frontier/recrawl/fed") == 2
+    assert stats.get_value("frontier/recrawl/conditional") == 2
+    assert stats.get_value("frontier/recrawl/not_modified") == 2
+
+
+def test_recrawl_off_keeps_scrapy_semantics(tmp_path: Path) -> None:
+    sched, clock, _ = _run(tmp_path, FRONTIER_RECRAWL="off")
+    assert sched.recrawl is None
+    sched.enqueue_request(Request("http://a.example/", dont_filter=True))
+    assert len(_drain(sched, clock)) == 1
+    sched.close("finished")
+    assert not (tmp_path / "job" / "history.sqlite").exists()
+
+
+def test_priority_rules_and_meta_boost_pick_the_front_queue(tmp_path: Path) -> None:
+    sched, _, _ = _run(tmp_path, FRONTIER_RECRAWL="off",
+                       FRONTIER_PRIORITY_RULES={"vip.example": 3})
+    sched.enqueue_request(Request("http://plain.example/"))
+    sched.enqueue_request(Request("http://www.vip.example/"))
+    sched.enqueue_request(Request("http://boosted.example/", meta={"frontier_priority_boost": 2}))
+    levels = {host: level for host, level, _ in sched.frontier.iter_queued()}
+    base = sched.mapper.level(0)
+    assert levels["plain.example"] == base
+    assert levels["www.vip.example"] == base + 3
+    assert levels["boosted.example"] == base + 2
+    sched.close("finished")
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "match"),
+    [
+        ("FRONTIER_RECRAWL", "sometimes", "FRONTIER_RECRAWL must be one of"),
+        ("FRONTIER_RECRAWL_PREDICTOR", "magic", "FRONTIER_RECRAWL_PREDICTOR must be one of"),
+        ("FRONTIER_RECRAWL_MIN", -1, "FRONTIER_RECRAWL_MIN must be >="),
+        ("FRONTIER_PRIORITY_RULES", "not a dict", "FRONTIER_PRIORITY_RULES must map"),
+        ("FRONTIER_HISTORY_MAX_PAGES", -5, "FRONTIER_HISTORY_MAX_PAGES must be >="),
+        ("FRONTIER_QUALITY", 3, "FRONTIER_QUALITY must be"),
+    ],
+)
+def test_recrawl_settings_are_validated(name: str, value: Any, match: str) -> None:
+    from scrapy.settings import Settings
+
+    from scrapy_frontier.config import FrontierConfig, FrontierConfigError
+
+    with pytest.raises(FrontierConfigError, match=match):
+        FrontierConfig.from_settings(Settings({name: value}))
+
+
+def test_recrawl_max_below_min_is_refused() -> None:
+    from scrapy.settings import Settings
+
+    from scrapy_frontier.config import FrontierConfig, FrontierConfigError
+
+    with pytest.raises(FrontierConfigError, match="FRONTIER_RECRAWL_MAX"):
+        FrontierConfig.from_settings(
+            Settings({"FRONTIER_RECRAWL_MIN": 100, "FRONTIER_RECRAWL_MAX": 10}))

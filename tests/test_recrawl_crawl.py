@@ -1,0 +1,112 @@
+"""Incremental recrawl on real crawls of the test web, judged from the server's log.
+
+Three runs of ``scrapy crawl`` on one JOBDIR over pages that change as Poisson
+processes (some also noisy). Run 1 fetches everything. Run 2, once every page is
+due, fetches every page again, conditionally: the server answers 304 exactly for
+the pages whose version did not change, and those never reach the spider. Run 3
+starts while only some pages are due (by the next due times in history.sqlite)
+and fetches exactly those.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scrapy_frontier.testweb import ServerProcess, read_log
+from scrapy_frontier.testweb.crawl import FRONTIER_ADDON, run_crawl
+from scrapy_frontier.testweb.log import LogEntry
+
+WEB = ["--shape", "wide", "--hosts", "3", "--pages", "6", "--latency", "0.005", "0.01",
+       "--cross-links", "0", "--seed", "11", "--change-rate", "0.1",
+       "--changing-fraction", "0.5", "--noisy-fraction", "0.4"]
+
+
+def _pages(entries: list[LogEntry]) -> dict[tuple[str, str], LogEntry]:
+    out: dict[tuple[str, str], LogEntry] = {}
+    for e in entries:
+        if e.path.startswith("/p/"):
+            assert (e.host, e.path) not in out, f"{e.host}{e.path} fetched twice in one run"
+            out[(e.host, e.path)] = e
+    return out
+
+
+def _crawl(web: ServerProcess, job: Path, log: Path, **extra: Any) -> tuple[Any, list[LogEntry]]:
+    before = len(read_log(log)) if log.exists() else 0
+    settings = {"ADDONS": FRONTIER_ADDON, "JOBDIR": str(job), "FRONTIER_MIN_DELAY": 0.0,
+                "FRONTIER_DELAY_FACTOR": 1.0, "FRONTIER_RECRAWL_MIN": 0.2,
+                "FRONTIER_RECRAWL_MAX": 600.0, "FRONTIER_RECRAWL_PREDICTOR": "timely_return",
+                **extra}
+    result = run_crawl(web.start_urls, settings, allowed_domains=web.allowed_domains,
+                       workdir=job.parent / f"crawl{before}")
+    assert result.returncode == 0, result.output[-3000:]
+    time.sleep(0.2)  # the server's log is flushed line by line; let the last lines land
+    return result, read_log(log)[before:]
+
+
+def _next_due(job: Path) -> dict[str, float]:
+    import json
+
+    db = sqlite3.connect(job / "history.sqlite")
+    try:
+        rows = db.execute("SELECT next_due, data FROM pages").fetchall()
+    finally:
+        db.close()
+    return {json.loads(data)["u"]: due for due, data in rows}
+
+
+@pytest.mark.crawl
+def test_three_runs_recrawl_due_pages_with_conditional_get(tmp_path: Path) -> None:
+    log = tmp_path / "server.jsonl"
+    job = tmp_path / "job"
+    with ServerProcess(WEB, log_path=str(log)) as web:
+        expected = {(h, p) for h, p in web.expected}
+        # Run 1: every page, once, unconditionally.
+        first, entries = _crawl(web, job, log, FRONTIER_RECRAWL_INITIAL=1.0)
+        run1 = _pages(entries)
+        assert set(run1) == expected
+        assert not any(e.conditional for e in run1.values())
+        assert first.stats["frontier/recrawl/pages_new"] == len(expected)
+
+        # Run 2: everything is due after 1 s; all fetched again, with validators.
+        time.sleep(1.2)
+        second, entries = _crawl(web, job, log, FRONTIER_RECRAWL_INITIAL=30.0)
+        run2 = _pages(entries)
+        assert set(run2) == expected
+        assert all(e.conditional for e in run2.values())
+        unchanged = {k for k in expected if run2[k].version == run1[k].version}
+        not_modified = {k for k, e in run2.items() if e.status == 304}
+        print(f"run 2: {len(unchanged)} of {len(expected)} pages unchanged, "
+              f"{len(not_modified)} answered 304")
+        assert not_modified == unchanged
+        assert 0 < len(unchanged) < len(expected)
+        stats = second.stats
+        assert stats["frontier/recrawl/fed"] == len(expected)
+        assert stats["frontier/recrawl/not_modified"] == len(unchanged)
+        saved = sum(run1[k].bytes for k in unchanged)
+        assert stats["frontier/recrawl/bytes_saved"] == saved
+        assert stats.get("frontier/recrawl/pages_changed", 0) == len(expected) - len(unchanged)
+        # The 304s never reached the spider: only 200s were parsed.
+        assert stats["response_received_count"] == len(expected)
+        assert stats.get("httperror/response_ignored_status_count/304") == len(unchanged)
+
+        # Run 3: only the pages whose next due time has come are fetched.
+        due = _next_due(job)
+        time.sleep(2.5)  # unchanged pages (2 s intervals) fall due; changed ones wait 30 s
+        launched = time.time()
+        _, entries = _crawl(web, job, log)
+        finished = time.time()
+        run3 = _pages(entries)
+        # Each host's own port, from its root URL (http://ADDRESS:PORT/p/0).
+        port = {u.split("/")[2].split(":")[0]: u.split("/")[2].split(":")[1]
+                for u in web.start_urls}
+        fetched = {f"http://{h}:{port[h]}{p}" for h, p in run3}
+        must = {url for url, t in due.items() if t <= launched}
+        may = {url for url, t in due.items() if t <= finished}
+        print(f"run 3: {len(must)} due at launch, {len(fetched)} fetched")
+        assert must <= fetched <= may
+        assert 0 < len(fetched) < len(expected)
