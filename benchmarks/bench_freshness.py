@@ -31,7 +31,6 @@ from typing import Any
 
 from scrapy_frontier.core.clock import FakeClock
 from scrapy_frontier.core.estimators import (
-    gamma_prior,
     mean_freshness_even,
     optimal_allocation,
 )
@@ -47,7 +46,7 @@ from scrapy_frontier.core.refresh import (
     RefreshConfig,
     Refresher,
     TimelyReturn,
-    estimate_rate,
+    calibrate,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -219,27 +218,9 @@ class EstimatorOptimalPolicy(PredictorPolicy):
         self.mu_history: list[float] = []
 
     def realloc(self) -> None:
-        n = len(self.histories)
-        if self.shrink:
-            # Empirical Bayes: a gamma prior fitted to the plain estimates of pages
-            # with a few visits already; then every page's estimate is shrunk to it.
-            plain = [
-                r
-                for h in self.histories
-                if len(h.visits) > 3 and (r := estimate_rate(h)) is not None
-            ]
-            self.opt.set_prior(gamma_prior(plain))
-        known: list[float] = []
-        for h in self.histories:
-            rate = estimate_rate(h, self.opt.prior)
-            if rate is not None:
-                known.append(rate)
-        if not known or not any(r > 0 for r in known):
-            return
-        budget = self.budget * len(known) / n
-        alloc = optimal_allocation(known, budget, mu_hint=self.opt.mu or None, rel_tol=1e-4)
-        self.opt.set_mu(alloc.mu)
-        self.mu_history.append(alloc.mu)
+        mu = calibrate(self.opt, lambda: self.histories, self.budget, shrink=self.shrink)
+        if mu is not None:
+            self.mu_history.append(mu)
 
 
 # -- the simulation -------------------------------------------------------------

@@ -133,6 +133,13 @@ def _recrawl(settings: BaseSettings) -> RecrawlSettings:
         )
     initial = _float(settings, "FRONTIER_RECRAWL_INITIAL", min(max(DAY, low), high),
                      minimum=0.001)
+    predictor = _choice(settings, "FRONTIER_RECRAWL_PREDICTOR", "timely_return", PREDICTORS)
+    budget = _float(settings, "FRONTIER_RECRAWL_BUDGET", 0.0, minimum=0.0)
+    if predictor == "estimator_optimal" and not budget:
+        raise FrontierConfigError(
+            "FRONTIER_RECRAWL_PREDICTOR='estimator_optimal' needs FRONTIER_RECRAWL_BUDGET: how "
+            "many recrawl fetches per day to spread over the pages (e.g. 100000)"
+        )
     quality = _raw(settings, "FRONTIER_QUALITY", "depth")
     if not isinstance(quality, str) and not callable(quality):
         raise FrontierConfigError(
@@ -145,7 +152,8 @@ def _recrawl(settings: BaseSettings) -> RecrawlSettings:
             min_interval=low, max_interval=high, initial_interval=initial,
             base_interval=initial,
         ),
-        predictor=_choice(settings, "FRONTIER_RECRAWL_PREDICTOR", "poisson", PREDICTORS),
+        predictor=predictor,
+        budget=budget,
         simhash_threshold=_int(settings, "FRONTIER_CHANGE_THRESHOLD", 3, minimum=0),
         exact=_bool(settings, "FRONTIER_CHANGE_EXACT", False),
         pass_304=_bool(settings, "FRONTIER_RECRAWL_PASS_304", False),

@@ -17,6 +17,7 @@ for tests; :class:`~scrapy_frontier.history_sqlite.SQLiteHistoryStore` keeps
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -126,6 +127,10 @@ class HistoryStore(Protocol):
         """Delete the lowest-weight records until at most ``keep`` remain; return how many."""
         ...
 
+    def scan(self) -> Iterator[PageRecord]:
+        """Every record not retired, in no particular order (streamed)."""
+        ...
+
     def __len__(self) -> int: ...
 
     def flush(self) -> None: ...
@@ -170,6 +175,11 @@ class MemoryHistoryStore:
             del self._records[r.fp]
             del self._json[r.fp]
         return len(victims)
+
+    def scan(self) -> Iterator[PageRecord]:
+        for fp, record in list(self._records.items()):
+            if record.retired is None:
+                yield PageRecord.from_json(fp, self._json[fp])
 
     def __len__(self) -> int:
         return len(self._records)

@@ -19,7 +19,7 @@ import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from scrapy_frontier.history import PageRecord
@@ -179,6 +179,16 @@ class SQLiteHistoryStore:
             self._rollback()
             raise self._error(exc, f"evicting {extra} records failed") from exc
         return extra
+
+    def scan(self) -> Iterator[PageRecord]:
+        self.flush()
+        try:
+            cursor = self._conn.execute("SELECT fp, data FROM pages WHERE retired = 0")
+            while rows := cursor.fetchmany(1000):
+                for fp, data in rows:
+                    yield self._decode(fp, data)
+        except sqlite3.Error as exc:
+            raise self._error(exc, "scan failed") from exc
 
     def __len__(self) -> int:
         self.flush()

@@ -36,6 +36,7 @@ from scrapy_frontier.core.recrawl_priority import (
     quality_term,
 )
 from scrapy_frontier.core.refresh import (
+    DAY,
     AutoSelector,
     EqualInterval,
     EstimatorOptimal,
@@ -46,6 +47,7 @@ from scrapy_frontier.core.refresh import (
     RefreshConfig,
     Refresher,
     TimelyReturn,
+    calibrate,
 )
 from scrapy_frontier.core.simhash import is_change, simhash
 from scrapy_frontier.history import HistoryStore, PageRecord
@@ -81,7 +83,7 @@ def make_predictor(name: str, config: RefreshConfig) -> Predictor:
 class RecrawlSettings:
     mode: str = "due"
     refresh: RefreshConfig = field(default_factory=RefreshConfig)
-    predictor: str = "poisson"
+    predictor: str = "timely_return"
     simhash_threshold: int = 3
     exact: bool = False
     pass_304: bool = False
@@ -93,6 +95,8 @@ class RecrawlSettings:
     """'depth', 'inlinks', or an import path of a callable (see quality_callable)."""
     quality_callable: Any = None
     """A callable given directly in the settings, taking a PageRecord."""
+    budget: float = 0.0
+    """Recrawl fetches per day (estimator_optimal spreads them for the best freshness)."""
     feed_batch: int = 500
 
 
@@ -124,9 +128,8 @@ class Recrawler:
         self.settings = settings
         self.store = store
         self.clock = clock
-        self.refresher = Refresher(
-            make_predictor(settings.predictor, settings.refresh), settings.refresh, clock
-        )
+        self.predictor = make_predictor(settings.predictor, settings.refresh)
+        self.refresher = Refresher(self.predictor, settings.refresh, clock)
         self.quality = quality or _builtin_quality(settings.quality)
         refresh = settings.refresh
         self.claim_hold = max(refresh.min_interval, refresh.initial_interval)
@@ -138,6 +141,26 @@ class Recrawler:
         self._exhausted = first_due is None or first_due > self._boundary
         self._inlinks: dict[int, int] = {}
         self._puts = 0
+        self._calibrated_at = -math.inf
+        self.maybe_calibrate()
+
+    def maybe_calibrate(self) -> None:
+        """estimator_optimal: spread the recrawl budget over the pages' estimated rates.
+
+        At the start of each run, and once a day in a continuous crawl.
+        """
+        if not isinstance(self.predictor, EstimatorOptimal):
+            return
+        now = self.clock()
+        if now - self._calibrated_at < DAY:
+            return
+        self._calibrated_at = now
+        mu = calibrate(
+            self.predictor, lambda: (r.history for r in self.store.scan()),
+            self.settings.budget / DAY,
+        )
+        if mu is not None:
+            self.counters["recrawl/mu"] = mu
 
     def _count(self, key: str, n: float = 1) -> None:
         self.counters[key] = self.counters.get(key, 0) + n
@@ -167,6 +190,8 @@ class Recrawler:
         """
         if self._exhausted and self.settings.mode != "continuous":
             return []
+        if self.settings.mode == "continuous":
+            self.maybe_calibrate()
         until = self.clock() if self.settings.mode == "continuous" else self._boundary
         records = self.store.due(self._cursor, until, limit)
         if len(records) < limit and self.settings.mode != "continuous":

@@ -385,3 +385,45 @@ def test_recrawl_max_below_min_is_refused() -> None:
     with pytest.raises(FrontierConfigError, match="FRONTIER_RECRAWL_MAX"):
         FrontierConfig.from_settings(
             Settings({"FRONTIER_RECRAWL_MIN": 100, "FRONTIER_RECRAWL_MAX": 10}))
+
+
+def test_estimator_optimal_spreads_a_budget_over_estimated_rates() -> None:
+    import random
+
+    rng = random.Random(5)
+    clock = FakeClock(0.0)
+    refresh = RefreshConfig(min_interval=600.0, max_interval=60 * DAY, initial_interval=DAY,
+                            base_interval=DAY)
+    store = MemoryHistoryStore()
+    # Day-long visits to 40 pages: the first half changes at almost every visit,
+    # the second half almost never.
+    for fp in range(40):
+        r = PageRecord(fp=fp, url=f"u{fp}")
+        for day in range(8):
+            changed = day > 0 and (rng.random() < (0.9 if fp < 20 else 0.05))
+            r.history.record_visit(day * DAY, changed)
+        r.history.interval = DAY
+        r.history.next_due = 8 * DAY
+        store.put(r)
+    clock.now = 8 * DAY
+    settings = RecrawlSettings(refresh=refresh, predictor="estimator_optimal", budget=40.0)
+    rc = Recrawler(settings, store, clock=clock)
+    assert rc.counters["recrawl/mu"] > 0
+    # A visit now: a slow page gets a longer interval than a fast one would under the
+    # same mu, but no page goes beyond max_interval.
+    slow, _ = rc.visited(30, "u30", Visit(status=200, digest="same"))
+    fast_rate = 2.0 / DAY
+    assert rc.predictor.interval_for(fast_rate) != slow.history.interval
+    assert refresh.min_interval <= slow.history.interval <= refresh.max_interval
+
+
+def test_estimator_optimal_needs_a_budget() -> None:
+    from scrapy.settings import Settings
+
+    from scrapy_frontier.config import FrontierConfig, FrontierConfigError
+
+    with pytest.raises(FrontierConfigError, match="FRONTIER_RECRAWL_BUDGET"):
+        FrontierConfig.from_settings(Settings({"FRONTIER_RECRAWL_PREDICTOR": "estimator_optimal"}))
+    config = FrontierConfig.from_settings(Settings({
+        "FRONTIER_RECRAWL_PREDICTOR": "estimator_optimal", "FRONTIER_RECRAWL_BUDGET": 1000}))
+    assert config.recrawl.budget == 1000.0

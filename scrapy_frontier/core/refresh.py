@@ -32,15 +32,17 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from scrapy_frontier.core.clock import Clock
 from scrapy_frontier.core.estimators import (
     bayes_rate,
+    gamma_prior,
     last_modified_rate,
     mle_rate,
+    optimal_allocation,
     optimal_frequency,
 )
 
@@ -57,6 +59,7 @@ __all__ = [
     "Refresher",
     "RefreshConfig",
     "TimelyReturn",
+    "calibrate",
     "estimate_rate",
 ]
 
@@ -460,6 +463,45 @@ class EstimatorOptimal(_Multiplicative):
             if censored and optimal_frequency(rate, self.mu) > 0:
                 interval = min(interval, previous / 2.0)
         return interval
+
+
+def calibrate(
+    opt: EstimatorOptimal,
+    histories: Callable[[], Iterable[PageHistory]],
+    budget: float,
+    *,
+    shrink: bool = True,
+) -> float | None:
+    """Set ``opt``'s ``mu`` (and gamma prior) for ``budget`` visits per second over pages.
+
+    ``histories()`` yields every page's history; it is called once or twice (the
+    histories are streamed, only one rate per page is kept in memory).
+
+    Empirical Bayes: with ``shrink``, a gamma prior is fitted to the plain rate
+    estimates of pages visited more than three times, and every page's estimate is
+    shrunk toward it. Pages with no estimate yet (one visit) are counted at the
+    uniform frequency; the rest of the budget goes to the freshness-optimal
+    allocation over the estimated rates. Returns the new ``mu``, or None when no
+    page has a positive rate yet (``mu`` is then left as it was).
+    """
+    if shrink:
+        plain = [
+            r for h in histories() if len(h.visits) > 3 and (r := estimate_rate(h)) is not None
+        ]
+        opt.set_prior(gamma_prior(plain))
+    known: list[float] = []
+    pages = 0
+    for h in histories():
+        pages += 1
+        rate = estimate_rate(h, opt.prior)
+        if rate is not None:
+            known.append(rate)
+    if not known or not any(r > 0 for r in known):
+        return None
+    share = budget * len(known) / pages
+    alloc = optimal_allocation(known, share, mu_hint=opt.mu or None, rel_tol=1e-4)
+    opt.set_mu(alloc.mu)
+    return alloc.mu
 
 
 class AutoSelector:
