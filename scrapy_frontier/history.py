@@ -25,6 +25,10 @@ from scrapy_frontier.core.refresh import PageHistory
 
 #: Version of :meth:`PageRecord.to_json`'s layout.
 RECORD_VERSION = 1
+#: A page may be recrawled from this share of its interval before its due time on. A run
+#: started a little before the previous one (daily cron: a page visited at 00:05 yesterday is
+#: due at 00:05 today) still takes it, instead of leaving it for the run after.
+DUE_SLACK = 0.1
 
 
 @dataclass
@@ -47,11 +51,19 @@ class PageRecord:
     """Why the page is never recrawled again ("gone", "failures"), or None."""
     weight: float = 1.0
     """Quality, for eviction when the history is full (lowest goes first)."""
+    claimed_until: float = 0.0
+    """Handed out for a recrawl: not handed out again before this time (or a visit)."""
     history: PageHistory = field(default_factory=PageHistory)
 
     @property
     def next_due(self) -> float:
         return self.history.next_due
+
+    @property
+    def eligible(self) -> float:
+        """When the page may be recrawled: its due time less the slack, unless claimed."""
+        h = self.history
+        return max(h.next_due - DUE_SLACK * h.interval, self.claimed_until)
 
     def to_json(self) -> str:
         out: dict[str, Any] = {"v": RECORD_VERSION, "u": self.url, "h": self.history.to_dict()}
@@ -68,6 +80,7 @@ class PageRecord:
             ("in", self.inlinks),
             ("r", self.retired),
             ("w", self.weight),
+            ("cl", self.claimed_until or None),
         ):
             if value is not None:
                 out[key] = value
@@ -101,6 +114,7 @@ class PageRecord:
                 inlinks=int(data.get("in", 0)),
                 retired=data.get("r"),
                 weight=float(data.get("w", 1.0)),
+                claimed_until=float(data.get("cl", 0.0)),
                 history=PageHistory.from_dict(data["h"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -115,12 +129,12 @@ class HistoryStore(Protocol):
     def put(self, record: PageRecord) -> None: ...
 
     def due(self, after: tuple[float, int], until: float, limit: int) -> list[PageRecord]:
-        """Records not retired with ``after < (next_due, fp)`` and ``next_due <= until``,
-        in ``(next_due, fp)`` order, at most ``limit``."""
+        """Records not retired with ``after < (eligible, fp)`` and ``eligible <= until``,
+        in ``(eligible, fp)`` order, at most ``limit``."""
         ...
 
     def next_due(self) -> float | None:
-        """The earliest next due time of a page not retired, if any."""
+        """The earliest eligible time of a page not retired, if any."""
         ...
 
     def evict(self, keep: int) -> int:
@@ -156,14 +170,14 @@ class MemoryHistoryStore:
 
     def due(self, after: tuple[float, int], until: float, limit: int) -> list[PageRecord]:
         keys = sorted(
-            (r.next_due, fp)
+            (r.eligible, fp)
             for fp, r in self._records.items()
-            if r.retired is None and after < (r.next_due, fp) and r.next_due <= until
+            if r.retired is None and after < (r.eligible, fp) and r.eligible <= until
         )
         return [PageRecord.from_json(fp, self._json[fp]) for _, fp in keys[:limit]]
 
     def next_due(self) -> float | None:
-        dues = [r.next_due for r in self._records.values() if r.retired is None]
+        dues = [r.eligible for r in self._records.values() if r.retired is None]
         return min(dues) if dues else None
 
     def evict(self, keep: int) -> int:

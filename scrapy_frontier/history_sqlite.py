@@ -1,7 +1,7 @@
 """``history.sqlite``: page records for incremental recrawls, in JOBDIR / FRONTIER_PATH.
 
-One table, ``pages(fp INTEGER PRIMARY KEY, next_due REAL, weight REAL, retired
-INTEGER, data TEXT) WITHOUT ROWID``, with an index on ``(retired, next_due, fp)``
+One table, ``pages(fp INTEGER PRIMARY KEY, eligible REAL, weight REAL, retired
+INTEGER, data TEXT) WITHOUT ROWID``, with an index on ``(retired, eligible, fp)``
 for the due order and one on ``weight`` for eviction. Writes are buffered and
 committed together (every ``batch_size`` records, every ``flush_interval``
 seconds, and at close); reads see the buffer. A crash loses at most the buffered
@@ -86,11 +86,11 @@ class SQLiteHistoryStore:
             conn.execute("BEGIN IMMEDIATE")
             conn.execute("CREATE TABLE frontier_meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID")
             conn.execute(
-                "CREATE TABLE pages(fp INTEGER PRIMARY KEY, next_due REAL NOT NULL, "
+                "CREATE TABLE pages(fp INTEGER PRIMARY KEY, eligible REAL NOT NULL, "
                 "weight REAL NOT NULL, retired INTEGER NOT NULL, data TEXT NOT NULL) "
                 "WITHOUT ROWID"
             )
-            conn.execute("CREATE INDEX pages_due ON pages(retired, next_due, fp)")
+            conn.execute("CREATE INDEX pages_due ON pages(retired, eligible, fp)")
             conn.execute("CREATE INDEX pages_weight ON pages(weight, fp)")
             conn.executemany(
                 "INSERT INTO frontier_meta(key, value) VALUES (?, ?)",
@@ -145,9 +145,9 @@ class SQLiteHistoryStore:
         due, fp = after
         try:
             rows = self._conn.execute(
-                "SELECT fp, data FROM pages WHERE retired = 0 AND next_due <= ? "
-                "AND (next_due > ? OR (next_due = ? AND fp > ?)) "
-                "ORDER BY next_due, fp LIMIT ?",
+                "SELECT fp, data FROM pages WHERE retired = 0 AND eligible <= ? "
+                "AND (eligible > ? OR (eligible = ? AND fp > ?)) "
+                "ORDER BY eligible, fp LIMIT ?",
                 (until, due, due, fp, limit),
             ).fetchall()
         except sqlite3.Error as exc:
@@ -158,7 +158,7 @@ class SQLiteHistoryStore:
         self.flush()
         try:
             row = self._conn.execute(
-                "SELECT MIN(next_due) FROM pages WHERE retired = 0").fetchone()
+                "SELECT MIN(eligible) FROM pages WHERE retired = 0").fetchone()
         except sqlite3.Error as exc:
             raise self._error(exc, "due query failed") from exc
         return None if row is None or row[0] is None else float(row[0])
@@ -203,14 +203,14 @@ class SQLiteHistoryStore:
             return
         self._check_open()
         batch = [
-            (r.fp, r.next_due, r.weight, 0 if r.retired is None else 1, r.to_json())
+            (r.fp, r.eligible, r.weight, 0 if r.retired is None else 1, r.to_json())
             for _, r in sorted(self._pending.items())
         ]
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
             conn.executemany(
-                "INSERT OR REPLACE INTO pages(fp, next_due, weight, retired, data) "
+                "INSERT OR REPLACE INTO pages(fp, eligible, weight, retired, data) "
                 "VALUES (?, ?, ?, ?, ?)", batch)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:

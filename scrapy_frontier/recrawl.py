@@ -14,7 +14,8 @@ records into requests.
   fetched now (its page is due, not retired).
 * **the feed** -- :meth:`take_due` hands out due pages in due order, once each.
 
-A page handed out (or admitted) is *claimed*: its due time moves ahead by the
+A page is *eligible* from a tenth of its interval before its due time (see
+``history.DUE_SLACK``). A page handed out (or admitted) is *claimed* for the
 claim hold, so the feed and the gate never hand it out twice; the visit then
 sets the real next due time. A claimed page that is never fetched (the crawl
 was stopped, its frontier state deleted) becomes due again after the hold.
@@ -176,7 +177,7 @@ class Recrawler:
             self._count("recrawl/filtered_retired")
             return False, record
         now = self.clock()
-        if record.next_due > now:
+        if record.eligible > now:
             self._count("recrawl/not_due")
             return False, record
         self._claim(record, now)
@@ -198,7 +199,7 @@ class Recrawler:
             self._exhausted = True
         if records:
             last = records[-1]
-            self._cursor = (last.next_due, last.fp)
+            self._cursor = (last.eligible, last.fp)
             now = self.clock()
             for record in records:
                 self._claim(record, now)
@@ -214,7 +215,7 @@ class Recrawler:
         return self.store.next_due()
 
     def _claim(self, record: PageRecord, now: float) -> None:
-        record.history.next_due = now + self.claim_hold
+        record.claimed_until = now + self.claim_hold
         self._put(record)
 
     def priority(self, record: PageRecord, boost: int = 0) -> int:
@@ -292,6 +293,7 @@ class Recrawler:
         if visit is not None:
             record.status = visit.status
         record.fetched_at = self.clock()
+        record.claimed_until = 0.0
         self._put(record)
         return record
 
@@ -302,6 +304,7 @@ class Recrawler:
         if visit.callback is not None:
             record.callback = visit.callback
         record.retired = None
+        record.claimed_until = 0.0
         record.weight = self.quality(record)
         self._put(record)
 

@@ -48,12 +48,12 @@ def _crawl(web: ServerProcess, job: Path, log: Path, **extra: Any) -> tuple[Any,
     return result, read_log(log)[before:]
 
 
-def _next_due(job: Path) -> dict[str, float]:
+def _eligible(job: Path) -> dict[str, float]:
     import json
 
     db = sqlite3.connect(job / "history.sqlite")
     try:
-        rows = db.execute("SELECT next_due, data FROM pages").fetchall()
+        rows = db.execute("SELECT eligible, data FROM pages").fetchall()
     finally:
         db.close()
     return {json.loads(data)["u"]: due for due, data in rows}
@@ -95,7 +95,7 @@ def test_three_runs_recrawl_due_pages_with_conditional_get(tmp_path: Path) -> No
         assert stats.get("httperror/response_ignored_status_count/304") == len(unchanged)
 
         # Run 3: only the pages whose next due time has come are fetched.
-        due = _next_due(job)
+        due = _eligible(job)
         time.sleep(2.5)  # unchanged pages (2 s intervals) fall due; changed ones wait 30 s
         launched = time.time()
         _, entries = _crawl(web, job, log)
