@@ -110,3 +110,53 @@ def test_three_runs_recrawl_due_pages_with_conditional_get(tmp_path: Path) -> No
         print(f"run 3: {len(must)} due at launch, {len(fetched)} fetched")
         assert must <= fetched <= may
         assert 0 < len(fetched) < len(expected)
+
+
+@pytest.mark.crawl
+def test_continuous_mode_recrawls_as_pages_fall_due_and_stops_on_sigint(tmp_path: Path) -> None:
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    from scrapy_frontier.testweb.crawl import BASE_SETTINGS
+
+    log = tmp_path / "server.jsonl"
+    with ServerProcess(WEB, log_path=str(log)) as web:
+        spec = tmp_path / "crawl.json"
+        out = tmp_path / "result.json"
+        settings = {**BASE_SETTINGS, "ADDONS": FRONTIER_ADDON, "JOBDIR": str(tmp_path / "job"),
+                    "FRONTIER_MIN_DELAY": 0.0, "FRONTIER_DELAY_FACTOR": 1.0,
+                    "FRONTIER_RECRAWL": "continuous", "FRONTIER_RECRAWL_MIN": 0.5,
+                    "FRONTIER_RECRAWL_INITIAL": 1.0, "FRONTIER_RECRAWL_MAX": 4.0}
+        spec.write_text(json.dumps({"start_urls": web.start_urls,
+                                    "allowed_domains": web.allowed_domains,
+                                    "settings": settings}))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "scrapy_frontier.testweb.crawl", str(spec), str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            time.sleep(9.0)
+            assert proc.poll() is None, "a continuous crawl must not end when idle"
+            proc.send_signal(signal.SIGINT)
+            output, _ = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=30)
+        assert proc.returncode == 0, output[-3000:]
+        stats = json.loads(out.read_text())
+        entries = [e for e in read_log(log) if e.path.startswith("/p/")]
+    assert stats["finish_reason"] == "shutdown"
+    per_page: dict[tuple[str, str], int] = {}
+    for e in entries:
+        per_page[(e.host, e.path)] = per_page.get((e.host, e.path), 0) + 1
+    print("fetches per page in 9 s:", sorted(per_page.values()))
+    assert set(per_page) == {(h, p) for h, p in web.expected}
+    # Every page came back at least once (first interval 1 s, at most 4 s).
+    assert min(per_page.values()) >= 2
+    assert stats["frontier/recrawl/fed"] >= len(per_page)
+    # Politeness holds across recrawls too: one fetch at a time per host.
+    from scrapy_frontier.testweb import audit
+
+    assert audit(entries, min_delay=0.0, factor=1.0).overlaps == 0
