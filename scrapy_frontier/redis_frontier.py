@@ -61,6 +61,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
 import redis
@@ -484,7 +485,8 @@ class RedisFrontier:
                 "the Redis client decodes responses; the frontier needs bytes "
                 "(build it with decode_responses=False, as redis_from_settings does)"
             )
-        self.client = client
+        # Typed loosely: redis-py's stubs type replies as bytes | str (decode_responses).
+        self.client: Any = client
         self.prefix = prefix
         self.levels = front_queues
         self.back_queues = back_queues
@@ -693,7 +695,8 @@ class RedisFrontier:
             self._call("clearing a minimum rest", lambda: self.client.hdel(key, host))
 
     def min_rest(self, host: str) -> float:
-        value = self._call("reading a minimum rest", lambda: self.client.hget(self.key("minrest"), host))
+        key = self.key("minrest")
+        value = self._call("reading a minimum rest", lambda: self.client.hget(key, host))
         return float(value) if value is not None else 0.0
 
     def retire(self, host: str) -> list[bytes]:
@@ -798,16 +801,16 @@ class RedisFrontier:
     def iter_queued(self) -> Iterator[tuple[str, int, bytes]]:
         """Every queued (host, level, item): front queues, then back queues (not atomic)."""
         for level in range(1, self.levels + 1):
-            for entry in self._call("listing", lambda lv=level: self.client.lrange(
-                    self.key(f"f:{lv}"), 0, -1)):
+            fkey = self.key(f"f:{level}")
+            for entry in self._call("listing", partial(self.client.lrange, fkey, 0, -1)):
                 host, _, item = bytes(entry).partition(b"\0")
                 yield host.decode(), level, item
         active = self._call("listing", lambda: self.client.hkeys(self.key("active")))
         for host in active:
             h = _text(host)
             for level in range(self.levels, 0, -1):
-                for item in self._call("listing", lambda lv=level: self.client.lrange(
-                        self.key(f"b:{lv}:{h}"), 0, -1)):
+                key = self.key(f"b:{level}:{h}")
+                for item in self._call("listing", partial(self.client.lrange, key, 0, -1)):
                     yield h, level, bytes(item)
 
     def clear(self) -> int:
@@ -865,10 +868,10 @@ class RedisFrontier:
         pattern = self._glob() + "b:*"
         for key in c.scan_iter(match=pattern, count=1000):
             rest_of = _text(key)[len(self.prefix) + 2:]
-            lv, _, host = rest_of.partition(":")
+            level, _, host = rest_of.partition(":")
             n = c.llen(key)
             assert n > 0, f"empty back list {key!r} kept"
-            assert 1 <= int(lv) <= self.levels, f"back list {key!r} with bad level"
+            assert 1 <= int(level) <= self.levels, f"back list {key!r} with bad level"
             back_keys[host] = back_keys.get(host, 0) + n
         for host, n in back_keys.items():
             assert host in active, f"back queue for {host} without an active entry"
@@ -939,7 +942,7 @@ class RedisSeenSet:
 
     def __init__(self, client: redis.Redis, prefix: str, *, expected: int = 10_000_000,
                  batch: int = 1000) -> None:
-        self.client = client
+        self.client: Any = client
         self.prefix = prefix
         self.batch = batch
         bits = max(0, math.ceil(math.log2(max(1, expected) / self.PER_BUCKET)))
@@ -990,7 +993,7 @@ class RedisSeenSet:
         for i in range(0, len(fps), self.batch):
             chunk = fps[i:i + self.batch]
             out += [bool(x) for x in _guard(self.client, self.prefix, "adding fingerprints",
-                                            lambda c=chunk: run(c))]
+                                            partial(run, chunk))]
         return out
 
     def __contains__(self, fp: int) -> bool:

@@ -44,7 +44,9 @@ class RedisServer:
         return redis.Redis(host="127.0.0.1", port=self.port)
 
     def start(self, port: int | None = None, timeout: float = 10.0) -> RedisServer:
-        exe = shutil.which(REDIS_SERVER) or (REDIS_SERVER if os.access(REDIS_SERVER, os.X_OK) else None)
+        exe = shutil.which(REDIS_SERVER)
+        if exe is None and os.access(REDIS_SERVER, os.X_OK):
+            exe = REDIS_SERVER
         if exe is None:
             raise RuntimeError(
                 f"redis-server not found at {REDIS_SERVER!r}: the Redis backend tests need it. "
@@ -64,7 +66,8 @@ class RedisServer:
         try:
             for _ in range(1000):
                 if self.proc.poll() is not None:
-                    err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+                    stderr = self.proc.stderr
+                    err = stderr.read().decode(errors="replace") if stderr else ""
                     raise RuntimeError(f"redis-server exited at start: {err or self._log()}")
                 try:
                     if client.ping():

@@ -121,7 +121,7 @@ def test_random_stress_keeps_invariants(redis_client: redis.Redis, redis_prefix:
             completed.add(lease.item)
     outstanding.clear()
     for _ in range(2000):
-        for host, item in f.take_dropped():
+        for _host, item in f.take_dropped():
             dropped.add(item)
         if f.idle():
             break
