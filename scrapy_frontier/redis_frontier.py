@@ -35,6 +35,7 @@ put the name in ``{...}`` to keep every key in one Redis Cluster slot)::
     P rest            ZSET   host -> next-contact time, while it is in the future (purged
                              when passed): a host coming back through the front queues
                              still honours its rest
+    P head            HASH   host -> highest level in its back queue (hosts with URLs there)
     P fetch           HASH   host -> duration of its last fetch (active hosts; due order)
     P minrest         HASH   host -> minimum rest in seconds (robots.txt Crawl-delay)
     P retired         SET    hosts given up for good
@@ -135,6 +136,7 @@ local K_COUNT, K_ACTIVE, K_READY = P .. 'count', P .. 'active', P .. 'ready'
 local K_REST, K_FETCH, K_MINREST = P .. 'rest', P .. 'fetch', P .. 'minrest'
 local K_RETIRED, K_LEASES, K_DEADLINES = P .. 'retired', P .. 'leases', P .. 'deadlines'
 local K_DROPPED, K_SEQ, K_STATS = P .. 'dropped', P .. 'seq', P .. 'stats'
+local K_HEAD = P .. 'head'
 local function fkey(lv) return P .. 'f:' .. lv end
 local function bkey(lv, host) return P .. 'b:' .. lv .. ':' .. host end
 
@@ -145,11 +147,15 @@ end
 
 local function stat(name, n) redis.call('HINCRBY', K_STATS, name, n) end
 
-local function back_head_level(host)
-  for lv = F, 1, -1 do
-    if redis.call('LLEN', bkey(lv, host)) > 0 then return lv end
+-- Highest non-empty level of a host's back queue, kept in K_HEAD.
+local function update_head(host, from)
+  for lv = from, 1, -1 do
+    if redis.call('LLEN', bkey(lv, host)) > 0 then
+      redis.call('HSET', K_HEAD, host, lv)
+      return
+    end
   end
-  return nil
+  redis.call('HDEL', K_HEAD, host)
 end
 
 local function schedule(host)
@@ -167,6 +173,9 @@ local function add_to_back(host, lv, item, at_head)
   end
   local q = redis.call('HINCRBY', K_ACTIVE, host, 1)
   redis.call('HINCRBY', K_COUNT, 'back', 1)
+  if lv > tonumber(redis.call('HGET', K_HEAD, host) or '0') then
+    redis.call('HSET', K_HEAD, host, lv)
+  end
   if q == 1 and redis.call('HEXISTS', K_LEASES, host) == 0 then schedule(host) end
 end
 
@@ -319,21 +328,25 @@ for _ = 1, BMAX + 1 do
                          'LIMIT', 0, WINDOW)
   if #due > 0 then
     local best, best_lv, best_slack, best_te = nil, -1, 0, 0
-    for i = 1, #due, 2 do
-      local host, t_e = due[i], tonumber(due[i + 1])
-      local lv = back_head_level(host)
+    local hosts = {}
+    for i = 1, #due, 2 do hosts[#hosts + 1] = due[i] end
+    local heads = redis.call('HMGET', K_HEAD, unpack(hosts))
+    local fetches = redis.call('HMGET', K_FETCH, unpack(hosts))
+    local queued = redis.call('HMGET', K_ACTIVE, unpack(hosts))
+    for j, host in ipairs(hosts) do
+      local t_e = tonumber(due[2 * j])
+      local lv = tonumber(heads[j])
       local slack = -math.huge
-      local fetch = redis.call('HGET', K_FETCH, host)
-      if fetch then
-        fetch = tonumber(fetch)
-        local q = tonumber(redis.call('HGET', K_ACTIVE, host))
-        slack = t_e - q * (fetch + delay(fetch))
+      if fetches[j] then
+        local fetch = tonumber(fetches[j])
+        slack = t_e - tonumber(queued[j]) * (fetch + delay(fetch))
       end
       if lv > best_lv or (lv == best_lv and slack < best_slack) then
         best, best_lv, best_slack, best_te = host, lv, slack, t_e
       end
     end
     local item = redis.call('LPOP', bkey(best_lv, best))
+    if redis.call('LLEN', bkey(best_lv, best)) == 0 then update_head(best, best_lv - 1) end
     redis.call('HINCRBY', K_ACTIVE, best, -1)
     redis.call('HINCRBY', K_COUNT, 'back', -1)
     redis.call('ZREM', K_READY, best)
@@ -381,6 +394,7 @@ if redis.call('HEXISTS', K_ACTIVE, host) == 1 then
     redis.call('DEL', bkey(lv, host))
   end
   redis.call('HSET', K_ACTIVE, host, 0)
+  redis.call('HDEL', K_HEAD, host)
   redis.call('HINCRBY', K_COUNT, 'back', -#dropped)
   redis.call('ZREM', K_READY, host)
   if redis.call('HEXISTS', K_LEASES, host) == 0 then
@@ -411,6 +425,7 @@ _KEY_TYPES = {
     "dropped": "list",
     "seq": "string",
     "stats": "hash",
+    "head": "hash",
 }
 
 _UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
@@ -900,6 +915,12 @@ class RedisFrontier:
             else:
                 assert t_e <= now + 1e-3, f"{host}: ready in the future without a rest"
         assert set(fetch) <= set(active), "fetch durations for inactive hosts"
+        head = {a: int(b) for a, b in h("head").items()}
+        assert set(head) == {host for host, q in active.items() if q}, "head levels drift"
+        for host, lv in head.items():
+            top = max(lvl for lvl in range(1, self.levels + 1)
+                      if c.llen(k(f"b:{lvl}:{host}")))
+            assert lv == top, f"{host}: head level {lv}, lists say {top}"
 
     # -- settings ---------------------------------------------------------------------
 
