@@ -59,6 +59,7 @@ Redis for long; the next call continues.
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -115,7 +116,7 @@ class Completion(NamedTuple):
 
 # --------------------------------------------------------------------------------------
 # Lua. Every script gets the same ARGV head (see RedisFrontier._head) and builds its
-# keys from the prefix; op-specific arguments start at ARGV[12].
+# keys from the prefix; op-specific arguments start at ARGV[13].
 
 _PRELUDE = r"""
 local P = ARGV[1]
@@ -129,6 +130,13 @@ local BIAS = tonumber(ARGV[8])
 local LEASE_T = tonumber(ARGV[9])
 local BUDGET = {tonumber(ARGV[10])}
 local WINDOW = tonumber(ARGV[11])
+-- Park-Miller generator seeded by the client on every call: Redis before 7 reseeds
+-- Lua's math.random identically for every script, which would always pick one level.
+local SEED = {tonumber(ARGV[12])}
+local function rand()
+  SEED[1] = (SEED[1] * 16807) % 2147483647
+  return SEED[1] / 2147483647
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local function fmt(x) return string.format('%.6f', x) end
@@ -190,7 +198,7 @@ local function choose_level()
   end
   if #levels == 0 then return nil end
   if #levels == 1 then return levels[1] end
-  local x = math.random() * total
+  local x = rand() * total
   for _, lv in ipairs(levels) do
     x = x - BIAS ^ (lv - 1)
     if x < 0 then return lv end
@@ -299,7 +307,7 @@ end
 
 _PUSH = _PRELUDE + r"""
 local out = {}
-for i = 12, #ARGV, 3 do
+for i = 13, #ARGV, 3 do
   local host, lv, item = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
   if redis.call('SISMEMBER', K_RETIRED, host) == 1 then
     stat('retired_items', 1)
@@ -320,7 +328,7 @@ return out
 """
 
 _CLAIM = _PRELUDE + r"""
-local expired = expire(tonumber(ARGV[12]))
+local expired = expire(tonumber(ARGV[13]))
 redis.call('ZREMRANGEBYSCORE', K_REST, '-inf', fmt(now))
 fill_to_floor()
 for _ = 1, BMAX + 1 do
@@ -367,8 +375,8 @@ return {0, fmt(now), next_wakeup(), #expired / 2}
 """
 
 _COMPLETE = _PRELUDE + r"""
-local host, id = ARGV[12], ARGV[13]
-local fetch, at_least = tonumber(ARGV[14]), tonumber(ARGV[15])
+local host, id = ARGV[13], ARGV[14]
+local fetch, at_least = tonumber(ARGV[15]), tonumber(ARGV[16])
 local rec = redis.call('HGET', K_LEASES, host)
 if not rec then return {0, fmt(now)} end
 local lid = parse_lease(rec)
@@ -379,11 +387,11 @@ return {1, fmt(now), fmt(nc)}
 """
 
 _EXPIRE = _PRELUDE + r"""
-return expire(tonumber(ARGV[12]))
+return expire(tonumber(ARGV[13]))
 """
 
 _RETIRE = _PRELUDE + r"""
-local host = ARGV[12]
+local host = ARGV[13]
 if redis.call('SADD', K_RETIRED, host) == 0 then return {} end
 stat('retired_hosts', 1)
 local dropped = {}
@@ -478,6 +486,7 @@ class RedisFrontier:
         refill_budget: int = 10_000,
         due_window: int = 16,
         expire_batch: int = 16,
+        rng: random.Random | None = None,
     ) -> None:
         if front_queues < 1:
             raise ValueError(f"front_queues must be >= 1, got {front_queues}")
@@ -509,6 +518,8 @@ class RedisFrontier:
         self.policy = policy or DelayPolicy()
         self.lease_timeout = lease_timeout
         self.expire_batch = expire_batch
+        # Seeds the scripts' biased front-queue choice (see _PRELUDE).
+        self._rng = rng or random.Random()
         self._head = [
             prefix,
             front_queues,
@@ -536,7 +547,7 @@ class RedisFrontier:
         return self.prefix + name
 
     def _run(self, script: Script, doing: str, *args: Any) -> Any:
-        argv = [*self._head, *args]
+        argv = [*self._head, self._rng.randrange(1, 2147483646), *args]
         return _guard(
             self.client, self.prefix, doing,
             lambda: script(keys=[self.key("meta")], args=argv, client=self.client),

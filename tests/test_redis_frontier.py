@@ -236,3 +236,20 @@ def test_seen_set(redis_client: redis.Redis, redis_prefix: str) -> None:
     assert kinds == {b"intset"}
 
 
+
+
+def test_front_queue_choice_is_biased(redis_client: redis.Redis, redis_prefix: str) -> None:
+    """Weight bias**(level-1): with bias 3 and two levels, level 2 is served 3/4 of the time."""
+    f = RedisFrontier(redis_client, redis_prefix, front_queues=2, back_queues=1,
+                      priority_bias=3.0, policy=DelayPolicy(0.0, 0.0, 0.0),
+                      rng=random.Random(11))
+    f.push_many([(f"h{i}", 1 + i % 2, b"%d" % i) for i in range(600)])
+    levels = []
+    for _ in range(200):
+        lease = f.pop()
+        assert lease is not None
+        levels.append(lease.level)
+        f.complete(lease, 0.0)
+    share = levels[1:].count(2) / len(levels[1:])
+    assert 0.65 < share < 0.85, share
+    f.check()
