@@ -8,6 +8,8 @@ import time
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from scrapy.settings import Settings
 
 from scrapy_frontier.core import DelayPolicy
@@ -171,7 +173,7 @@ def test_redis_going_away_raises_unavailable_and_loses_nothing() -> None:
     try:
         port = server.port
         client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2,
-                             socket_connect_timeout=1)
+                             socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))
         f = RedisFrontier(client, "x:frontier:", front_queues=2, back_queues=2,
                           policy=DelayPolicy(0.0, 0.0, 1.0), lease_timeout=0.3)
         for i in range(4):
