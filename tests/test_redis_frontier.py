@@ -1,0 +1,257 @@
+"""RedisFrontier specifics: seeded random stress with invariant checks, foreign data,
+Redis going away, connection settings, and the seen set."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from scrapy.settings import Settings
+
+from scrapy_frontier.core import DelayPolicy
+from scrapy_frontier.redis_frontier import (
+    RedisFrontier,
+    RedisFrontierDataError,
+    RedisFrontierError,
+    RedisFrontierUnavailable,
+    RedisLease,
+    RedisSeenSet,
+    redis_from_settings,
+)
+from scrapy_frontier.sqlite_store import StoreError
+from tests.redis_server import RedisServer
+
+HOSTS = ["a", "b", "c", "d", "e", "f"]
+EPS = 2e-6
+
+
+def clamp_delay(policy: DelayPolicy, fetch: float) -> float:
+    return min(policy.max_delay, max(policy.min_delay, policy.factor * max(0.0, fetch)))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_stress_keeps_invariants(redis_client: redis.Redis, redis_prefix: str,
+                                        seed: int) -> None:
+    rng = random.Random(seed)
+    policy = DelayPolicy(factor=rng.choice([0.0, 1.0, 3.0]), min_delay=0.0, max_delay=0.05)
+    levels = rng.randint(1, 4)
+    back = rng.randint(1, 3)
+    f = RedisFrontier(redis_client, redis_prefix, front_queues=levels, back_queues=back,
+                      back_queues_max=back + rng.randint(0, 2), policy=policy,
+                      lease_timeout=0.15, priority_bias=rng.choice([1.0, 2.0, 5.0]))
+    pushed: dict[bytes, str] = {}
+    handed: dict[bytes, RedisLease] = {}  # item -> latest lease
+    outstanding: dict[str, RedisLease] = {}  # host -> lease we believe is held
+    rest_until: dict[str, float] = {}
+    completed: set[bytes] = set()
+    retired: set[str] = set()
+    dropped: set[bytes] = set()
+    min_rest: dict[str, float] = {}
+    n = 0
+    started = time.monotonic()
+
+    def on_handed(lease: RedisLease) -> None:
+        assert lease.item in pushed and pushed[lease.item] == lease.host
+        assert lease.host not in retired
+        assert lease.item not in completed and lease.item not in dropped
+        prev = handed.get(lease.item)
+        if prev is not None:
+            # Only an expired lease's item comes back.
+            assert lease.handed_at >= prev.deadline - EPS, "item handed out twice"
+        held = outstanding.get(lease.host)
+        if held is not None:
+            assert lease.handed_at >= held.deadline - EPS, "second lease on a host"
+            del outstanding[lease.host]
+        assert lease.handed_at >= rest_until.get(lease.host, 0.0) - EPS, "rest not honoured"
+        assert lease.ready_at <= lease.handed_at + EPS
+        handed[lease.item] = lease
+        outstanding[lease.host] = lease
+
+    for _step in range(300):
+        op = rng.random()
+        if op < 0.35:
+            host = rng.choice(HOSTS)
+            item = b"i%d" % n
+            n += 1
+            ok = f.push(host, rng.randint(1, levels), item)
+            assert ok == (host not in retired)
+            if ok:
+                pushed[item] = host
+        elif op < 0.65:
+            lease = f.pop()
+            if lease is not None:
+                on_handed(lease)
+        elif op < 0.85 and outstanding:
+            host = rng.choice(sorted(outstanding))
+            lease = outstanding.pop(host)
+            fetch = rng.choice([0.0, 0.005, 0.02])
+            at_least = rng.choice([0.0, 0.0, 0.03])
+            done = f.complete(lease, fetch, rest_at_least=at_least)
+            if done is None:
+                assert f.server_time() >= lease.deadline - EPS, "live lease refused"
+            else:
+                completed.add(lease.item)
+                rest = max(clamp_delay(policy, fetch), min_rest.get(host, 0.0), at_least)
+                assert abs(done.next_contact - (done.at + rest)) < 1e-5
+                rest_until[host] = done.next_contact
+        elif op < 0.9:
+            time.sleep(rng.choice([0.01, 0.05, 0.2]))
+            for host, _item in f.expire_leases():
+                if host in outstanding and f.server_time() >= outstanding[host].deadline:
+                    del outstanding[host]
+        elif op < 0.95:
+            host = rng.choice(HOSTS)
+            seconds = rng.choice([0.0, 0.02])
+            f.set_min_rest(host, seconds)
+            min_rest[host] = seconds
+        elif op < 0.97 and not retired:
+            host = rng.choice(HOSTS)
+            retired.add(host)
+            dropped.update(f.retire(host))
+        for host, item in f.take_dropped():
+            assert host in retired
+            dropped.add(item)
+        f.check()
+        assert time.monotonic() - started < 60, "stress test too slow"
+    # Drain: complete every lease still believed held, then everything left.
+    for lease in list(outstanding.values()):
+        if f.complete(lease, 0.0) is not None:
+            completed.add(lease.item)
+    outstanding.clear()
+    for _ in range(2000):
+        for _host, item in f.take_dropped():
+            dropped.add(item)
+        if f.idle():
+            break
+        lease = f.pop()
+        if lease is None:
+            time.sleep(0.01)
+            continue
+        on_handed(lease)
+        del outstanding[lease.host]
+        assert f.complete(lease, 0.0) is not None
+        completed.add(lease.item)
+        f.check()
+    for _host, item in f.take_dropped():
+        dropped.add(item)
+    assert f.idle()
+    assert completed | dropped == set(pushed), "items lost"
+    assert not completed & dropped
+    assert all(pushed[i] in retired for i in dropped)
+
+
+def test_foreign_or_mismatched_data_is_refused(redis_client: redis.Redis,
+                                               redis_prefix: str) -> None:
+    redis_client.set(redis_prefix + "f:2", "not a list")
+    with pytest.raises(RedisFrontierDataError, match=r"f:2.*string.*list"):
+        RedisFrontier(redis_client, redis_prefix, front_queues=4)
+    redis_client.delete(redis_prefix + "f:2")
+    with pytest.raises(RedisFrontierDataError, match="does not mark them"):
+        redis_client.set(redis_prefix + "other", "x")
+        RedisFrontier(redis_client, redis_prefix, front_queues=4)
+    redis_client.delete(redis_prefix + "other")
+    f = RedisFrontier(redis_client, redis_prefix, front_queues=4)
+    with pytest.raises(RedisFrontierDataError, match="4 front queues"):
+        RedisFrontier(redis_client, redis_prefix, front_queues=8)
+    redis_client.hset(redis_prefix + "meta", "version", "99")
+    with pytest.raises(RedisFrontierDataError, match="version '99'"):
+        RedisFrontier(redis_client, redis_prefix, front_queues=4)
+    redis_client.hset(redis_prefix + "meta", "version", "1")
+    # A key clobbered while running: the script error names the prefix.
+    redis_client.set(redis_prefix + "ready", "oops")
+    with pytest.raises(RedisFrontierDataError, match=redis_prefix):
+        f.push("a", 1, b"x")
+    assert issubclass(RedisFrontierDataError, StoreError)
+
+
+def test_redis_going_away_raises_unavailable_and_loses_nothing() -> None:
+    server = RedisServer(persistence=True).start()
+    try:
+        port = server.port
+        client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2,
+                             socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))
+        f = RedisFrontier(client, "x:frontier:", front_queues=2, back_queues=2,
+                          policy=DelayPolicy(0.0, 0.0, 1.0), lease_timeout=0.3)
+        for i in range(4):
+            f.push(f"h{i % 2}", 1, b"u%d" % i)
+        held = f.pop()
+        assert held is not None
+        server.kill()
+        with pytest.raises(RedisFrontierUnavailable, match=f"127.0.0.1:{port}"):
+            f.complete(held, 0.0)
+        with pytest.raises(RedisFrontierError):
+            f.pop()
+        server.start(port=port)
+        # The failed completion changed nothing: the lease expires, its item comes back.
+        seen = []
+        deadline = time.monotonic() + 10
+        while not f.idle() and time.monotonic() < deadline:
+            lease = f.pop()
+            if lease is None:
+                time.sleep(0.02)
+                continue
+            seen.append(lease.item)
+            f.complete(lease, 0.0)
+            f.check()
+        assert sorted(seen) == sorted(b"u%d" % i for i in range(4))
+    finally:
+        server.stop()
+
+
+def test_redis_from_settings_follows_scrapy_redis(redis_server: RedisServer) -> None:
+    client = redis_from_settings(Settings({
+        "REDIS_URL": redis_server.url, "REDIS_PARAMS": {"decode_responses": True},
+        "REDIS_DECODE_RESPONSES": True,
+    }))
+    assert client.ping()
+    assert not client.connection_pool.connection_kwargs.get("decode_responses")
+    assert client.connection_pool.connection_kwargs["socket_timeout"] == 30  # scrapy-redis'
+    client2 = redis_from_settings(Settings({"REDIS_HOST": "127.0.0.1",
+                                            "REDIS_PORT": redis_server.port}))
+    assert client2.ping()
+    f = RedisFrontier.from_settings(Settings({"FRONTIER_FRONT_QUEUES": 3}), "spider",
+                                    client=client2)
+    assert f.prefix == "spider:frontier:" and f.levels == 3
+    with pytest.raises(ValueError, match="decodes responses"):
+        RedisFrontier(redis.Redis(port=redis_server.port, decode_responses=True), "q:")
+
+
+def test_seen_set(redis_client: redis.Redis, redis_prefix: str) -> None:
+    seen = RedisSeenSet(redis_client, redis_prefix + "seen:", expected=50_000)
+    assert seen.buckets == 256
+    rng = random.Random(5)
+    fps = [rng.getrandbits(64) for _ in range(3000)]
+    assert seen.add_many(fps) == [True] * 3000
+    assert seen.add_many(fps[:10] + [fps[0]]) == [False] * 11
+    assert all(fp in seen for fp in fps[:50])
+    assert seen.add_if_new(0) and not seen.add_if_new(0)
+    assert seen.add_if_new(2**64 - 1) and not seen.add_if_new(2**64 - 1)
+    # Reopened with another expectation: the stored bucket count wins.
+    again = RedisSeenSet(redis_client, redis_prefix + "seen:", expected=10**9)
+    assert again.buckets == 256 and fps[7] in again
+    kinds = {redis_client.object("encoding", k) for k in
+             redis_client.scan_iter(match=redis_prefix + "seen:[0-9a-f]*")}
+    assert kinds == {b"intset"}
+
+
+
+
+def test_front_queue_choice_is_biased(redis_client: redis.Redis, redis_prefix: str) -> None:
+    """Weight bias**(level-1): with bias 3 and two levels, level 2 is served 3/4 of the time."""
+    f = RedisFrontier(redis_client, redis_prefix, front_queues=2, back_queues=1,
+                      priority_bias=3.0, policy=DelayPolicy(0.0, 0.0, 0.0),
+                      rng=random.Random(11))
+    f.push_many([(f"h{i}", 1 + i % 2, b"%d" % i) for i in range(600)])
+    levels = []
+    for _ in range(200):
+        lease = f.pop()
+        assert lease is not None
+        levels.append(lease.level)
+        f.complete(lease, 0.0)
+    share = levels[1:].count(2) / len(levels[1:])
+    assert 0.65 < share < 0.85, share
+    f.check()
