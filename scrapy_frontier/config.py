@@ -47,6 +47,8 @@ class FrontierConfig:
     """Hosts that resolve to one IP address also share one fetch at a time and one rest."""
     dns_timeout: float = 60.0
     """Scrapy's DNS_TIMEOUT, for the lookups per-IP politeness makes."""
+    backend: str = "embedded"
+    """FRONTIER_BACKEND: "embedded" (memory, SQLite with JOBDIR) or "redis" (shared)."""
     recrawl: RecrawlSettings = field(default_factory=RecrawlSettings)
     priority_rules: dict[str, int] = field(default_factory=dict)
     """FRONTIER_PRIORITY_RULES: host suffix -> priority boost."""
@@ -111,6 +113,7 @@ class FrontierConfig:
             retire_after=_int(settings, "FRONTIER_RETIRE_AFTER", 10, minimum=0),
             ip_politeness=_bool(settings, "FRONTIER_IP_POLITENESS", False),
             dns_timeout=_float(settings, "DNS_TIMEOUT", 60.0, minimum=0.001),
+            backend=_choice(settings, "FRONTIER_BACKEND", "embedded", ("embedded", "redis")),
             recrawl=_recrawl(settings),
             priority_rules=_priority_rules(settings),
         )

@@ -1028,6 +1028,24 @@ class RedisSeenSet:
                                             partial(run, chunk))]
         return out
 
+    def contains_many(self, fps: Iterable[int]) -> list[bool]:
+        """Whether each fingerprint is in the set (pipelined in batches; changes nothing)."""
+        fps = list(fps)
+        out: list[bool] = []
+
+        def run(chunk: list[int]) -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for fp in chunk:
+                key, member = self._bucket(fp)
+                pipe.sismember(key, member)
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        for i in range(0, len(fps), self.batch):
+            chunk = fps[i:i + self.batch]
+            out += [bool(x) for x in _guard(self.client, self.prefix, "testing fingerprints",
+                                            partial(run, chunk))]
+        return out
+
     def __contains__(self, fp: int) -> bool:
         key, member = self._bucket(fp)
         return bool(_guard(self.client, self.prefix, "testing a fingerprint",

@@ -104,6 +104,14 @@ class FrontierScheduler:
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
         config = FrontierConfig.from_settings(crawler.settings)
         df_cls = load_object(crawler.settings["DUPEFILTER_CLASS"])
+        if config.backend == "redis" and cls is FrontierScheduler:
+            from scrapy_frontier.redis_scheduler import RedisFrontierScheduler
+
+            redis_scheduler = RedisFrontierScheduler(
+                crawler, config, build_from_crawler(df_cls, crawler)
+            )
+            _warn_about_stacked_delays(crawler)
+            return redis_scheduler
         scheduler = cls(crawler, config, build_from_crawler(df_cls, crawler))
         _warn_about_stacked_delays(crawler)
         return scheduler
