@@ -1068,6 +1068,7 @@ def redis_from_settings(settings: Any) -> redis.Redis:
     params = settings.getdict("REDIS_PARAMS")
     params["decode_responses"] = False
     copy = settings.copy()
+    copy.frozen = False  # the crawler's settings are frozen once the crawl starts
     copy.set("REDIS_PARAMS", params, priority=1000)
     copy.set("REDIS_DECODE_RESPONSES", False, priority=1000)
     try:

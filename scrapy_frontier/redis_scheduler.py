@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
-from twisted.internet import reactor as _reactor
 from twisted.internet.defer import succeed
 from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
@@ -54,6 +53,7 @@ from scrapy_frontier.redis_frontier import (
 )
 from scrapy_frontier.scheduler import FETCH_START_META, LEASE_META, FrontierScheduler, logger
 from scrapy_frontier.sqlite_store import StoreError, Unserializable, request_codec
+from scrapy_frontier.timer import call_later
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -86,6 +86,8 @@ class _Answer:
     idle: bool
     queued: int
     in_flight: int
+    wakeup: float | None
+    """Seconds until a host becomes ready, when the round could not claim all it wanted."""
 
 
 class RedisFrontierScheduler(FrontierScheduler):
@@ -122,6 +124,10 @@ class RedisFrontierScheduler(FrontierScheduler):
         self._remote_queued = 0
         self._remote_in_flight = 0
         self._poll: Any = None
+        # Claim again at once only after a round got all it asked for; otherwise at
+        # the next wake-up (a host's rest ends) or poll.
+        self._claim_more = True
+        self._wake_call: Any = None
         self._stall = _StallMeter()
         self.counters: dict[str, int] = {}
 
@@ -167,6 +173,9 @@ class RedisFrontierScheduler(FrontierScheduler):
         self._cancel_timer()
         if self._poll is not None and self._poll.running:
             self._poll.stop()
+        if self._wake_call is not None:
+            self._wake_call.cancel()
+            self._wake_call = None
         self._stall.stop()
         pool = self._pool
         if pool is None:
@@ -186,7 +195,7 @@ class RedisFrontierScheduler(FrontierScheduler):
             self._buffer.clear()
             if not (final.pushes or final.completions or final.min_rests or final.retire):
                 return succeed(None)
-            return deferToThreadPool(_reactor, pool, self._io, final)
+            return deferToThreadPool(_reactor(), pool, self._io, final)
 
         def report(result: object) -> None:
             if isinstance(result, Failure):
@@ -256,11 +265,11 @@ class RedisFrontierScheduler(FrontierScheduler):
         return None
 
     def has_pending_requests(self) -> bool:
-        if self._buffer or self._held or self._finished or self._sending is not None:
+        if self._buffer or self._held or self._finished:
             return True
-        nxt = self._next
-        if nxt.pushes or nxt.completions:
-            return True
+        for rnd in (self._next, self._sending):
+            if rnd is not None and (rnd.pushes or rnd.completions):
+                return True
         if self._outage_since is not None:
             return True  # cannot tell: keep waiting for Redis
         since = self._remote_idle_since
@@ -362,11 +371,13 @@ class RedisFrontierScheduler(FrontierScheduler):
             return
         nxt = self._next
         nxt.want = max(0, self.prefetch - len(self._buffer))
-        if not (poll or nxt.pushes or nxt.completions or nxt.min_rests or nxt.retire
-                or nxt.want):
+        claim = bool(nxt.want) and (self._claim_more or poll)
+        if not claim:
+            nxt.want = 0
+        if not (poll or claim or nxt.pushes or nxt.completions or nxt.min_rests or nxt.retire):
             return
         self._sending, self._next = nxt, _Round()
-        d = deferToThreadPool(_reactor, self._pool, self._io, nxt)
+        d = deferToThreadPool(_reactor(), self._pool, self._io, nxt)
         d.addCallbacks(self._round_done, self._round_failed)
         self._in_flight = d
 
@@ -412,9 +423,11 @@ class RedisFrontierScheduler(FrontierScheduler):
             if claimed is None:
                 break
             leases.append(claimed)
-        return _Answer(leases, duplicates, remote.idle(), len(remote), remote.in_flight)
+        wakeup = remote.next_wakeup() if len(leases) < rnd.want else None
+        return _Answer(leases, duplicates, remote.idle(), len(remote), remote.in_flight, wakeup)
 
     def _round_done(self, answer: _Answer) -> None:
+        sent = self._sending or _Round()
         self._sending = None
         if self._closed:
             self._buffer.extend(answer.leases)  # given back by close()
@@ -435,9 +448,24 @@ class RedisFrontierScheduler(FrontierScheduler):
                 self._remote_idle_since = time.monotonic()
         else:
             self._remote_idle_since = None
+        self._claim_more = bool(answer.leases) or not sent.want
         if answer.leases:
             self._nudge_engine()
+        if answer.wakeup is not None and answer.wakeup < 0.5:
+            self._wake_at(answer.wakeup)
         self._kick()
+
+    def _wake_at(self, seconds: float) -> None:
+        """A resting host becomes ready before the next poll: claim then."""
+        if self._wake_call is not None:
+            return
+
+        def wake() -> None:
+            self._wake_call = None
+            self._claim_more = True
+            self._kick()
+
+        self._wake_call = call_later(max(0.005, seconds), wake)
 
     def _round_failed(self, failure: Any) -> None:
         rnd = self._sending
@@ -491,6 +519,13 @@ class RedisFrontierScheduler(FrontierScheduler):
         set_value("frontier/redis/in_flight", self._remote_in_flight)
         set_value("frontier/reactor/stall_max_ms", round(1000 * self._stall.worst, 1))
         set_value("frontier/reactor/stalls_over_100ms", self._stall.over)
+
+
+def _reactor() -> Any:
+    """The installed reactor (imported late: importing it early would install one)."""
+    from twisted.internet import reactor
+
+    return reactor
 
 
 class _StallMeter:
