@@ -126,3 +126,45 @@ def test_three_workers_one_killed_share_one_polite_crawl(redis_server: RedisServ
     survivors = [json.loads(outs[i].read_text()) for i in (0, 2)]
     assert all(s["finish_reason"] == "finished" for s in survivors)
     assert all(s.get("frontier/dequeued", 0) > 0 for s in survivors)
+
+
+@pytest.mark.crawl
+def test_a_redis_restart_mid_crawl_loses_nothing(tmp_path: Path) -> None:
+    """Redis (with AOF persistence) is killed and restarted while a worker crawls: the
+    worker logs the outage, keeps its requests, reconnects and finishes the crawl."""
+    log = tmp_path / "server.jsonl"
+    web_args = ["--shape", "wide", "--hosts", "4", "--pages", "8", "--latency", "0.02", "0.05",
+                "--seed", "5"]
+    server = RedisServer(persistence=True).start()
+    try:
+        with ServerProcess(web_args, log_path=str(log)) as web:
+            settings = {**BASE_SETTINGS, **_settings(server, "restart",
+                                                      FRONTIER_REDIS_IDLE_GRACE=2.0)}
+            spec = tmp_path / "crawl.json"
+            spec.write_text(json.dumps({"start_urls": web.start_urls,
+                                        "allowed_domains": web.allowed_domains,
+                                        "settings": settings}))
+            out = tmp_path / "worker.json"
+            proc = _worker(spec, out)
+            try:
+                time.sleep(3.0)
+                port = server.port
+                server.kill()
+                time.sleep(2.0)  # the worker keeps running without Redis
+                server.start(port=port)
+                output, _ = proc.communicate(timeout=180)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate(timeout=30)
+            entries = read_log(log)
+    finally:
+        server.stop()
+    assert proc.returncode == 0, output[-3000:]
+    assert "Redis is unreachable" in output and "Redis is back" in output
+    report = audit(entries, expected=web.expected, min_delay=0.0)
+    print(report.summary())
+    assert report.coverage == 1.0, report.summary()
+    stats = json.loads(out.read_text())
+    assert stats["finish_reason"] == "finished"
+    assert stats["frontier/redis/errors"] >= 1
