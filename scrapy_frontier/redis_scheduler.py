@@ -72,7 +72,8 @@ MAX_BACKOFF = 30.0
 class _Round:
     """What one I/O round sends; kept until Redis acknowledged it (retried otherwise)."""
 
-    pushes: list[tuple[int | None, str, int, bytes]] = field(default_factory=list)
+    #: (fingerprint or None, filter duplicates?, host, level, serialized request)
+    pushes: list[tuple[int | None, bool, str, int, bytes]] = field(default_factory=list)
     completions: list[tuple[RedisLease, float, float]] = field(default_factory=list)
     min_rests: list[tuple[str, float]] = field(default_factory=list)
     retire: list[str] = field(default_factory=list)
@@ -190,7 +191,7 @@ class RedisFrontierScheduler(FrontierScheduler):
                 final.completions.append((lease, seconds, rest))
             self._finished.clear()
             for lease in self._buffer:
-                final.pushes.append((None, lease.host, lease.level, lease.item))
+                final.pushes.append((None, False, lease.host, lease.level, lease.item))
                 final.completions.append((lease, 0.0, 0.0))
             self._buffer.clear()
             if not (final.pushes or final.completions or final.min_rests or final.retire):
@@ -229,12 +230,15 @@ class RedisFrontierScheduler(FrontierScheduler):
             logger.error("Dropped %s: it cannot be serialized for the shared frontier (%s). "
                          "Use spider methods as callbacks and picklable meta.", request, exc)
             return False
-        fp = None if request.dont_filter else request_fp64(self.crawler.request_fingerprinter,
-                                                           request)
+        # dont_filter requests skip the seen test but are marked seen, so that a later
+        # ordinary link to the same URL is not fetched a second time.
+        fp = request_fp64(self.crawler.request_fingerprinter, request)
         priority = request.priority
         if self.host_rules.rules:
             priority += self.host_rules.boost(host)
-        self._next.pushes.append((fp, host, self.mapper.level(priority), data))
+        self._next.pushes.append(
+            (fp, not request.dont_filter, host, self.mapper.level(priority), data)
+        )
         self._enqueued += 1
         if ticket is not None:
             # A redirect, retry or swap of a leased request: that fetch is over.
@@ -393,14 +397,14 @@ class RedisFrontierScheduler(FrontierScheduler):
         assert remote is not None and seen is not None
         duplicates = 0
         if rnd.pushes:
-            fps = [fp for fp, *_ in rnd.pushes if fp is not None]
+            fps = [fp for fp, dedupe, *_ in rnd.pushes if fp is not None and dedupe]
             known = dict(zip(fps, seen.contains_many(fps), strict=True)) if fps else {}
             fresh: list[tuple[str, int, bytes]] = []
             fresh_fps: list[int] = []
             batch_fps: set[int] = set()
-            for fp, host, level, data in rnd.pushes:
+            for fp, dedupe, host, level, data in rnd.pushes:
                 if fp is not None:
-                    if known.get(fp) or fp in batch_fps:
+                    if dedupe and (known.get(fp) or fp in batch_fps):
                         duplicates += 1
                         continue
                     batch_fps.add(fp)

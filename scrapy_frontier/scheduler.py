@@ -211,7 +211,12 @@ class FrontierScheduler:
             return True
 
     def _enqueue(self, request: Request) -> bool:
-        if not request.dont_filter and self.df.request_seen(request):
+        if request.dont_filter:
+            # Skips the seen test, but is marked seen: a later ordinary link to the
+            # same URL is not fetched again (Scrapy's filter leaves it unmarked).
+            if LEASE_META not in request.meta:
+                self.df.request_seen(request)
+        elif self.df.request_seen(request):
             self.df.log(request, self.spider)  # type: ignore[arg-type]
             if self.recrawl is not None:
                 self.recrawl.inlink(getattr(self.df, "last_fp", None))

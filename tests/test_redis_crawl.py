@@ -168,3 +168,39 @@ def test_a_redis_restart_mid_crawl_loses_nothing(tmp_path: Path) -> None:
     stats = json.loads(out.read_text())
     assert stats["finish_reason"] == "finished"
     assert stats["frontier/redis/errors"] >= 1
+
+
+@pytest.mark.crawl
+def test_scrapy_redis_redis_spider_feeds_the_shared_frontier(redis_server: RedisServer,
+                                                            tmp_path: Path) -> None:
+    """scrapy-redis's RedisSpider reads its start URLs from a Redis list; with the
+    frontier on Redis the crawl it starts is polite and complete."""
+    log = tmp_path / "server.jsonl"
+    web_args = ["--shape", "wide", "--hosts", "4", "--pages", "5", "--latency", "0.005", "0.01",
+                "--seed", "6"]
+    name = f"rs{next(_names)}"
+    client = redis_server.client()
+    with ServerProcess(web_args, log_path=str(log)) as web:
+        key = f"{name}:start_urls"
+        client.rpush(key, *web.start_urls)
+        settings = {**BASE_SETTINGS, **_settings(redis_server, name),
+                    # RedisSpider never closes by itself; scrapy-redis's idle limit ends it.
+                    "MAX_IDLE_TIME_BEFORE_CLOSE": 3}
+        spec = tmp_path / "crawl.json"
+        spec.write_text(json.dumps({"start_urls": [], "allowed_domains": web.allowed_domains,
+                                    "settings": settings, "redis_key": key}))
+        out = tmp_path / "result.json"
+        proc = _worker(spec, out)
+        try:
+            output, _ = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=30)
+    assert proc.returncode == 0, output[-3000:]
+    assert client.llen(key) == 0  # the spider took its start URLs
+    report = audit(read_log(log), expected=web.expected, min_delay=0.0)
+    print(report.summary())
+    assert report.coverage == 1.0 and report.duplicates == 0, report.summary()
+    assert report.polite, report.summary()
+    assert json.loads(out.read_text())["frontier/backend"] == "redis"

@@ -115,8 +115,24 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
             for href in response.css("a::attr(href)").getall():
                 yield response.follow(href, callback=self.parse)
 
+    spider_cls: Any = TestWebSpider
+    redis_key = spec.get("redis_key")
+    if redis_key:
+        # scrapy-redis's RedisSpider: start URLs come from a Redis list, not from start().
+        from scrapy_redis.spiders import RedisSpider
+
+        class TestWebRedisSpider(RedisSpider):  # type: ignore[misc]
+            name = "testweb"
+            allowed_domains = domains
+
+            def parse(self, response: Any) -> Any:
+                return TestWebSpider.parse(self, response)  # type: ignore[arg-type]
+
+        TestWebRedisSpider.redis_key = redis_key
+        spider_cls = TestWebRedisSpider
+
     process = CrawlerProcess(settings=spec["settings"], install_root_handler=True)
-    crawler = process.create_crawler(TestWebSpider)
+    crawler = process.create_crawler(spider_cls)
     process.crawl(crawler)
     started = time.monotonic()
     process.start()
