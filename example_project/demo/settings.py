@@ -17,3 +17,4 @@ ROBOTSTXT_OBEY = True
 USER_AGENT = "scrapy-frontier-demo (+https://github.com/scrapy-frontier)"
 TELNETCONSOLE_ENABLED = False
 LOG_LEVEL = "INFO"
+REMOTE_CONTROL_ENABLED = False

@@ -25,6 +25,7 @@ BASE_SETTINGS: dict[str, Any] = {
     "LOG_LEVEL": "INFO",
     "ROBOTSTXT_OBEY": False,
     "TELNETCONSOLE_ENABLED": False,
+    "REMOTE_CONTROL_ENABLED": False,
     "COOKIES_ENABLED": False,
     "RETRY_ENABLED": False,
     "USER_AGENT": "scrapy-frontier-testweb",
