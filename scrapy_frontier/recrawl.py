@@ -194,6 +194,15 @@ class Recrawler:
         if self.settings.mode == "continuous":
             self.maybe_calibrate()
         until = self.clock() if self.settings.mode == "continuous" else self._boundary
+        claim_due = getattr(self.store, "claim_due", None)
+        if claim_due is not None:
+            # A shared store claims atomically: no two workers get the same page.
+            records = claim_due(until, limit, self.clock() + self.claim_hold)
+            if len(records) < limit and self.settings.mode != "continuous":
+                self._exhausted = True
+            if records:
+                self._count("recrawl/fed", len(records))
+            return list(records)
         records = self.store.due(self._cursor, until, limit)
         if len(records) < limit and self.settings.mode != "continuous":
             self._exhausted = True

@@ -61,10 +61,17 @@ class RecrawlHooks:
                     "FRONTIER_RECRAWL='due' keeps the page history in memory for this run only; "
                     "set JOBDIR or FRONTIER_PATH to recrawl incrementally across runs"
                 )
+        return cls.with_store(crawler, settings, store, durable=bool(state_dir))
+
+    @classmethod
+    def with_store(
+        cls, crawler: Crawler, settings: RecrawlSettings, store: HistoryStore, *,
+        durable: bool = True,
+    ) -> RecrawlHooks:
         quality = settings.quality_callable
         if quality is None and settings.quality not in ("depth", "inlinks"):
             quality = load_object(settings.quality)
-        return cls(crawler, Recrawler(settings, store, quality=quality), durable=bool(state_dir))
+        return cls(crawler, Recrawler(settings, store, quality=quality), durable=durable)
 
     # -- requests going in ---------------------------------------------------------------
 
@@ -82,9 +89,10 @@ class RecrawlHooks:
         return admitted
 
     def due_requests(self, limit: int, spider: Spider | None) -> list[Request]:
-        return [self._request(record, spider) for record in self.recrawler.take_due(limit)]
+        return [self.request_for(record, spider) for record in self.recrawler.take_due(limit)]
 
-    def _request(self, record: PageRecord, spider: Spider | None) -> Request:
+    def request_for(self, record: PageRecord, spider: Spider | None) -> Request:
+        """The recrawl request of a due page (no I/O: safe on the reactor thread)."""
         callback = None
         if record.callback and spider is not None:
             callback = getattr(spider, record.callback, None)
@@ -136,7 +144,8 @@ class RecrawlHooks:
     # -- stats and closing ---------------------------------------------------------------
 
     def publish_stats(self, stats: Any) -> None:
-        for key, value in self.recrawler.counters.items():
+        # A copy: the Redis scheduler's I/O thread may be counting meanwhile.
+        for key, value in list(self.recrawler.counters.items()):
             delta = value - self._published.get(key, 0)
             if delta:
                 stats.inc_value(f"frontier/{key}", delta)

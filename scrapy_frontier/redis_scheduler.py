@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
+from scrapy.exceptions import IgnoreRequest
 from twisted.internet.defer import succeed
 from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
@@ -42,7 +43,11 @@ from twisted.python.threadpool import ThreadPool
 
 from scrapy_frontier.config import FrontierConfig
 from scrapy_frontier.dupefilter import request_fp64
+from scrapy_frontier.history import PageRecord
+from scrapy_frontier.history_redis import RedisHistoryStore
 from scrapy_frontier.hostkey import HostlessURL, host_key
+from scrapy_frontier.recrawl import Recrawler, Visit
+from scrapy_frontier.recrawl_scrapy import FORCE_META, RECRAWL_META, RecrawlHooks
 from scrapy_frontier.redis_frontier import (
     RedisFrontier,
     RedisFrontierError,
@@ -72,12 +77,16 @@ MAX_BACKOFF = 30.0
 class _Round:
     """What one I/O round sends; kept until Redis acknowledged it (retried otherwise)."""
 
-    #: (fingerprint or None, filter duplicates?, host, level, serialized request)
-    pushes: list[tuple[int | None, bool, str, int, bytes]] = field(default_factory=list)
+    #: (fingerprint or None, filter duplicates?, due gate?, host, level, item)
+    pushes: list[tuple[int | None, bool, bool, str, int, bytes]] = field(default_factory=list)
     completions: list[tuple[RedisLease, float, float]] = field(default_factory=list)
     min_rests: list[tuple[str, float]] = field(default_factory=list)
     retire: list[str] = field(default_factory=list)
+    #: Page history updates: (fingerprint, URL, the visit, or None for a download error).
+    visits: list[tuple[int, str, Visit | None]] = field(default_factory=list)
     want: int = 0
+    feed: int = 0
+    """How many due pages of the history to claim for recrawling."""
 
 
 @dataclass
@@ -89,6 +98,10 @@ class _Answer:
     in_flight: int
     wakeup: float | None
     """Seconds until a host becomes ready, when the round could not claim all it wanted."""
+    validators: dict[int, tuple[str | None, str | None]] = field(default_factory=dict)
+    """Lease ticket -> (ETag, Last-Modified) of the page's last full response."""
+    due: list[PageRecord] = field(default_factory=list)
+    not_due: int = 0
 
 
 class RedisFrontierScheduler(FrontierScheduler):
@@ -131,6 +144,7 @@ class RedisFrontierScheduler(FrontierScheduler):
         self._wake_call: Any = None
         self._stall = _StallMeter()
         self.counters: dict[str, int] = {}
+        self._validators: dict[int, tuple[str | None, str | None]] = {}
 
     # -- opening and closing -----------------------------------------------------------
 
@@ -153,6 +167,13 @@ class RedisFrontierScheduler(FrontierScheduler):
             client, seen_key, expected=settings.getint("FRONTIER_REDIS_SEEN_EXPECTED", 10_000_000)
         )
         self._codec = request_codec(spider)
+        if self.config.recrawl.mode != "off":
+            history_key = (settings.get("FRONTIER_REDIS_HISTORY_KEY") or "%(spider)s:history:") % {
+                "spider": spider.name}
+            history = RedisHistoryStore(client, history_key)
+            self.recrawl = RecrawlHooks.with_store(self.crawler, self.config.recrawl, history)
+            if self.config.recrawl.mode == "continuous":
+                self.crawler.signals.connect(self._on_spider_idle, signal=signals.spider_idle)
         self._pool = ThreadPool(minthreads=1, maxthreads=1, name="scrapy-frontier-redis")
         self._pool.start()
         self._stall.start()
@@ -191,12 +212,10 @@ class RedisFrontierScheduler(FrontierScheduler):
                 final.completions.append((lease, seconds, rest))
             self._finished.clear()
             for lease in self._buffer:
-                final.pushes.append((None, False, lease.host, lease.level, lease.item))
+                final.pushes.append((None, False, False, lease.host, lease.level, lease.item))
                 final.completions.append((lease, 0.0, 0.0))
             self._buffer.clear()
-            if not (final.pushes or final.completions or final.min_rests or final.retire):
-                return succeed(None)
-            return deferToThreadPool(_reactor(), pool, self._io, final)
+            return deferToThreadPool(_reactor(), pool, self._io_final, final)
 
         def report(result: object) -> None:
             if isinstance(result, Failure):
@@ -233,11 +252,15 @@ class RedisFrontierScheduler(FrontierScheduler):
         # dont_filter requests skip the seen test but are marked seen, so that a later
         # ordinary link to the same URL is not fetched a second time.
         fp = request_fp64(self.crawler.request_fingerprinter, request)
+        # ... and, with a page history, the due test (start URLs of pages not due).
+        gate = (request.dont_filter and self.recrawl is not None and ticket is None
+                and not meta.get(RECRAWL_META) and not meta.get(FORCE_META))
         priority = request.priority
         if self.host_rules.rules:
             priority += self.host_rules.boost(host)
         self._next.pushes.append(
-            (fp, not request.dont_filter, host, self.mapper.level(priority), data)
+            (fp, not request.dont_filter, gate, host, self.mapper.level(priority),
+             fp.to_bytes(8, "big", signed=True) + data)
         )
         self._enqueued += 1
         if ticket is not None:
@@ -253,7 +276,7 @@ class RedisFrontierScheduler(FrontierScheduler):
         while self._buffer:
             lease = self._buffer.popleft()
             try:
-                request: Request = self._codec.decode(lease.item)
+                request: Request = self._codec.decode(lease.item[8:])
             except StoreError as exc:
                 self.stats.inc_value("frontier/redis/undecodable")
                 logger.error("A request claimed from Redis cannot be rebuilt (%s); it is "
@@ -262,6 +285,9 @@ class RedisFrontierScheduler(FrontierScheduler):
                 continue
             request.meta[LEASE_META] = lease.ticket
             self._held[lease.ticket] = lease
+            validators = self._validators.pop(lease.ticket, None)
+            if validators is not None:
+                self._add_validators(request, *validators)
             self._count("dequeued")
             self._kick()
             return request
@@ -276,6 +302,9 @@ class RedisFrontierScheduler(FrontierScheduler):
                 return True
         if self._outage_since is not None:
             return True  # cannot tell: keep waiting for Redis
+        rc = self.recrawler
+        if rc is not None and rc.settings.mode == "due" and not rc.exhausted:
+            return True  # due pages still to feed
         since = self._remote_idle_since
         # The cluster's work is over only when it has looked over for a while: another
         # worker's fetch in flight may still add requests.
@@ -292,6 +321,8 @@ class RedisFrontierScheduler(FrontierScheduler):
         response: Response | None = None,
         exception: BaseException | None = None,
     ) -> None:
+        if exception is not None:
+            self._history_download_error(request, exception)
         ticket = request.meta.get(LEASE_META)
         if ticket is None:
             return
@@ -361,6 +392,34 @@ class RedisFrontierScheduler(FrontierScheduler):
             self._next.min_rests.append((host, rest))
             self._kick()
 
+    # -- page history (recrawl) ------------------------------------------------------------
+
+    def page_visited(self, request: Request, visit: Visit) -> None:
+        """From the recrawl spider middleware: recorded in Redis by the next round."""
+        if self.recrawl is None or self._closed:
+            return
+        self._next.visits.append((self.recrawl.fp(request), request.url, visit))
+
+    def _history_download_error(self, request: Request, exception: BaseException) -> None:
+        if self.recrawl is None or isinstance(exception, IgnoreRequest):
+            return
+        self._next.visits.append((self.recrawl.fp(request), request.url, None))
+
+    @staticmethod
+    def _add_validators(request: Request, etag: str | None, modified: str | None) -> None:
+        headers = request.headers
+        if etag and b"If-None-Match" not in headers:
+            headers[b"If-None-Match"] = etag
+        if modified and b"If-Modified-Since" not in headers:
+            headers[b"If-Modified-Since"] = modified
+
+    def _on_spider_idle(self, spider: Spider) -> None:
+        """Continuous recrawl: never close when idle; pages fall due later."""
+        from scrapy.exceptions import DontCloseSpider
+
+        if not (self._closed or self._failed):
+            raise DontCloseSpider
+
     # -- I/O rounds -----------------------------------------------------------------------
 
     def _tick(self) -> None:
@@ -378,7 +437,11 @@ class RedisFrontierScheduler(FrontierScheduler):
         claim = bool(nxt.want) and (self._claim_more or poll)
         if not claim:
             nxt.want = 0
-        if not (poll or claim or nxt.pushes or nxt.completions or nxt.min_rests or nxt.retire):
+        rc = self.recrawler
+        if poll and rc is not None and (rc.settings.mode == "continuous" or not rc.exhausted):
+            nxt.feed = rc.settings.feed_batch
+        if not (poll or claim or nxt.pushes or nxt.completions or nxt.min_rests or nxt.retire
+                or nxt.visits):
             return
         self._sending, self._next = nxt, _Round()
         d = deferToThreadPool(_reactor(), self._pool, self._io, nxt)
@@ -395,21 +458,25 @@ class RedisFrontierScheduler(FrontierScheduler):
         """In the I/O thread: one round against Redis (see module doc)."""
         remote, seen = self.remote, self.seen
         assert remote is not None and seen is not None
-        duplicates = 0
+        recrawler = self.recrawler
+        duplicates = not_due = 0
         if rnd.pushes:
             fps = [fp for fp, dedupe, *_ in rnd.pushes if fp is not None and dedupe]
             known = dict(zip(fps, seen.contains_many(fps), strict=True)) if fps else {}
             fresh: list[tuple[str, int, bytes]] = []
             fresh_fps: list[int] = []
             batch_fps: set[int] = set()
-            for fp, dedupe, host, level, data in rnd.pushes:
+            for fp, dedupe, gate, host, level, item in rnd.pushes:
                 if fp is not None:
                     if dedupe and (known.get(fp) or fp in batch_fps):
                         duplicates += 1
                         continue
+                    if gate and recrawler is not None and not recrawler.admit(fp)[0]:
+                        not_due += 1
+                        continue
                     batch_fps.add(fp)
                     fresh_fps.append(fp)
-                fresh.append((host, level, data))
+                fresh.append((host, level, item))
             if fresh:
                 remote.push_many(fresh)
             if fresh_fps:
@@ -419,6 +486,8 @@ class RedisFrontierScheduler(FrontierScheduler):
             remote.set_min_rest(host, rest)
         for host in rnd.retire:
             remote.retire(host)
+        if recrawler is not None:
+            self._record_visits(recrawler, rnd.visits)
         for done, seconds, rest in rnd.completions:
             remote.complete(done, seconds, rest_at_least=rest)
         leases: list[RedisLease] = []
@@ -427,8 +496,40 @@ class RedisFrontierScheduler(FrontierScheduler):
             if claimed is None:
                 break
             leases.append(claimed)
-        wakeup = remote.next_wakeup() if len(leases) < rnd.want else None
-        return _Answer(leases, duplicates, remote.idle(), len(remote), remote.in_flight, wakeup)
+        answer = _Answer(leases, duplicates, remote.idle(), len(remote), remote.in_flight,
+                         remote.next_wakeup() if len(leases) < rnd.want else None)
+        answer.not_due = not_due
+        if recrawler is not None:
+            for lease in leases:
+                record = recrawler.store.get(int.from_bytes(lease.item[:8], "big", signed=True))
+                if record is not None and (record.etag or record.last_modified):
+                    answer.validators[lease.ticket] = (record.etag, record.last_modified)
+            if rnd.feed and answer.queued < 2 * rnd.feed:
+                answer.due = recrawler.take_due(rnd.feed)
+            recrawler.store.flush()
+        return answer
+
+    def _io_final(self, rnd: _Round) -> _Answer | None:
+        """In the I/O thread, at close: the last round, then the history's last writes."""
+        answer = None
+        if rnd.pushes or rnd.completions or rnd.min_rests or rnd.retire or rnd.visits:
+            answer = self._io(rnd)
+        if self.recrawler is not None:
+            self.recrawler.close()
+        return answer
+
+    @staticmethod
+    def _record_visits(recrawler: Recrawler, visits: list[tuple[int, str, Visit | None]]
+                       ) -> None:
+        for fp, url, visit in visits:
+            if visit is None:
+                recrawler.failed(fp, url, None)
+            elif visit.status == 304:
+                recrawler.not_modified(fp, url, visit)
+            elif 200 <= visit.status < 300:
+                recrawler.visited(fp, url, visit)
+            elif visit.status >= 400:
+                recrawler.failed(fp, url, visit)
 
     def _round_done(self, answer: _Answer) -> None:
         sent = self._sending or _Round()
@@ -443,7 +544,13 @@ class RedisFrontierScheduler(FrontierScheduler):
         self._backoff = 0.0
         if answer.duplicates:
             self._count("duplicates", answer.duplicates)
+        if answer.not_due:
+            self._count("recrawl/not_due_dropped", answer.not_due)
+        self._validators.update(answer.validators)
         self._buffer.extend(answer.leases)
+        if answer.due and self.recrawl is not None:
+            for record in answer.due:
+                self.enqueue_request(self.recrawl.request_for(record, self.spider))
         self._remote_queued = answer.queued
         self._remote_in_flight = answer.in_flight
         local_work = self._buffer or self._held or self._finished
@@ -506,6 +613,7 @@ class RedisFrontierScheduler(FrontierScheduler):
             completions=first.completions + second.completions,
             min_rests=first.min_rests + second.min_rests,
             retire=first.retire + second.retire,
+            visits=first.visits + second.visits,
         )
 
     # -- stats ----------------------------------------------------------------------------
@@ -523,6 +631,8 @@ class RedisFrontierScheduler(FrontierScheduler):
         set_value("frontier/redis/in_flight", self._remote_in_flight)
         set_value("frontier/reactor/stall_max_ms", round(1000 * self._stall.worst, 1))
         set_value("frontier/reactor/stalls_over_100ms", self._stall.over)
+        if self.recrawl is not None:
+            self.recrawl.publish_stats(self.stats)
 
 
 def _reactor() -> Any:

@@ -28,10 +28,15 @@ def record(fp: int, due: float, weight: float = 1.0, retired: str | None = None)
     return r
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     if request.param == "memory":
         yield MemoryHistoryStore()
+    elif request.param == "redis":
+        from scrapy_frontier.history_redis import RedisHistoryStore
+
+        client = request.getfixturevalue("redis_client")
+        yield RedisHistoryStore(client, request.getfixturevalue("redis_prefix") + "history:")
     else:
         s = SQLiteHistoryStore(tmp_path / "history.sqlite", batch_size=3)
         yield s
@@ -427,3 +432,33 @@ def test_estimator_optimal_needs_a_budget() -> None:
     config = FrontierConfig.from_settings(Settings({
         "FRONTIER_RECRAWL_PREDICTOR": "estimator_optimal", "FRONTIER_RECRAWL_BUDGET": 1000}))
     assert config.recrawl.budget == 1000.0
+
+
+def test_redis_history_claims_due_pages_once_across_workers(redis_client: Any,
+                                                          redis_prefix: str) -> None:
+    from scrapy_frontier.history_redis import RedisHistoryStore
+
+    prefix = redis_prefix + "history:"
+    first = RedisHistoryStore(redis_client, prefix)
+    for fp in range(10):
+        first.put(record(fp, 100.0 + fp))
+    first.flush()
+    second = RedisHistoryStore(redis_client, prefix)  # another worker
+    a = first.claim_due(105.0, 4, 1000.0)
+    b = second.claim_due(105.0, 10, 1000.0)
+    assert [r.fp for r in a] == [0, 1, 2, 3]
+    assert [r.fp for r in b] == [4, 5]  # never the same page twice
+    assert second.claim_due(105.0, 10, 1000.0) == []
+    # A claimed page reads as not eligible before the hold ends (the due gate's view).
+    got = second.get(1)
+    assert got is not None and got.eligible == 1000.0
+
+
+def test_redis_history_refuses_foreign_keys(redis_client: Any, redis_prefix: str) -> None:
+    from scrapy_frontier.history_redis import RedisHistoryStore
+    from scrapy_frontier.redis_frontier import RedisFrontierDataError
+
+    prefix = redis_prefix + "history:"
+    redis_client.set(prefix + "meta", "something else")
+    with pytest.raises(RedisFrontierDataError, match="not the page history"):
+        RedisHistoryStore(redis_client, prefix)

@@ -28,7 +28,8 @@ _names = itertools.count()
 def _settings(redis_server: RedisServer, name: str, **extra: Any) -> dict[str, Any]:
     return {"ADDONS": FRONTIER_ADDON, "FRONTIER_BACKEND": "redis",
             "REDIS_URL": redis_server.url, "FRONTIER_REDIS_KEY": f"{name}:frontier:",
-            "FRONTIER_REDIS_SEEN_KEY": f"{name}:seen:", "FRONTIER_MIN_DELAY": 0.0,
+            "FRONTIER_REDIS_SEEN_KEY": f"{name}:seen:",
+            "FRONTIER_REDIS_HISTORY_KEY": f"{name}:history:", "FRONTIER_MIN_DELAY": 0.0,
             "FRONTIER_REDIS_IDLE_GRACE": 1.0, **extra}
 
 
@@ -204,3 +205,38 @@ def test_scrapy_redis_redis_spider_feeds_the_shared_frontier(redis_server: Redis
     assert report.coverage == 1.0 and report.duplicates == 0, report.summary()
     assert report.polite, report.summary()
     assert json.loads(out.read_text())["frontier/backend"] == "redis"
+
+
+@pytest.mark.crawl
+def test_page_history_in_redis_drives_conditional_recrawls(redis_server: RedisServer,
+                                                           tmp_path: Path) -> None:
+    """Two runs of a worker on one Redis: the second fetches the due pages with validators,
+    and the server answers 304 exactly for the pages that did not change."""
+    log = tmp_path / "server.jsonl"
+    web_args = ["--shape", "wide", "--hosts", "3", "--pages", "5", "--latency", "0.005", "0.01",
+                "--cross-links", "0", "--seed", "12", "--change-rate", "0.1",
+                "--changing-fraction", "0.5"]
+    name = f"hist{next(_names)}"
+    settings = _settings(redis_server, name, FRONTIER_RECRAWL_MIN=0.2,
+                         FRONTIER_RECRAWL_INITIAL=1.0, FRONTIER_RECRAWL_MAX=600.0)
+    runs: list[list[Any]] = []
+    with ServerProcess(web_args, log_path=str(log)) as web:
+        for i in range(2):
+            before = len(read_log(log)) if log.exists() else 0
+            result = run_crawl(web.start_urls, settings, allowed_domains=web.allowed_domains,
+                               workdir=tmp_path / f"crawl{i}", timeout=120)
+            assert result.returncode == 0, result.output[-3000:]
+            time.sleep(1.3)  # every page falls due (1 s after its visit)
+            runs.append([result.stats, read_log(log)[before:]])
+    pages = {(h, p) for h, p in web.expected}
+    first = {(e.host, e.path): e for e in runs[0][1] if e.path.startswith("/p/")}
+    second = {(e.host, e.path): e for e in runs[1][1] if e.path.startswith("/p/")}
+    assert set(first) == set(second) == pages
+    assert all(e.conditional for e in second.values())
+    unchanged = {k for k in pages if first[k].version == second[k].version}
+    assert {k for k, e in second.items() if e.status == 304} == unchanged
+    stats = runs[1][0]
+    assert stats["frontier/recrawl/fed"] == len(pages)
+    assert stats["frontier/recrawl/not_modified"] == len(unchanged)
+    client = redis_server.client()
+    assert client.hlen(f"{name}:history:pages") == len(pages)

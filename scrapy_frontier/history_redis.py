@@ -1,0 +1,204 @@
+"""The page history in Redis, shared by the workers of a distributed crawl.
+
+Keys under one prefix ``H`` (default ``<spider>:history:``)::
+
+    H meta     HASH   format="scrapy-frontier/redis-history", version
+    H pages    HASH   fingerprint -> the page record as JSON (PageRecord.to_json)
+    H due      ZSET   fingerprint -> eligible time (pages not retired)
+    H weight   ZSET   fingerprint -> quality, for eviction
+
+The ``due`` score is the authority on when a page may be recrawled: claiming due
+pages (:meth:`RedisHistoryStore.claim_due`) is one Lua script that moves their
+scores past the claim hold, so two workers never hand out the same page. Times
+are the workers' wall clocks (a page's due time is days away; seconds of skew
+do not matter here, unlike politeness, which runs on the Redis server's clock).
+
+Writes are buffered and sent in one pipeline by :meth:`flush`; the Redis
+scheduler calls every method from its I/O thread only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from scrapy_frontier.history import PageRecord
+from scrapy_frontier.redis_frontier import RedisFrontierDataError, _guard, _text
+
+FORMAT = "scrapy-frontier/redis-history"
+VERSION = "1"
+
+_CLAIM_DUE = r"""
+local due, pages = KEYS[1], KEYS[2]
+local untl, limit, hold_until = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local fps = redis.call('ZRANGEBYSCORE', due, '-inf', untl, 'LIMIT', 0, limit)
+local out = {}
+for _, fp in ipairs(fps) do
+  redis.call('ZADD', due, hold_until, fp)
+  out[#out + 1] = fp
+  out[#out + 1] = redis.call('HGET', pages, fp) or ''
+end
+return out
+"""
+
+
+class RedisHistoryStore:
+    """A :class:`~scrapy_frontier.history.HistoryStore` in Redis."""
+
+    def __init__(self, client: Any, prefix: str) -> None:
+        self.client = client
+        self.prefix = prefix
+        self._pending: dict[int, PageRecord] = {}
+        self._claim = client.register_script(_CLAIM_DUE)
+        self._guard("opening the page history", self._check_meta)
+
+    def key(self, name: str) -> str:
+        return self.prefix + name
+
+    def _guard(self, doing: str, fn: Any) -> Any:
+        return _guard(self.client, self.prefix, doing, fn)
+
+    def _check_meta(self) -> None:
+        meta = self.key("meta")
+        kind = _text(self.client.type(meta))
+        if kind not in ("none", "hash"):
+            raise RedisFrontierDataError(
+                f"Redis key {meta!r} is a {kind}, not the page history's marker: pick another "
+                "FRONTIER_REDIS_HISTORY_KEY or delete the key."
+            )
+        self.client.hsetnx(meta, "format", FORMAT)
+        self.client.hsetnx(meta, "version", VERSION)
+        got = {_text(k): _text(v) for k, v in self.client.hgetall(meta).items()}
+        if got.get("format") != FORMAT or got.get("version") != VERSION:
+            raise RedisFrontierDataError(
+                f"{meta!r} says format {got.get('format')!r} version {got.get('version')!r}; "
+                f"this scrapy-frontier writes {FORMAT!r} version {VERSION}: pick another "
+                "FRONTIER_REDIS_HISTORY_KEY or delete the keys under it."
+            )
+
+    def _decode(self, fp: int, raw: Any) -> PageRecord:
+        try:
+            return PageRecord.from_json(fp, _text(raw))
+        except ValueError as exc:
+            raise RedisFrontierDataError(
+                f"{self.key('pages')!r} field {fp}: {exc}; delete the field (the page is then "
+                "new to the crawl) or the keys under the prefix."
+            ) from None
+
+    # -- the store -------------------------------------------------------------------------
+
+    def get(self, fp: int) -> PageRecord | None:
+        pending = self._pending.get(fp)
+        if pending is not None:
+            return PageRecord.from_json(fp, pending.to_json())
+
+        def read() -> Any:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hget(self.key("pages"), fp)
+            pipe.zscore(self.key("due"), fp)
+            return pipe.execute()
+
+        raw, score = self._guard("reading a page record", read)
+        if raw is None:
+            return None
+        record = self._decode(fp, raw)
+        if score is not None and float(score) > record.eligible:
+            record.claimed_until = float(score)  # claimed by a worker
+        return record
+
+    def put(self, record: PageRecord) -> None:
+        self._pending[record.fp] = record
+
+    def claim_due(self, until: float, limit: int, hold_until: float) -> list[PageRecord]:
+        """Up to ``limit`` pages eligible by ``until``, claimed until ``hold_until`` (atomic)."""
+        self.flush()
+        reply = self._guard(
+            "claiming due pages",
+            lambda: self._claim(keys=[self.key("due"), self.key("pages")],
+                                args=[repr(float(until)), limit, repr(float(hold_until))]),
+        )
+        out = []
+        for i in range(0, len(reply), 2):
+            fp, raw = int(reply[i]), reply[i + 1]
+            if raw:
+                record = self._decode(fp, raw)
+                record.claimed_until = hold_until
+                out.append(record)
+        return out
+
+    def due(self, after: tuple[float, int], until: float, limit: int) -> list[PageRecord]:
+        # Only for callers without claim_due; the Recrawler claims through claim_due.
+        self.flush()
+        rows = self._guard("reading due pages", lambda: self.client.zrangebyscore(
+            self.key("due"), after[0], until, start=0, num=limit + 1000, withscores=True))
+        keys = sorted((float(score), int(member)) for member, score in rows)
+        out = []
+        for key in keys:
+            if key <= after:
+                continue
+            record = self.get(key[1])
+            if record is not None:
+                out.append(record)
+            if len(out) >= limit:
+                break
+        return out
+
+    def next_due(self) -> float | None:
+        self.flush()
+        rows = self._guard("reading due pages",
+                           lambda: self.client.zrange(self.key("due"), 0, 0, withscores=True))
+        return float(rows[0][1]) if rows else None
+
+    def evict(self, keep: int) -> int:
+        self.flush()
+        extra = len(self) - keep
+        if extra <= 0:
+            return 0
+        fps = self._guard("evicting page records",
+                          lambda: self.client.zrange(self.key("weight"), 0, extra - 1))
+        if not fps:
+            return 0
+
+        def delete() -> Any:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hdel(self.key("pages"), *fps)
+            pipe.zrem(self.key("due"), *fps)
+            pipe.zrem(self.key("weight"), *fps)
+            return pipe.execute()
+
+        self._guard("evicting page records", delete)
+        return len(fps)
+
+    def scan(self) -> Iterator[PageRecord]:
+        self.flush()
+        for field, raw in self.client.hscan_iter(self.key("pages"), count=1000):
+            record = self._decode(int(field), raw)
+            if record.retired is None:
+                yield record
+
+    def __len__(self) -> int:
+        self.flush()
+        return int(self._guard("counting page records",
+                               lambda: self.client.hlen(self.key("pages"))))
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        batch = list(self._pending.values())
+
+        def write() -> Any:
+            pipe = self.client.pipeline(transaction=False)
+            for r in batch:
+                pipe.hset(self.key("pages"), r.fp, r.to_json())
+                if r.retired is None:
+                    pipe.zadd(self.key("due"), {str(r.fp): r.eligible})
+                else:
+                    pipe.zrem(self.key("due"), r.fp)
+                pipe.zadd(self.key("weight"), {str(r.fp): r.weight})
+            return pipe.execute()
+
+        self._guard(f"writing {len(batch)} page records", write)
+        self._pending.clear()
+
+    def close(self) -> None:
+        self.flush()
