@@ -659,7 +659,7 @@ def test_fast_fingerprint_covers_plain_urls() -> None:
     for url in ("http://h1.example/p/3", "https://www.example.com/", "http://a.b/c/d/",
                 "https://x-y.example.org/a.b/c~d_e-f.html"):
         assert fast_fingerprint(Request(url)) is not None, url
-    for url in ("http://a.example/p?a=1", "http://A.example/", "http://a.example",
+    for url in ("http://a.example/p?a=1", "http://a.example/a b", "http://a.example/#f",
                 "http://a.example:8080/", "http://a.example/%41", "http://a.example/./b"):
         assert fast_fingerprint(Request(url)) is None, url
     assert fast_fingerprint(Request("http://a.example/", method="POST")) is None
