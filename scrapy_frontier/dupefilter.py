@@ -30,7 +30,6 @@ import hashlib
 import logging
 import os
 import random
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +47,7 @@ from scrapy_frontier.core.seen import (
     fingerprint64,
     make_cache,
 )
+from scrapy_frontier.hostkey import PLAIN_URL
 from scrapy_frontier.seen_sqlite import SeenStoreError, SQLiteFingerprintStore
 
 if TYPE_CHECKING:
@@ -199,18 +199,6 @@ class FrontierDupeFilter(BaseDupeFilter):
             stats.set_value("frontier/seen/hit_rate", round(seen.hit_rate, 4))
 
 
-#: URLs that :func:`w3lib.url.canonicalize_url` returns unchanged, whatever the
-#: options: http(s), a lowercase host of dot-separated LDH labels (no port, no
-#: user info, no IDNA "xn--"), and a non-empty path of unreserved characters
-#: whose segments do not start with "." (so no dot segments) -- no percent
-#: escapes, no query, no fragment. tests/test_seen.py checks the claim against
-#: Scrapy's own fingerprint on many URLs, inside and outside this set.
-_CANONICAL_URL = re.compile(
-    r"https?://[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*"
-    r"(?:(?:/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)+/?|/)"
-)
-
-
 def fast_fingerprint(request: Request) -> bytes | None:
     """Scrapy's default request fingerprint for a plain GET of an already
     canonical URL, without canonicalising it again; None for any other request.
@@ -222,7 +210,7 @@ def fast_fingerprint(request: Request) -> bytes | None:
     enqueue time of a plain request otherwise goes into ``canonicalize_url``.
     """
     url = request.url
-    if request.method != "GET" or request.body or "xn--" in url or not _CANONICAL_URL.fullmatch(url):
+    if request.method != "GET" or request.body or not PLAIN_URL.fullmatch(url):
         return None
     doc = '{"body": "", "headers": {}, "method": "GET", "url": "' + url + '"}'
     return hashlib.sha1(doc.encode()).digest()  # noqa: S324 -- Scrapy's digest, not security

@@ -37,7 +37,11 @@ T = TypeVar("T")
 logger = logging.getLogger("scrapy_frontier.store")
 
 FORMAT = "scrapy-frontier/sqlite"
-VERSION = 1
+#: 2: request rows start with a format byte (scrapy_frontier.codec). Version 1
+#: files (bare pickled Request.to_dict rows) are still read, and are marked
+#: version 2 when opened, since new rows are written in the new format.
+VERSION = 2
+READABLE_VERSIONS = ("1", "2")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -157,18 +161,28 @@ class SQLiteStore(Generic[T]):
         if meta.get("format") != FORMAT:
             db.close()
             raise StoreError(f"{path} is not a scrapy-frontier state file. Use another JOBDIR.")
-        if meta.get("version") != str(VERSION):
+        if meta.get("version") not in READABLE_VERSIONS:
             db.close()
             raise StoreError(
                 f"{path} was written by an incompatible scrapy-frontier (state version "
-                f"{meta.get('version')}, this version reads {VERSION}). Finish the crawl with "
-                "the version that wrote it, or use a new JOBDIR."
+                f"{meta.get('version')}, this version reads {', '.join(READABLE_VERSIONS)}). "
+                "Finish the crawl with the version that wrote it, or use a new JOBDIR."
             )
         if meta.get("spider") != spider:
             db.close()
             raise StoreError(
                 f"{path} belongs to spider {meta.get('spider')!r}, not {spider!r}. "
                 "Each spider needs its own JOBDIR (or FRONTIER_PATH)."
+            )
+        if meta["version"] != str(VERSION):
+            with _transaction(db):
+                db.execute("UPDATE meta SET value = ? WHERE key = 'version'", (str(VERSION),))
+            logger.info(
+                "%s: state version %s upgraded to %d (its rows are read as they are); "
+                "scrapy-frontier releases older than this one cannot resume it any more",
+                path,
+                meta["version"],
+                VERSION,
             )
         return db
 
@@ -273,7 +287,10 @@ class SQLiteStore(Generic[T]):
                     "kept in memory by the process that stopped; it is lost."
                 )
             return item
-        return self.codec.decode(data)
+        try:
+            return self.codec.decode(data)
+        except StoreError as exc:
+            raise StoreError(f"{self.path}, row {row}: {exc}") from exc
 
     def _new_id(self) -> int:
         row = self._next_id
@@ -352,7 +369,7 @@ class SQLiteStore(Generic[T]):
                 yield host, level, self._peek(row, data)
 
     def _peek(self, row: int, data: bytes | None) -> T:
-        return self._volatile[row] if data is None else self.codec.decode(data)
+        return self._volatile[row] if data is None else self._decode(row, data)
 
     # -- back queues -----------------------------------------------------------
 
@@ -514,27 +531,11 @@ def _transaction(db: sqlite3.Connection) -> Iterator[None]:
 
 
 def request_codec(spider: Any) -> Codec[Any]:
-    """Requests as pickled ``Request.to_dict`` data; callbacks must be spider methods."""
-    import pickle
+    """Requests as compact rows (see :mod:`scrapy_frontier.codec`); callbacks must be
+    spider methods."""
+    from scrapy_frontier.codec import request_codec as make
 
-    from scrapy.utils.request import request_from_dict
-
-    def encode(request: Any) -> bytes:
-        try:
-            return pickle.dumps(request.to_dict(spider=spider), protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:  # ValueError for lambdas, PicklingError and others for meta
-            raise Unserializable(f"{request}: {exc}") from exc
-
-    def decode(data: bytes) -> Any:
-        try:
-            return request_from_dict(pickle.loads(data), spider=spider)
-        except Exception as exc:
-            raise StoreError(
-                f"cannot rebuild a saved request ({exc}). Was the spider's code changed (a "
-                "callback renamed or removed)? Restore it, or start with a new JOBDIR."
-            ) from exc
-
-    return Codec(encode, decode)
+    return make(spider)
 
 
 def _insort(window: list[_Entry], entry: _Entry) -> None:
