@@ -76,8 +76,8 @@ def request_codec(spider: Any) -> Codec[Any]:
     names: dict[Any, str] = {}  # callback function -> spider method name
 
     def method_name(func: Any) -> str | None:
-        if func is None:
-            return None
+        if func is None or isinstance(func, str):
+            return func  # a name set after construction: to_dict keeps it as it is
         key = getattr(func, "__func__", None)
         if key is not None:
             name = names.get(key)

@@ -166,6 +166,15 @@ def test_callbacks_that_are_not_spider_methods_are_unserializable() -> None:
         codec.encode(FormRequest("http://a.example/", callback=lambda r: None))
 
 
+def test_callback_names_set_after_construction_are_kept() -> None:
+    spider = CodecSpider()
+    codec = request_codec(spider)
+    request = Request("http://a.example/")
+    request.callback = "parse_page"  # type: ignore[assignment]
+    back = codec.decode(codec.encode(request))
+    assert back.callback == spider.parse_page
+
+
 def test_removed_callback_names_the_file(tmp_path: Path) -> None:
     spider = CodecSpider()
     path = tmp_path / "f.sqlite"
