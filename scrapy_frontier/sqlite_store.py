@@ -114,7 +114,10 @@ class SQLiteStore(Generic[T]):
         self._back: dict[str, _Back] = {}
         # Pending writes, applied in this order by flush().
         self._ins_front: list[tuple[int, int, str, bytes | None]] = []
-        self._ins_back: list[tuple[int, str, int, bytes | None]] = []
+        # Back rows not written yet, by id: (id, host, level, data, leased). A
+        # lease of such a row is folded into its INSERT, and an ack drops it: the
+        # same state after the transaction, with fewer statements.
+        self._ins_back: dict[int, tuple[int, str, int, bytes | None, int]] = {}
         self._del_front: list[tuple[int]] = []
         self._lease: list[tuple[int]] = []
         self._del_back: list[tuple[int]] = []
@@ -416,7 +419,7 @@ class SQLiteStore(Generic[T]):
         self._back_insert(host, level, row, self._encode(item, row))
 
     def _back_insert(self, host: str, level: int, row: int, data: bytes | None) -> None:
-        self._ins_back.append((row, host, level, data))
+        self._ins_back[row] = (row, host, level, data, 0)
         back = self._back[host]
         entry = (-level, row, data)
         window = back.window
@@ -458,13 +461,18 @@ class SQLiteStore(Generic[T]):
         self._fill_window(host, back)
         neg_level, row, data = back.window.pop(0)
         back.size -= 1
-        self._lease.append((row,))
+        pending = self._ins_back.get(row)
+        if pending is None:
+            self._lease.append((row,))
+        else:
+            self._ins_back[row] = pending[:4] + (1,)
         self._op()
         return -neg_level, self._decode(row, data), row
 
     def ack(self, token: object) -> None:
         assert isinstance(token, int)
-        self._del_back.append((token,))
+        if self._ins_back.pop(token, None) is None:
+            self._del_back.append((token,))
         self._op()
 
     def back_items(self, host: str) -> Iterator[tuple[int, T]]:
@@ -496,7 +504,10 @@ class SQLiteStore(Generic[T]):
             try:
                 for sql, rows in (
                     ("INSERT INTO front VALUES (?, ?, ?, ?)", self._ins_front),
-                    ("INSERT INTO back(id, host, level, data) VALUES (?, ?, ?, ?)", self._ins_back),
+                    (
+                        "INSERT INTO back(id, host, level, data, leased) VALUES (?, ?, ?, ?, ?)",
+                        list(self._ins_back.values()),
+                    ),
                     ("DELETE FROM front WHERE id = ?", self._del_front),
                     ("UPDATE back SET leased = 1 WHERE id = ?", self._lease),
                     ("DELETE FROM back WHERE id = ?", self._del_back),
