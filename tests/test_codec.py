@@ -144,6 +144,26 @@ def test_plain_urls_are_unchanged_by_safe_url_string() -> None:
         assert Request(url).url == url
 
 
+@given(
+    scheme=st.sampled_from(["http", "https"]),
+    labels=st.lists(st.text("az09-", min_size=1, max_size=6), min_size=1, max_size=3),
+    segments=st.lists(st.text("aZ09._~-", max_size=5), max_size=4),
+    slash=st.booleans(),
+    encoding=st.sampled_from(["utf-8", "latin-1", "cp1252"]),
+)
+@settings(max_examples=1000, deadline=None)
+def test_every_plain_url_is_a_fixed_point_of_request(
+    scheme: str, labels: list[str], segments: list[str], slash: bool, encoding: str
+) -> None:
+    url = f"{scheme}://{'.'.join(labels)}/{'/'.join(segments)}{'/' if slash else ''}"
+    if not PLAIN_URL.fullmatch(url):
+        return
+    request = Request(url, encoding=encoding)
+    assert request.url == url
+    codec = request_codec(CodecSpider())
+    same(codec.decode(codec.encode(request)), request_from_dict(request.to_dict()))
+
+
 def test_version_1_rows_are_still_read() -> None:
     spider = CodecSpider()
     codec = request_codec(spider)
