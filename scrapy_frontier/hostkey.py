@@ -26,6 +26,18 @@ _SIMPLE_NETLOC = re.compile(
     r"[A-Za-z][A-Za-z0-9+.\-]*://(?:[^/?#@\[\]]*@)?([^/?#:@\[\]]+)(?::[0-9]*)?(?:[/?#]|\Z)"
 )
 
+#: URLs that both ``w3lib.url.safe_url_string`` and ``w3lib.url.canonicalize_url``
+#: return unchanged, whatever their options: http(s), a lowercase host of
+#: dot-separated LDH labels (no port, no user info, no IDNA "xn--" label), and a
+#: non-empty path of unreserved characters whose segments do not start with "."
+#: (so no dot segments) -- no percent escapes, no query, no fragment. Most
+#: crawled URLs are not like this; many generated ones are. tests/test_seen.py
+#: and tests/test_codec.py check the claim on many URLs inside and outside it.
+PLAIN_URL = re.compile(
+    r"https?://(?!xn--)[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.(?!xn--)[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*"
+    r"(?:(?:/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)+/?|/)"
+)
+
 
 def host_key(request: Request) -> str:
     """``meta["download_slot"]`` if set, else the lower-cased hostname.

@@ -43,7 +43,12 @@ from scrapy_frontier.core.seen import (
     next_uses,
     simulate,
 )
-from scrapy_frontier.dupefilter import PUBLISH_EVERY, STORE_NAME, FrontierDupeFilter
+from scrapy_frontier.dupefilter import (
+    PUBLISH_EVERY,
+    STORE_NAME,
+    FrontierDupeFilter,
+    fast_fingerprint,
+)
 from scrapy_frontier.seen_sqlite import FORMAT, SeenStoreError, SQLiteFingerprintStore
 from scrapy_frontier.testweb.crawl import FRONTIER_ADDON
 
@@ -608,6 +613,57 @@ def test_custom_request_fingerprinter_is_respected() -> None:
     default, _ = make_filter()
     assert not default.request_seen(Request("http://a.example/p?a=1"))
     assert not default.request_seen(Request("http://a.example/p?a=2"))
+
+
+_URL_PARTS = {
+    "scheme": ["http", "https", "HTTP", "ftp", "file"],
+    "host": ["h1.example", "Example.COM", "a-b.c", "xn--bcher-kva.example", "xn--zz.example",
+             "1.2.3.4", "a..b", "a.", "-a.b", "a-.b", "www.exa_mple.org", "ex.com:80",
+             "ex.com:8080", "u:p@ex.com", "[::1]", "[::0:1]", "b\u00fccher.example", ""],
+    "path": ["", "/", "/p/1", "/a/b/", "/a//b", "/./a", "/a/../b", "/a/.", "/.well-known/x",
+             "/a.b/c~d_e-f", "/%7Euser", "/%41", "/a%2fb", "/r\u00e9sum\u00e9", "/a b", "/a;p",
+             "/a:b", "/a@b", "/a!b", "/a$b", "/a'b", "/a(b)", "/a*b", "/a+b", "/a,b",
+             "/a=b", "/A/B", "/\"x", "/a\\b", "/{a}", "/a|b", "/a^b", "/a`b"],
+    "tail": ["", "?", "?a=1", "?b=2&a=1", "#frag", "#", "?a#b"],
+}
+
+
+@given(
+    st.sampled_from(_URL_PARTS["scheme"]),
+    st.sampled_from(_URL_PARTS["host"]),
+    st.lists(st.sampled_from(_URL_PARTS["path"]), max_size=3),
+    st.sampled_from(_URL_PARTS["tail"]),
+    st.sampled_from(["GET", "get", "POST", "HEAD"]),
+    st.sampled_from([None, b"", b"x"]),
+    st.booleans(),
+)
+@settings(max_examples=3000, deadline=None)
+def test_fast_fingerprint_is_scrapys_fingerprint(
+    scheme: str, host: str, path: list[str], tail: str, method: str, body: bytes | None,
+    verbatim: bool,
+) -> None:
+    from scrapy.utils.request import fingerprint
+
+    url = f"{scheme}://{host}{''.join(path)}{tail}"
+    try:
+        request = Request(url, method=method, body=body, meta={"verbatim_url": verbatim})
+    except (ValueError, UnicodeError):
+        return
+    fast = fast_fingerprint(request)
+    if fast is not None:
+        assert fast == fingerprint(request), request.url
+        assert fast == fingerprint(request, keep_fragments=True)
+
+
+def test_fast_fingerprint_covers_plain_urls() -> None:
+    for url in ("http://h1.example/p/3", "https://www.example.com/", "http://a.b/c/d/",
+                "https://x-y.example.org/a.b/c~d_e-f.html"):
+        assert fast_fingerprint(Request(url)) is not None, url
+    for url in ("http://a.example/p?a=1", "http://a.example/a b", "http://a.example/#f",
+                "http://a.example:8080/", "http://a.example/%41", "http://a.example/./b"):
+        assert fast_fingerprint(Request(url)) is None, url
+    assert fast_fingerprint(Request("http://a.example/", method="POST")) is None
+    assert fast_fingerprint(Request("http://a.example/", body=b"x")) is None
 
 
 @pytest.mark.parametrize(

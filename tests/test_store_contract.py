@@ -211,6 +211,19 @@ def test_foreign_spider_and_version_are_refused(tmp_path: Path) -> None:
         sqlite_store(path)
 
 
+def test_a_file_in_use_by_another_store_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "f.sqlite"
+    first = sqlite_store(path)
+    first.front_append(1, "h", 1)
+    first.flush()
+    with pytest.raises(StoreError, match="in use by another process"):
+        sqlite_store(path)
+    first.close()
+    again = sqlite_store(path)  # free again once closed
+    assert again.front_count() == 1
+    again.close()
+
+
 def test_front_levels_beyond_setting_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "f.sqlite"
     store = sqlite_store(path, levels=8)

@@ -1,0 +1,242 @@
+"""The request codec of the SQLite state: every request shape comes back identical."""
+
+from __future__ import annotations
+
+import pickle
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scrapy import FormRequest, Request, Spider
+from scrapy.http import JsonRequest
+from scrapy.utils.request import request_from_dict
+
+from scrapy_frontier import codec as codec_module
+from scrapy_frontier.codec import COMPACT, FULL, request_codec
+from scrapy_frontier.hostkey import PLAIN_URL
+from scrapy_frontier.sqlite_store import SQLiteStore, StoreError, Unserializable
+
+
+class CodecSpider(Spider):
+    name = "codec"
+
+    def parse_page(self, response: Any) -> None:
+        pass
+
+    def on_error(self, failure: Any) -> None:
+        pass
+
+    alias = parse_page  # two names, one function: to_dict picks the first by name
+
+
+class MyRequest(Request):
+    pass
+
+
+def same(a: Request, b: Request) -> None:
+    """Identical for Scrapy: class, every attribute, and what to_dict makes of it."""
+    assert type(a) is type(b)
+    for attr in a.attributes:
+        va, vb = getattr(a, attr), getattr(b, attr)
+        assert va == vb, attr
+        assert type(va) is type(vb), attr
+    assert a.headers.encoding == b.headers.encoding
+    spider = CodecSpider()
+    assert a.to_dict(spider=spider) == b.to_dict(spider=spider)
+
+
+def shapes(spider: CodecSpider) -> list[Request]:
+    return [
+        Request("http://h1.example/p/1"),
+        Request("https://www.example.com/"),
+        Request("http://a.example/p?b=2&a=1#frag"),
+        Request("http://a.example/r\u00e9sum\u00e9 x", encoding="latin-1"),
+        Request("http://b\u00fccher.example/x"),
+        Request("http://[::1]:8080/a/../b"),
+        Request("data:text/plain,hello"),
+        Request("http://a.example/%7euser", meta={"verbatim_url": True}),
+        Request(
+            "http://a.example/post",
+            method="post",
+            headers={"X-A": ["1", "2"], "Accept": "text/html", b"Raw": b"v"},
+            body="caf\u00e9",
+            cookies={"session": "s1"},
+            meta={"depth": 3, "nested": {"a": [1, 2.5, None, True]}, "t": (1, "x")},
+            priority=-7,
+            dont_filter=True,
+            flags=["cached", "x"],
+            cb_kwargs={"page": 2, "tags": ["a"]},
+            callback=spider.parse_page,
+            errback=spider.on_error,
+        ),
+        Request("http://a.example/c", cookies=[{"name": "n", "value": "v", "domain": "a"}]),
+        Request("http://a.example/alias", callback=spider.alias),
+        Request("http://a.example/e", body=b"\x00\xff", encoding="cp1252"),
+        FormRequest("http://a.example/form", formdata={"q": "x y", "n": "1"}),
+        FormRequest("http://a.example/form2", method="GET", formdata={"q": "z"}),
+        JsonRequest("http://a.example/api", data={"k": [1, 2]}, dumps_kwargs={"indent": 1}),
+        MyRequest("http://a.example/mine", meta={"m": 1}, callback=spider.parse_page),
+    ]
+
+
+@pytest.mark.parametrize("index", range(len(shapes(CodecSpider()))))
+def test_every_request_shape_round_trips(index: int) -> None:
+    spider = CodecSpider()
+    codec = request_codec(spider)
+    request = shapes(spider)[index]
+    data = codec.encode(request)
+    assert data[0] == (COMPACT if type(request) is Request else FULL)
+    back = codec.decode(data)
+    same(back, request)
+    # And as Scrapy's own to_dict round trip rebuilds it.
+    same(back, request_from_dict(request.to_dict(spider=spider), spider=spider))
+    assert back.callback == request.callback and back.errback == request.errback
+
+
+def test_compact_rows_are_small_and_plain_urls_skip_the_url_parser() -> None:
+    codec = request_codec(CodecSpider())
+    data = codec.encode(Request("http://h1.example/p/1"))
+    assert len(data) < 100
+    assert len(data) < len(pickle.dumps(Request("http://h1.example/p/1").to_dict(), protocol=5))
+
+
+def test_fill_check_rejects_an_unknown_request_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(codec_module, "_KNOWN_SLOTS", codec_module._KNOWN_SLOTS | {"_new"})
+    codec = request_codec(CodecSpider())  # falls back to Request(...): still correct
+    request = Request("http://h1.example/p/1", meta={"a": 1})
+    same(codec.decode(codec.encode(request)), request)
+
+
+@given(
+    path=st.text(alphabet="abcAZ09-._~/%?#=& \u00e9", max_size=12),
+    method=st.sampled_from(["GET", "POST", "put"]),
+    body=st.binary(max_size=8),
+    priority=st.integers(-(2**40), 2**40),
+    meta=st.dictionaries(st.text(max_size=4), st.integers() | st.text(max_size=4), max_size=3),
+    dont_filter=st.booleans(),
+    headers=st.dictionaries(
+        st.sampled_from(["X-A", "Accept", "x-b"]), st.text("abc", max_size=3), max_size=2
+    ),
+)
+@settings(max_examples=300, deadline=None)
+def test_random_requests_round_trip(
+    path: str, method: str, body: bytes, priority: int, meta: dict[str, Any],
+    dont_filter: bool, headers: dict[str, str],
+) -> None:
+    spider = CodecSpider()
+    codec = request_codec(spider)
+    try:
+        request = Request(
+            f"http://h.example/{path}", method=method, body=body, priority=priority,
+            meta=meta, dont_filter=dont_filter, headers=headers,
+        )
+    except ValueError:
+        return
+    same(codec.decode(codec.encode(request)), request)
+
+
+def test_plain_urls_are_unchanged_by_safe_url_string() -> None:
+    for url in ("http://h1.example/p/1", "https://a-b.example.org/x.y/z~_-/", "http://a.b/"):
+        assert PLAIN_URL.fullmatch(url)
+        assert Request(url).url == url
+
+
+@given(
+    scheme=st.sampled_from(["http", "https"]),
+    labels=st.lists(st.text("az09-", min_size=1, max_size=6), min_size=1, max_size=3),
+    segments=st.lists(st.text("aZ09._~-", max_size=5), max_size=4),
+    slash=st.booleans(),
+    encoding=st.sampled_from(["utf-8", "latin-1", "cp1252"]),
+)
+@settings(max_examples=1000, deadline=None)
+def test_every_plain_url_is_a_fixed_point_of_request(
+    scheme: str, labels: list[str], segments: list[str], slash: bool, encoding: str
+) -> None:
+    url = f"{scheme}://{'.'.join(labels)}/{'/'.join(segments)}{'/' if slash else ''}"
+    if not PLAIN_URL.fullmatch(url):
+        return
+    request = Request(url, encoding=encoding)
+    assert request.url == url
+    codec = request_codec(CodecSpider())
+    same(codec.decode(codec.encode(request)), request_from_dict(request.to_dict()))
+
+
+def test_version_1_rows_are_still_read() -> None:
+    spider = CodecSpider()
+    codec = request_codec(spider)
+    request = Request("http://a.example/old", callback=spider.parse_page, meta={"m": 1})
+    legacy = pickle.dumps(request.to_dict(spider=spider), protocol=pickle.HIGHEST_PROTOCOL)
+    same(codec.decode(legacy), request)
+
+
+def test_unknown_format_byte_is_refused_clearly() -> None:
+    codec = request_codec(CodecSpider())
+    with pytest.raises(StoreError, match="format byte 7.*newer release"):
+        codec.decode(b"\x07whatever")
+
+
+def test_callbacks_that_are_not_spider_methods_are_unserializable() -> None:
+    codec = request_codec(CodecSpider())
+    with pytest.raises(Unserializable):
+        codec.encode(Request("http://a.example/", callback=lambda r: None))
+    with pytest.raises(Unserializable):
+        codec.encode(FormRequest("http://a.example/", callback=lambda r: None))
+
+
+def test_callback_names_set_after_construction_are_kept() -> None:
+    spider = CodecSpider()
+    codec = request_codec(spider)
+    request = Request("http://a.example/")
+    request.callback = "parse_page"  # type: ignore[assignment]
+    back = codec.decode(codec.encode(request))
+    assert back.callback == spider.parse_page
+
+
+def test_removed_callback_names_the_file(tmp_path: Path) -> None:
+    spider = CodecSpider()
+    path = tmp_path / "f.sqlite"
+    store: SQLiteStore[Any] = SQLiteStore(
+        path, levels=2, spider="codec", codec=request_codec(spider)
+    )
+    store.back_open("a.example")
+    store.back_append("a.example", 1, Request("http://a.example/", callback=spider.on_error))
+    store.close()
+    db = sqlite3.connect(path)
+    data = db.execute("SELECT data FROM back").fetchone()[0]
+    fields = list(pickle.loads(data[1:]))
+    fields[1] = "gone"
+    with db:
+        db.execute("UPDATE back SET data = ?", (bytes([COMPACT]) + pickle.dumps(tuple(fields)),))
+    db.close()
+    store = SQLiteStore(path, levels=2, spider="codec", codec=request_codec(spider))
+    hosts, _ = store.recover()
+    store.adopt("a.example", hosts["a.example"])
+    with pytest.raises(StoreError, match=f"{path}, row 1: .*'gone'"):
+        store.back_lease("a.example")
+    store.close()
+
+
+def test_version_1_state_file_is_upgraded_and_resumed(tmp_path: Path) -> None:
+    spider = CodecSpider()
+    path = tmp_path / "f.sqlite"
+    SQLiteStore(path, levels=2, spider="codec", codec=request_codec(spider)).close()
+    db = sqlite3.connect(path)
+    old = Request("http://a.example/v1", meta={"m": 1})
+    with db:
+        db.execute("UPDATE meta SET value = '1' WHERE key = 'version'")
+        db.execute(
+            "INSERT INTO front VALUES (1, 1, 'a.example', ?)",
+            (pickle.dumps(old.to_dict(spider=spider), protocol=pickle.HIGHEST_PROTOCOL),),
+        )
+    db.close()
+    store = SQLiteStore(path, levels=2, spider="codec", codec=request_codec(spider))
+    store.recover()
+    [(host, level, item)] = list(store.front_items())
+    same(item, old)
+    store.close()
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()[0] == "2"
+    db.close()
