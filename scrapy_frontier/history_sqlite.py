@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from scrapy_frontier.history import PageRecord
-from scrapy_frontier.sqlite_files import SQLiteFile
+from scrapy_frontier.sqlite_files import SQLiteFile, checkpoint_and_close
 
 FORMAT = "scrapy-frontier/history"
 VERSION = 1
@@ -229,13 +229,12 @@ class SQLiteHistoryStore:
             return
         try:
             self.flush()
-            try:
-                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            except sqlite3.Error as exc:
-                raise self._error(exc, "checkpoint failed") from exc
-        finally:
+        except BaseException:
             self._closed = True
             self._conn.close()
+            raise
+        self._closed = True
+        checkpoint_and_close(self._conn, lambda exc: self._error(exc, "checkpoint failed"))
 
     def _check_open(self) -> None:
         if self._closed:

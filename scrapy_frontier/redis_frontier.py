@@ -1012,38 +1012,26 @@ class RedisSeenSet:
 
     def add_many(self, fps: Iterable[int]) -> list[bool]:
         """Add fingerprints; True for each one not seen before (pipelined in batches)."""
-        fps = list(fps)
-        out: list[bool] = []
-
-        def run(chunk: list[int]) -> list[Any]:
-            pipe = self.client.pipeline(transaction=False)
-            for fp in chunk:
-                key, member = self._bucket(fp)
-                pipe.sadd(key, member)
-            return pipe.execute()  # type: ignore[no-any-return]
-
-        for i in range(0, len(fps), self.batch):
-            chunk = fps[i:i + self.batch]
-            out += [bool(x) for x in _guard(self.client, self.prefix, "adding fingerprints",
-                                            partial(run, chunk))]
-        return out
+        return self._each(fps, "sadd", "adding fingerprints")
 
     def contains_many(self, fps: Iterable[int]) -> list[bool]:
         """Whether each fingerprint is in the set (pipelined in batches; changes nothing)."""
+        return self._each(fps, "sismember", "testing fingerprints")
+
+    def _each(self, fps: Iterable[int], command: str, doing: str) -> list[bool]:
+        """One set command per fingerprint, pipelined in batches of ``self.batch``."""
         fps = list(fps)
         out: list[bool] = []
 
         def run(chunk: list[int]) -> list[Any]:
             pipe = self.client.pipeline(transaction=False)
             for fp in chunk:
-                key, member = self._bucket(fp)
-                pipe.sismember(key, member)
+                getattr(pipe, command)(*self._bucket(fp))
             return pipe.execute()  # type: ignore[no-any-return]
 
         for i in range(0, len(fps), self.batch):
             chunk = fps[i:i + self.batch]
-            out += [bool(x) for x in _guard(self.client, self.prefix, "testing fingerprints",
-                                            partial(run, chunk))]
+            out += [bool(x) for x in _guard(self.client, self.prefix, doing, partial(run, chunk))]
         return out
 
     def __contains__(self, fp: int) -> bool:

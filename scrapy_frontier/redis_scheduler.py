@@ -149,15 +149,9 @@ class RedisFrontierScheduler(FrontierScheduler):
     # -- opening and closing -----------------------------------------------------------
 
     def open(self, spider: Spider) -> Deferred[None] | None:
-        self.spider = spider
-        self._closed = False
-        if not self._timing_middleware_installed():
-            self._use_signals()
         from scrapy import signals
 
-        robots_parsed = getattr(signals, "robots_parsed", None)
-        if robots_parsed is not None:
-            self.crawler.signals.connect(self._on_robots_parsed, signal=robots_parsed)
+        self._listen(spider)
         settings = self.crawler.settings
         client = self._client if self._client is not None else redis_from_settings(settings)
         self.remote = RedisFrontier.from_settings(settings, spider.name, client=client)

@@ -134,13 +134,7 @@ class FrontierScheduler:
     # -- Scrapy scheduler interface ----------------------------------------
 
     def open(self, spider: Spider) -> Deferred[None] | None:
-        self.spider = spider
-        self._closed = False
-        if not self._timing_middleware_installed():
-            self._use_signals()
-        robots_parsed = getattr(signals, "robots_parsed", None)
-        if robots_parsed is not None:
-            self.crawler.signals.connect(self._on_robots_parsed, signal=robots_parsed)
+        self._listen(spider)
         self.stats.set_value("frontier/back_queues/floor", self.config.back_queues)
         self.stats.set_value("frontier/back_queues/max", self.config.back_queues_max)
         if self.config.state_dir:
@@ -152,6 +146,16 @@ class FrontierScheduler:
             if self.config.recrawl.mode == "continuous":
                 self.crawler.signals.connect(self._on_spider_idle, signal=signals.spider_idle)
         return self.df.open()
+
+    def _listen(self, spider: Spider) -> None:
+        """What every backend does at open: learn of fetch ends and robots.txt delays."""
+        self.spider = spider
+        self._closed = False
+        if not self._timing_middleware_installed():
+            self._use_signals()
+        robots_parsed = getattr(signals, "robots_parsed", None)
+        if robots_parsed is not None:
+            self.crawler.signals.connect(self._on_robots_parsed, signal=robots_parsed)
 
     def close(self, reason: str) -> Deferred[None] | None:
         self._closed = True

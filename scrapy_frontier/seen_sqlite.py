@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 
-from scrapy_frontier.sqlite_files import SQLiteFile
+from scrapy_frontier.sqlite_files import SQLiteFile, checkpoint_and_close
 
 #: Recorded in the file's ``frontier_meta`` table.
 FORMAT = "scrapy-frontier/seen"
@@ -211,13 +211,12 @@ class SQLiteFingerprintStore:
             return
         try:
             self.flush()
-            try:
-                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            except sqlite3.Error as exc:
-                raise self._error(exc, "checkpoint failed") from exc
-        finally:
+        except BaseException:
             self._closed = True
             self._conn.close()
+            raise
+        self._closed = True
+        checkpoint_and_close(self._conn, lambda exc: self._error(exc, "checkpoint failed"))
 
     def _check_open(self) -> None:
         if self._closed:

@@ -150,3 +150,15 @@ class SQLiteFile:
             )
         return self.error(path, f"{doing} ({describe(exc)})",
                           "Check the file and the disk it is on.")
+
+
+def checkpoint_and_close(conn: sqlite3.Connection, error: Callable[[sqlite3.Error], Exception]
+                         ) -> None:
+    """Checkpoint the WAL into the main file and close the connection (closed even on error)."""
+    try:
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error as exc:
+            raise error(exc) from exc
+    finally:
+        conn.close()
