@@ -71,6 +71,10 @@ redis_log = logging.getLogger("scrapy_frontier.redis")
 
 #: Longest pause between two attempts while Redis is unreachable.
 MAX_BACKOFF = 30.0
+#: Requests waiting locally for a round beyond which no new request is handed out:
+#: each fetch adds links, so while Redis cannot keep up (or is away) the backlog
+#: stops growing instead of filling the worker's memory.
+MAX_BACKLOG = 50_000
 
 
 @dataclass
@@ -267,6 +271,11 @@ class RedisFrontierScheduler(FrontierScheduler):
         if self._closed:
             return None
         self._move_finished()
+        backlog = len(self._next.pushes) + (len(self._sending.pushes) if self._sending else 0)
+        if backlog > MAX_BACKLOG:
+            self._count("redis/backpressure")
+            self._kick()
+            return None
         while self._buffer:
             lease = self._buffer.popleft()
             try:
