@@ -240,3 +240,33 @@ def test_page_history_in_redis_drives_conditional_recrawls(redis_server: RedisSe
     assert stats["frontier/recrawl/not_modified"] == len(unchanged)
     client = redis_server.client()
     assert client.hlen(f"{name}:history:pages") == len(pages)
+
+
+def test_backpressure_stops_handing_out_while_the_backlog_is_full(monkeypatch: Any) -> None:
+    from collections import deque
+    from types import SimpleNamespace
+
+    from scrapy.dupefilters import RFPDupeFilter
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_frontier import redis_scheduler
+    from scrapy_frontier.config import FrontierConfig
+    from scrapy_frontier.redis_frontier import RedisLease
+
+    crawler = get_crawler(settings_dict={"FRONTIER_BACKEND": "redis"})
+    config = FrontierConfig.from_settings(crawler.settings)
+    sched = redis_scheduler.RedisFrontierScheduler(crawler, config,
+                                                   RFPDupeFilter.from_crawler(crawler))
+    crawler.engine = SimpleNamespace(_slot=SimpleNamespace(inprogress=set()))
+    sched._codec = SimpleNamespace(decode=lambda data: __import__("scrapy").Request(
+        "http://a.example/"))
+    lease = RedisLease(ticket=1, host="a.example", item=b"\0" * 8 + b"x", level=4,
+                       handed_at=0.0, deadline=9.0, ready_at=0.0)
+    sched._buffer = deque([lease])
+    monkeypatch.setattr(redis_scheduler, "MAX_BACKLOG", 3)
+    sched._next.pushes = [(1, True, False, "h", 4, b"")] * 4
+    assert sched.next_request() is None  # backlog over the limit: nothing handed out
+    assert sched.counters["redis/backpressure"] == 1
+    sched._next.pushes = []
+    request = sched.next_request()
+    assert request is not None and request.meta["frontier_lease"] == 1
