@@ -184,3 +184,29 @@ def test_a_late_dns_answer_wakes_the_engine() -> None:
     assert sched.crawler.stats.get_value("frontier/engine_wakeups") == 1
     request = sched.next_request()
     assert request is not None and request.url == "http://b.example/1"
+
+
+def test_ip_groups_are_looked_up_again_after_a_restart(tmp_path: Any) -> None:
+    from scrapy import Request
+
+    from tests.test_persistence import crash
+    from tests.test_scheduler import make_scheduler
+
+    settings = {"FRONTIER_IP_POLITENESS": True, "JOBDIR": str(tmp_path / "job")}
+    table = {"b.example": "10.0.0.1", "c.example": "10.0.0.1"}
+    sched, _, _ = make_scheduler(settings)
+    sched._resolver = HostResolver(sched._on_group, timeout=1.0, reactor=_FakeReactor(table))
+    for host in ("b", "c"):
+        for i in range(2):
+            sched.enqueue_request(Request(f"http://{host}.example/{i}"))
+    first = sched.next_request()
+    assert first is not None and sched.next_request() is None  # same IP: one at a time
+    crash(sched)
+    again, _, _ = make_scheduler(settings)
+    reactor = _FakeReactor(table)
+    again._resolver = HostResolver(again._on_group, timeout=1.0, reactor=reactor)
+    out = [again.next_request() for _ in range(3)]
+    got = [r for r in out if r is not None]
+    # The interrupted host rests; the other host of the IP goes, alone.
+    assert len(got) == 1 and reactor.asked
+    again.close("finished")
