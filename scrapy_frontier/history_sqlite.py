@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from scrapy_frontier.history import PageRecord
-from scrapy_frontier.sqlite_files import SQLiteFile, checkpoint_and_close
+from scrapy_frontier.sqlite_files import SQLiteFile, WALFileStore
 
 FORMAT = "scrapy-frontier/history"
 VERSION = 1
@@ -38,7 +38,7 @@ class HistoryStoreError(RuntimeError):
         super().__init__(f"page-history file {self.path}: {problem}. {advice}")
 
 
-class SQLiteHistoryStore:
+class SQLiteHistoryStore(WALFileStore):
     """A :class:`~scrapy_frontier.history.HistoryStore` in an SQLite file."""
 
     def __init__(
@@ -222,20 +222,3 @@ class SQLiteHistoryStore:
         if self._conn.in_transaction:
             with contextlib.suppress(sqlite3.Error):
                 self._conn.execute("ROLLBACK")
-
-    def close(self) -> None:
-        """Flush, checkpoint the WAL into the main file, and close. Idempotent."""
-        if self._closed:
-            return
-        try:
-            self.flush()
-        except BaseException:
-            self._closed = True
-            self._conn.close()
-            raise
-        self._closed = True
-        checkpoint_and_close(self._conn, lambda exc: self._error(exc, "checkpoint failed"))
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise HistoryStoreError(self.path, "is closed", "Open a new store to use it again.")

@@ -43,7 +43,7 @@ class FetchTimingMiddleware:
     def process_request(self, request: Request, spider: Any = None) -> Request | None:
         meta = request.meta
         if LEASE_META in meta:
-            hold = getattr(_scheduler(self.crawler), "robots_hold", None)
+            hold = getattr(engine_scheduler(self.crawler), "robots_hold", None)
             if hold is not None:
                 again: Request | None = hold(request)
                 if again is not None:
@@ -73,11 +73,11 @@ class FetchTimingMiddleware:
         if LEASE_META not in request.meta:
             started = request.meta.get(ROBOTS_START_META)
             if started is not None:
-                fetched = getattr(_scheduler(self.crawler), "robots_fetched", None)
+                fetched = getattr(engine_scheduler(self.crawler), "robots_fetched", None)
                 if fetched is not None:
                     fetched(request, max(0.0, time.monotonic() - started))
             return
-        scheduler = _scheduler(self.crawler)
+        scheduler = engine_scheduler(self.crawler)
         finished = getattr(scheduler, "fetch_finished", None)
         if finished is not None:
             finished(request, response=response, exception=exception)
@@ -87,7 +87,8 @@ def _is_robots_txt(url: str) -> bool:
     return url.partition("?")[0].endswith("/robots.txt")
 
 
-def _scheduler(crawler: Crawler) -> Any:
+def engine_scheduler(crawler: Crawler) -> Any:
+    """The running engine's scheduler, or None (no engine or slot yet)."""
     engine = crawler.engine
     slot = getattr(engine, "_slot", None)
     return getattr(slot, "scheduler", None)

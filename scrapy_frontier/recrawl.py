@@ -306,6 +306,17 @@ class Recrawler:
         self._put(record)
         return record
 
+    def record(self, fp: int, url: str, visit: Visit | None) -> None:
+        """Dispatch one outcome: a response (by status), or a download error (None)."""
+        if visit is None:
+            self.failed(fp, url, None)
+        elif visit.status == 304:
+            self.not_modified(fp, url, visit)
+        elif 200 <= visit.status < 300:
+            self.visited(fp, url, visit)
+        elif visit.status >= 400:
+            self.failed(fp, url, visit)
+
     def _update(self, record: PageRecord, visit: Visit) -> None:
         record.status = visit.status
         record.fetched_at = self.clock()
@@ -353,6 +364,3 @@ def _http_date(value: str | None) -> float | None:
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
 
-
-def describe_counters(counters: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v:g}" for k, v in sorted(counters.items()))

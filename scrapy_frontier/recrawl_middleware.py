@@ -27,6 +27,7 @@ from scrapy.http import HtmlResponse, TextResponse
 from scrapy.spidermiddlewares.httperror import HttpError
 from w3lib.html import remove_tags, remove_tags_with_content, replace_entities
 
+from scrapy_frontier.middleware import engine_scheduler as _scheduler
 from scrapy_frontier.recrawl import Visit
 
 if TYPE_CHECKING:
@@ -87,8 +88,3 @@ def visible_text(response: Response) -> str | None:
     if isinstance(response, TextResponse):
         return response.text
     return None
-
-
-def _scheduler(crawler: Crawler) -> Any:
-    slot = getattr(crawler.engine, "_slot", None)
-    return getattr(slot, "scheduler", None)

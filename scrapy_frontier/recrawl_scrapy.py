@@ -36,10 +36,9 @@ BOOST_META = "frontier_priority_boost"
 
 
 class RecrawlHooks:
-    def __init__(self, crawler: Crawler, recrawler: Recrawler, *, durable: bool) -> None:
+    def __init__(self, crawler: Crawler, recrawler: Recrawler) -> None:
         self.crawler = crawler
         self.recrawler = recrawler
-        self.durable = durable
         self.fingerprinter = crawler.request_fingerprinter
         self._missing_callbacks: set[str] = set()
         self._published: dict[str, float] = {}
@@ -61,17 +60,16 @@ class RecrawlHooks:
                     "FRONTIER_RECRAWL='due' keeps the page history in memory for this run only; "
                     "set JOBDIR or FRONTIER_PATH to recrawl incrementally across runs"
                 )
-        return cls.with_store(crawler, settings, store, durable=bool(state_dir))
+        return cls.with_store(crawler, settings, store)
 
     @classmethod
     def with_store(
-        cls, crawler: Crawler, settings: RecrawlSettings, store: HistoryStore, *,
-        durable: bool = True,
+        cls, crawler: Crawler, settings: RecrawlSettings, store: HistoryStore
     ) -> RecrawlHooks:
         quality = settings.quality_callable
         if quality is None and settings.quality not in ("depth", "inlinks"):
             quality = load_object(settings.quality)
-        return cls(crawler, Recrawler(settings, store, quality=quality), durable=durable)
+        return cls(crawler, Recrawler(settings, store, quality=quality))
 
     # -- requests going in ---------------------------------------------------------------
 
@@ -114,7 +112,7 @@ class RecrawlHooks:
         return request
 
     def _validators(self, request: Request, record: PageRecord) -> None:
-        if add_validators(request, record):
+        if add_validators(request, record.etag, record.last_modified):
             self.recrawler.counters["recrawl/conditional"] = (
                 self.recrawler.counters.get("recrawl/conditional", 0) + 1
             )
@@ -122,20 +120,12 @@ class RecrawlHooks:
     # -- what happened -------------------------------------------------------------------
 
     def page_visited(self, request: Request, visit: Visit) -> None:
-        rc = self.recrawler
-        fp = self.fp(request)
-        status = visit.status
-        if status == 304:
-            rc.not_modified(fp, request.url, visit)
-        elif 200 <= status < 300:
-            rc.visited(fp, request.url, visit)
-        elif status >= 400:
-            rc.failed(fp, request.url, visit)
+        self.recrawler.record(self.fp(request), request.url, visit)
 
     def fetch_failed(self, request: Request, exception: BaseException) -> None:
         if isinstance(exception, IgnoreRequest):
             return  # robots.txt or a middleware said no: not the page's fault
-        self.recrawler.failed(self.fp(request), request.url, None)
+        self.recrawler.record(self.fp(request), request.url, None)
 
     def inlink(self, fp: int | None) -> None:
         if fp is not None and self.recrawler.settings.quality == "inlinks":
@@ -156,14 +146,14 @@ class RecrawlHooks:
         self.publish_stats(stats)
 
 
-def add_validators(request: Request, record: PageRecord) -> bool:
-    """If-None-Match / If-Modified-Since from the page's last full response; True if any."""
+def add_validators(request: Request, etag: str | None, last_modified: str | None) -> bool:
+    """If-None-Match / If-Modified-Since from a page's last full response; True if any."""
     headers = request.headers
     added = False
-    if record.etag and b"If-None-Match" not in headers:
-        headers[b"If-None-Match"] = record.etag
+    if etag and b"If-None-Match" not in headers:
+        headers[b"If-None-Match"] = etag
         added = True
-    if record.last_modified and b"If-Modified-Since" not in headers:
-        headers[b"If-Modified-Since"] = record.last_modified
+    if last_modified and b"If-Modified-Since" not in headers:
+        headers[b"If-Modified-Since"] = last_modified
         added = True
     return added

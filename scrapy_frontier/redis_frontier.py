@@ -69,6 +69,7 @@ from typing import Any, NamedTuple, TypeVar
 import redis
 from redis.commands.core import Script
 
+from scrapy_frontier.core.frontier import check_shape
 from scrapy_frontier.core.politeness import DelayPolicy
 from scrapy_frontier.sqlite_store import StoreError
 
@@ -488,18 +489,7 @@ class RedisFrontier:
         expire_batch: int = 16,
         rng: random.Random | None = None,
     ) -> None:
-        if front_queues < 1:
-            raise ValueError(f"front_queues must be >= 1, got {front_queues}")
-        if back_queues < 1:
-            raise ValueError(f"back_queues must be >= 1, got {back_queues}")
-        if back_queues_max is None:
-            back_queues_max = back_queues
-        if back_queues_max < back_queues:
-            raise ValueError(
-                f"back_queues_max ({back_queues_max}) must be >= back_queues ({back_queues})"
-            )
-        if not lease_timeout > 0:
-            raise ValueError(f"lease_timeout must be > 0, got {lease_timeout}")
+        back_queues_max = check_shape(front_queues, back_queues, back_queues_max, lease_timeout)
         if not priority_bias >= 1.0:
             raise ValueError(f"priority bias must be >= 1, got {priority_bias}")
         if not prefix:
@@ -774,7 +764,9 @@ class RedisFrontier:
             return None
         return max(0.0, float(first[0][1]) - (sec + usec / 1e6))
 
-    def _sizes(self) -> tuple[int, int, int]:
+    def sizes(self) -> tuple[int, int, int]:
+        """(URLs in front queues, URLs in back queues, leases), in one round trip."""
+
         def read() -> list[Any]:
             pipe = self.client.pipeline(transaction=True)
             pipe.hmget(self.key("count"), "front", "back")
@@ -786,7 +778,7 @@ class RedisFrontier:
 
     def __len__(self) -> int:
         """URLs queued (front and back queues), not counting those leased."""
-        front, back, _ = self._sizes()
+        front, back, _ = self.sizes()
         return front + back
 
     @property
@@ -796,7 +788,7 @@ class RedisFrontier:
 
     @property
     def front_len(self) -> int:
-        return self._sizes()[0]
+        return self.sizes()[0]
 
     @property
     def active_back_queues(self) -> int:
@@ -804,7 +796,7 @@ class RedisFrontier:
 
     def idle(self) -> bool:
         """No queued URL and no lease anywhere: the distributed crawl has nothing left."""
-        front, back, leases = self._sizes()
+        front, back, leases = self.sizes()
         return front + back + leases == 0
 
     def leases(self) -> list[RedisLease]:

@@ -46,8 +46,13 @@ from scrapy_frontier.dupefilter import request_fp64
 from scrapy_frontier.history import PageRecord
 from scrapy_frontier.history_redis import RedisHistoryStore
 from scrapy_frontier.hostkey import HostlessURL, host_key
-from scrapy_frontier.recrawl import Recrawler, Visit
-from scrapy_frontier.recrawl_scrapy import FORCE_META, RECRAWL_META, RecrawlHooks
+from scrapy_frontier.recrawl import Visit
+from scrapy_frontier.recrawl_scrapy import (
+    FORCE_META,
+    RECRAWL_META,
+    RecrawlHooks,
+    add_validators,
+)
 from scrapy_frontier.redis_frontier import (
     RedisFrontier,
     RedisFrontierError,
@@ -290,7 +295,7 @@ class RedisFrontierScheduler(FrontierScheduler):
             self._held[lease.ticket] = lease
             validators = self._validators.pop(lease.ticket, None)
             if validators is not None:
-                self._add_validators(request, *validators)
+                add_validators(request, *validators)
             self._count("dequeued")
             self._kick()
             return request
@@ -408,14 +413,6 @@ class RedisFrontierScheduler(FrontierScheduler):
             return
         self._next.visits.append((self.recrawl.fp(request), request.url, None))
 
-    @staticmethod
-    def _add_validators(request: Request, etag: str | None, modified: str | None) -> None:
-        headers = request.headers
-        if etag and b"If-None-Match" not in headers:
-            headers[b"If-None-Match"] = etag
-        if modified and b"If-Modified-Since" not in headers:
-            headers[b"If-Modified-Since"] = modified
-
     def _on_spider_idle(self, spider: Spider) -> None:
         """Continuous recrawl: never close when idle; pages fall due later."""
         from scrapy.exceptions import DontCloseSpider
@@ -490,7 +487,8 @@ class RedisFrontierScheduler(FrontierScheduler):
         for host in rnd.retire:
             remote.retire(host)
         if recrawler is not None:
-            self._record_visits(recrawler, rnd.visits)
+            for fp, url, visit in rnd.visits:
+                recrawler.record(fp, url, visit)
         for done, seconds, rest in rnd.completions:
             remote.complete(done, seconds, rest_at_least=rest)
         leases: list[RedisLease] = []
@@ -499,7 +497,8 @@ class RedisFrontierScheduler(FrontierScheduler):
             if claimed is None:
                 break
             leases.append(claimed)
-        answer = _Answer(leases, duplicates, remote.idle(), len(remote), remote.in_flight,
+        front, back, held = remote.sizes()  # one round trip for all three
+        answer = _Answer(leases, duplicates, front + back + held == 0, front + back, held,
                          remote.next_wakeup() if len(leases) < rnd.want else None)
         answer.not_due = not_due
         if recrawler is not None:
@@ -520,19 +519,6 @@ class RedisFrontierScheduler(FrontierScheduler):
         if self.recrawler is not None:
             self.recrawler.close()
         return answer
-
-    @staticmethod
-    def _record_visits(recrawler: Recrawler, visits: list[tuple[int, str, Visit | None]]
-                       ) -> None:
-        for fp, url, visit in visits:
-            if visit is None:
-                recrawler.failed(fp, url, None)
-            elif visit.status == 304:
-                recrawler.not_modified(fp, url, visit)
-            elif 200 <= visit.status < 300:
-                recrawler.visited(fp, url, visit)
-            elif visit.status >= 400:
-                recrawler.failed(fp, url, visit)
 
     def _round_done(self, answer: _Answer) -> None:
         sent = self._sending or _Round()

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 
-from scrapy_frontier.sqlite_files import SQLiteFile, checkpoint_and_close
+from scrapy_frontier.sqlite_files import SQLiteFile, WALFileStore
 
 #: Recorded in the file's ``frontier_meta`` table.
 FORMAT = "scrapy-frontier/seen"
@@ -47,7 +47,7 @@ class SeenStoreError(RuntimeError):
         super().__init__(f"seen-set file {self.path}: {problem}. {advice}")
 
 
-class SQLiteFingerprintStore:
+class SQLiteFingerprintStore(WALFileStore):
     """A :class:`~scrapy_frontier.core.seen.FingerprintStore` in an SQLite file.
 
     ``path`` is created (with its schema) if missing; an existing file must be
@@ -204,23 +204,6 @@ class SQLiteFingerprintStore:
     @property
     def closed(self) -> bool:
         return self._closed
-
-    def close(self) -> None:
-        """Flush, checkpoint the WAL into the main file, and close. Idempotent."""
-        if self._closed:
-            return
-        try:
-            self.flush()
-        except BaseException:
-            self._closed = True
-            self._conn.close()
-            raise
-        self._closed = True
-        checkpoint_and_close(self._conn, lambda exc: self._error(exc, "checkpoint failed"))
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise SeenStoreError(self.path, "is closed", "Open a new store to use it again.")
 
     def __enter__(self) -> SQLiteFingerprintStore:
         return self

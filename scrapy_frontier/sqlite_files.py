@@ -152,6 +152,42 @@ class SQLiteFile:
                           "Check the file and the disk it is on.")
 
 
+class WALFileStore:
+    """Closing for a store kept in one SQLite file in WAL mode (seen-set, page history).
+
+    The store sets ``_conn``, ``_file``, ``_closed`` and ``path`` and provides
+    ``flush()`` and ``_error()``.
+    """
+
+    path: Path
+    _conn: sqlite3.Connection
+    _file: SQLiteFile
+    _closed: bool
+
+    def flush(self) -> None:  # pragma: no cover - provided by the store
+        raise NotImplementedError
+
+    def _error(self, exc: sqlite3.Error, doing: str) -> Exception:  # pragma: no cover
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Flush, checkpoint the WAL into the main file, and close. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.flush()
+        except BaseException:
+            self._closed = True
+            self._conn.close()
+            raise
+        self._closed = True
+        checkpoint_and_close(self._conn, lambda exc: self._error(exc, "checkpoint failed"))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise self._file.error(self.path, "is closed", "Open a new store to use it again.")
+
+
 def checkpoint_and_close(conn: sqlite3.Connection, error: Callable[[sqlite3.Error], Exception]
                          ) -> None:
     """Checkpoint the WAL into the main file and close the connection (closed even on error)."""

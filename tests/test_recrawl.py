@@ -413,13 +413,21 @@ def test_estimator_optimal_spreads_a_budget_over_estimated_rates() -> None:
     clock.now = 8 * DAY
     settings = RecrawlSettings(refresh=refresh, predictor="estimator_optimal", budget=40.0)
     rc = Recrawler(settings, store, clock=clock)
-    assert rc.counters["recrawl/mu"] > 0
-    # A visit now: a slow page gets a longer interval than a fast one would under the
-    # same mu, but no page goes beyond max_interval.
+    from scrapy_frontier.core.estimators import optimal_frequency
+    from scrapy_frontier.core.refresh import EstimatorOptimal, estimate_rate
+
+    opt = rc.predictor
+    assert isinstance(opt, EstimatorOptimal) and opt.mu > 0 and opt.prior is not None
+    assert rc.counters["recrawl/mu"] == opt.mu
+    # The solved mu spends the budget: the pages' optimal frequencies add up to 40 a day.
+    rates = [estimate_rate(r.history, opt.prior) for r in store.scan()]
+    total = sum(optimal_frequency(r, opt.mu) for r in rates if r is not None) * DAY
+    assert total == pytest.approx(40.0, rel=0.01)
+    # A visit now sets the interval the allocation gives that page (within the clamps).
     slow, _ = rc.visited(30, "u30", Visit(status=200, digest="same"))
-    fast_rate = 2.0 / DAY
-    assert rc.predictor.interval_for(fast_rate) != slow.history.interval
     assert refresh.min_interval <= slow.history.interval <= refresh.max_interval
+    assert slow.history.interval == pytest.approx(
+        min(opt.interval_for(estimate_rate(slow.history, opt.prior)), 2 * DAY))
 
 
 def test_estimator_optimal_needs_a_budget() -> None:

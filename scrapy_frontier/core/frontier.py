@@ -117,6 +117,25 @@ class _Group:
     members: int = 0
 
 
+def check_shape(
+    front_queues: int, back_queues: int, back_queues_max: int | None, lease_timeout: float
+) -> int:
+    """Validate a frontier's sizes (any backend); returns the effective back_queues_max."""
+    if front_queues < 1:
+        raise ValueError(f"front_queues must be >= 1, got {front_queues}")
+    if back_queues < 1:
+        raise ValueError(f"back_queues must be >= 1, got {back_queues}")
+    if back_queues_max is None:
+        back_queues_max = back_queues
+    if back_queues_max < back_queues:
+        raise ValueError(
+            f"back_queues_max ({back_queues_max}) must be >= back_queues ({back_queues})"
+        )
+    if not lease_timeout > 0:
+        raise ValueError(f"lease_timeout must be > 0, got {lease_timeout}")
+    return back_queues_max
+
+
 class Frontier(Generic[T]):
     """The in-memory Mercator frontier. ``T`` is whatever the caller queues."""
 
@@ -134,18 +153,7 @@ class Frontier(Generic[T]):
         store: QueueStore[T] | None = None,
         group_hosts: bool = False,
     ) -> None:
-        if front_queues < 1:
-            raise ValueError(f"front_queues must be >= 1, got {front_queues}")
-        if back_queues < 1:
-            raise ValueError(f"back_queues must be >= 1, got {back_queues}")
-        if back_queues_max is None:
-            back_queues_max = back_queues
-        if back_queues_max < back_queues:
-            raise ValueError(
-                f"back_queues_max ({back_queues_max}) must be >= back_queues ({back_queues})"
-            )
-        if lease_timeout <= 0:
-            raise ValueError(f"lease_timeout must be > 0, got {lease_timeout}")
+        back_queues_max = check_shape(front_queues, back_queues, back_queues_max, lease_timeout)
         self.levels = front_queues
         self.back_queues = back_queues
         self.back_queues_max = back_queues_max
