@@ -58,23 +58,7 @@ class SQLiteHistoryStore(WALFileStore):
         self._pending: dict[int, PageRecord] = {}
         self._flush_at = 0.0
         self._closed = False
-        existed = self.path.exists()
-        if existed:
-            self._file.check_file()
-        else:
-            self._file.check_directory()
-        try:
-            self._conn = sqlite3.connect(self.path, timeout=1.0, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise self._error(exc, "cannot be opened") from exc
-        try:
-            self._setup(fresh=not existed or self.path.stat().st_size == 0)
-        except HistoryStoreError:
-            self._conn.close()
-            raise
-        except sqlite3.Error as exc:
-            self._conn.close()
-            raise self._error(exc, "cannot be read") from exc
+        self._open()
 
     def _setup(self, *, fresh: bool) -> None:
         conn = self._conn

@@ -76,38 +76,15 @@ class SQLiteFingerprintStore(WALFileStore):
         self._pending: set[int] = set()
         self._count = 0
         self._closed = False
-        existed = self.path.exists()
-        if existed:
-            self._check_file()
-        else:
-            self._check_directory()
-        try:
-            # isolation_level=None: transactions are explicit (BEGIN ... COMMIT).
-            self._conn = sqlite3.connect(self.path, timeout=1.0, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise self._error(exc, "cannot be opened") from exc
-        try:
-            self._setup(fresh=not existed or self.path.stat().st_size == 0)
-        except SeenStoreError:
-            self._conn.close()
-            raise
-        except sqlite3.Error as exc:
-            self._conn.close()
-            raise self._error(exc, "cannot be read") from exc
+        self._open()
 
     # -- opening -----------------------------------------------------------------------
-
-    def _check_directory(self) -> None:
-        self._file.check_directory()
-
-    def _check_file(self) -> None:
-        self._file.check_file()
 
     def _setup(self, *, fresh: bool) -> None:
         conn = self._conn
         conn.execute("PRAGMA locking_mode=EXCLUSIVE")
         if fresh:
-            self._check_directory()
+            self._file.check_directory()
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("BEGIN IMMEDIATE")

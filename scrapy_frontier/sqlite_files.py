@@ -167,6 +167,30 @@ class WALFileStore:
     def flush(self) -> None:  # pragma: no cover - provided by the store
         raise NotImplementedError
 
+    def _setup(self, *, fresh: bool) -> None:  # pragma: no cover - provided by the store
+        raise NotImplementedError
+
+    def _open(self) -> None:
+        """Check the file (or its directory), connect, and let the store set up its schema."""
+        existed = self.path.exists()
+        if existed:
+            self._file.check_file()
+        else:
+            self._file.check_directory()
+        try:
+            # isolation_level=None: transactions are explicit (BEGIN ... COMMIT).
+            self._conn = sqlite3.connect(self.path, timeout=1.0, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise self._error(exc, "cannot be opened") from exc
+        try:
+            self._setup(fresh=not existed or self.path.stat().st_size == 0)
+        except sqlite3.Error as exc:
+            self._conn.close()
+            raise self._error(exc, "cannot be read") from exc
+        except BaseException:
+            self._conn.close()
+            raise
+
     def _error(self, exc: sqlite3.Error, doing: str) -> Exception:  # pragma: no cover
         raise NotImplementedError
 
