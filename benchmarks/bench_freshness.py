@@ -30,10 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from scrapy_frontier.core.clock import FakeClock
-from scrapy_frontier.core.estimators import (
-    mean_freshness_even,
-    optimal_allocation,
-)
+from scrapy_frontier.core.estimators import mean_freshness_even, optimal_allocation
 from scrapy_frontier.core.refresh import (
     AutoSelector,
     EqualInterval,

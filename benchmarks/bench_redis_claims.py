@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import redis  # noqa: E402
 
+from scrapy_frontier.backends.redis.frontier import RedisFrontier  # noqa: E402
 from scrapy_frontier.core import DelayPolicy  # noqa: E402
-from scrapy_frontier.redis_frontier import RedisFrontier  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"

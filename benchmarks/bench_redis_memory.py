@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scrapy import Request  # noqa: E402
 from scrapy_redis.dupefilter import RFPDupeFilter  # noqa: E402
 
-from scrapy_frontier.redis_frontier import RedisSeenSet  # noqa: E402
+from scrapy_frontier.backends.redis.seen import RedisSeenSet  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -158,7 +158,7 @@ def _make_scheduler(kind: str, jobdir: str) -> tuple[Any, Any, Any]:
     crawler = get_crawler(ScaleSpider, _settings(kind, jobdir))
     downloader_mws: list[Any] = []
     if kind.startswith("frontier"):
-        from scrapy_frontier.middleware import FetchTimingMiddleware
+        from scrapy_frontier.downloadermiddlewares import FetchTimingMiddleware
 
         # Installed as the add-on does (no signal fallback).
         downloader_mws.append(FetchTimingMiddleware(crawler))

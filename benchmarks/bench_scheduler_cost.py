@@ -125,7 +125,7 @@ def _make_scheduler(config: str, jobdir: str | None) -> tuple[Any, Any]:
     crawler = get_crawler(BenchSpider, _settings(config, jobdir))
     middlewares: list[Any] = []
     if config == "frontier":
-        from scrapy_frontier.middleware import FetchTimingMiddleware
+        from scrapy_frontier.downloadermiddlewares import FetchTimingMiddleware
         from scrapy_frontier.scheduler import FrontierScheduler
 
         middlewares.append(FetchTimingMiddleware(crawler))

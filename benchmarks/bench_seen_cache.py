@@ -49,7 +49,7 @@ from scrapy_frontier.core.seen import (
     POLICIES,
     ClockCache,
     InfiniteCache,
-    MemoryStore,
+    MemoryFingerprintStore,
     MinCache,
     SeenSet,
     StaticCache,
@@ -331,7 +331,7 @@ def core_throughput(trace: list[int], workdir: Path, repeat: int = 3) -> dict[st
     """Lookups/s of the bare seen-tests on fingerprints computed beforehand (median of runs)."""
     import statistics
 
-    from scrapy_frontier.seen_sqlite import SQLiteFingerprintStore
+    from scrapy_frontier.backends.sqlite.seen import SQLiteFingerprintStore
 
     n = len(trace)
     digests = {fp: hashlib.sha1(fp.to_bytes(8, "big", signed=True)).digest() for fp in set(trace)}
@@ -352,7 +352,7 @@ def core_throughput(trace: list[int], workdir: Path, repeat: int = 3) -> dict[st
             for fp in trace20:
                 scrapy_seen(fp)
 
-        mem = SeenSet(ClockCache(1 << 16), MemoryStore())
+        mem = SeenSet(ClockCache(1 << 16), MemoryFingerprintStore())
 
         def run_memory(seen: SeenSet = mem) -> None:
             for fp in trace:
@@ -458,7 +458,7 @@ def _probe(kind: str, n: int, workdir: str) -> dict[str, Any]:
         for _ in range(n):
             keep.insert(rng.getrandbits(63))
     elif kind == "seenset-sqlite":
-        from scrapy_frontier.seen_sqlite import SQLiteFingerprintStore
+        from scrapy_frontier.backends.sqlite.seen import SQLiteFingerprintStore
 
         path = Path(workdir) / "probe.sqlite"
         keep = SeenSet(ClockCache(1 << 16), SQLiteFingerprintStore(path))

@@ -1,9 +1,18 @@
 """scrapy-frontier: a polite Mercator-style crawl frontier for Scrapy."""
 
 from scrapy_frontier.addon import Addon
-from scrapy_frontier.middleware import FetchTimingMiddleware
+from scrapy_frontier.downloadermiddlewares import FetchTimingMiddleware
+from scrapy_frontier.dupefilter import FrontierDupeFilter
 from scrapy_frontier.scheduler import FrontierScheduler
+from scrapy_frontier.spidermiddlewares import RecrawlMiddleware
 
 __version__ = "0.1.0"
 
-__all__ = ["Addon", "FetchTimingMiddleware", "FrontierScheduler", "__version__"]
+__all__ = [
+    "Addon",
+    "FetchTimingMiddleware",
+    "FrontierDupeFilter",
+    "FrontierScheduler",
+    "RecrawlMiddleware",
+    "__version__",
+]

@@ -9,7 +9,7 @@ from scrapy.settings import BaseSettings, Settings
 logger = logging.getLogger("scrapy_frontier.addon")
 
 SCHEDULER_PATH = "scrapy_frontier.scheduler.FrontierScheduler"
-MIDDLEWARE_PATH = "scrapy_frontier.middleware.FetchTimingMiddleware"
+MIDDLEWARE_PATH = "scrapy_frontier.downloadermiddlewares.FetchTimingMiddleware"
 MIDDLEWARE_ORDER = 950
 
 #: Settings the add-on sets at "addon" priority: a project's own values win.
@@ -36,7 +36,7 @@ class Addon:
         _add_component(settings, "SPIDER_MIDDLEWARES", RECRAWL_MIDDLEWARE_PATH, 40)
 
 
-RECRAWL_MIDDLEWARE_PATH = "scrapy_frontier.recrawl_middleware.RecrawlMiddleware"
+RECRAWL_MIDDLEWARE_PATH = "scrapy_frontier.spidermiddlewares.RecrawlMiddleware"
 
 
 def _add_component(settings: Settings, name: str, path: str, order: int) -> None:

@@ -33,16 +33,28 @@ import inspect
 import logging
 import pickle
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from scrapy import Request
 from scrapy.http.headers import Headers
 from scrapy.utils.request import request_from_dict
 
+from scrapy_frontier.errors import StoreError, Unserializable
 from scrapy_frontier.hostkey import PLAIN_URL
-from scrapy_frontier.sqlite_store import Codec, StoreError, Unserializable
 
 logger = logging.getLogger("scrapy_frontier.codec")
+
+T = TypeVar("T")
+
+
+@dataclass
+class Codec(Generic[T]):
+    """How a store turns its items into bytes and back."""
+
+    encode: Callable[[T], bytes]
+    decode: Callable[[bytes], T]
+
 
 COMPACT = 0x01
 FULL = 0x02

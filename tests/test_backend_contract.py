@@ -29,10 +29,11 @@ from typing import Any
 import pytest
 import redis
 
+from scrapy_frontier.backends.redis.frontier import RedisFrontier
+from scrapy_frontier.backends.sqlite.queue import SQLiteStore
+from scrapy_frontier.codec import Codec
 from scrapy_frontier.core import DelayPolicy, FakeClock, Frontier
-from scrapy_frontier.core.store import MemoryStore
-from scrapy_frontier.redis_frontier import RedisFrontier
-from scrapy_frontier.sqlite_store import Codec, SQLiteStore
+from scrapy_frontier.core.store import MemoryQueueStore
 
 BYTES_CODEC: Codec[Any] = Codec(bytes, bytes)
 EPS = 2e-6
@@ -108,7 +109,7 @@ class CoreBackend(Backend):
         self.clock = FakeClock(1000.0)
         levels = kw.get("front_queues", 4)
         self.store: Any = (
-            MemoryStore(levels) if store == "memory"
+            MemoryQueueStore(levels) if store == "memory"
             else SQLiteStore(tmp / "f.sqlite", levels=levels, spider="t", codec=BYTES_CODEC,
                              window=3, flush_ops=5)
         )

@@ -15,9 +15,10 @@ from scrapy.http import JsonRequest
 from scrapy.utils.request import request_from_dict
 
 from scrapy_frontier import codec as codec_module
+from scrapy_frontier.backends.sqlite.queue import SQLiteStore
 from scrapy_frontier.codec import COMPACT, FULL, request_codec
+from scrapy_frontier.errors import StoreError, Unserializable
 from scrapy_frontier.hostkey import PLAIN_URL
-from scrapy_frontier.sqlite_store import SQLiteStore, StoreError, Unserializable
 
 
 class CodecSpider(Spider):

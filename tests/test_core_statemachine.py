@@ -33,7 +33,7 @@ def clamp_delay(policy: DelayPolicy, fetch: float) -> float:
 
 
 class FrontierMachine(RuleBasedStateMachine):
-    #: Builds the QueueStore for a run (None: the frontier's default MemoryStore).
+    #: Builds the QueueStore for a run (None: the frontier's default MemoryQueueStore).
     make_store = None
     #: Run the frontier with host groups (per-IP politeness); see test_core_groups.
     group_hosts = False

@@ -10,13 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scrapy_frontier.core import (
-    DelayPolicy,
-    FakeClock,
-    Frontier,
-    FrontQueueChooser,
-    PriorityMapper,
-)
+from scrapy_frontier.core import DelayPolicy, FakeClock, Frontier, FrontQueueChooser, PriorityMapper
 from scrapy_frontier.core.store import BackQueue
 
 # A policy with no rest at all: isolates queueing behaviour from politeness.
@@ -54,7 +48,8 @@ def drain_items(frontier: Frontier, clock: FakeClock, fetch: float = 0.0) -> lis
 class TestDelayPolicy:
     def test_defaults_are_mercator_factor_ten(self):
         policy = DelayPolicy()
-        assert (policy.factor, policy.min_delay, policy.max_delay) == (10.0, 0.0, 60.0)
+        assert (policy.factor, policy.min_delay, policy.max_delay) == (10.0, 1.0, 60.0)
+        assert DelayPolicy(min_delay=0.0).delay(0.25) == pytest.approx(2.5)
         assert policy.delay(0.25) == pytest.approx(2.5)
 
     @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ import pytest
 from scrapy import Request
 
 from scrapy_frontier.core import FakeClock
-from scrapy_frontier.scheduler import STATE_FILE
-from scrapy_frontier.sqlite_store import StoreError
+from scrapy_frontier.errors import StoreError
+from scrapy_frontier.scheduler.drivers.local import STATE_FILE
 from tests.test_scheduler import finish, make_scheduler
 
 
@@ -21,7 +21,7 @@ def job(tmp_path: Path) -> dict[str, str]:
 
 def crash(sched) -> None:  # type: ignore[no-untyped-def]
     """Stop like kill -9: flush what a timer would have flushed, then drop everything."""
-    store = sched._store
+    store = sched.driver.store
     store.flush()
     store._db.close()
     if sched.recrawl is not None:  # the page history's buffer dies with the process
@@ -165,7 +165,7 @@ def test_write_failure_stops_the_crawl_and_loses_nothing(
         closed.append(reason)
 
     crawler.engine.close_spider_async = close_spider_async
-    store = sched._store
+    store = sched.driver.store
     store._db.execute("PRAGMA query_only = ON")  # every write now fails, like a full disk
     with caplog.at_level(logging.ERROR, logger="scrapy_frontier"):
         sched.enqueue_request(Request("http://a.example/0"))

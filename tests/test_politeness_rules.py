@@ -19,9 +19,11 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 from twisted.internet.error import TCPTimedOutError
 
-from scrapy_frontier.config import FrontierConfig, FrontierConfigError
 from scrapy_frontier.core import DelayPolicy, FakeClock, Frontier
-from scrapy_frontier.scheduler import FETCH_START_META, parse_retry_after, robots_delay
+from scrapy_frontier.core.site_rules import parse_retry_after, robots_delay
+from scrapy_frontier.errors import FrontierConfigError
+from scrapy_frontier.meta import FETCH_START_META
+from scrapy_frontier.settings import FrontierConfig
 from scrapy_frontier.testweb import ServerProcess, audit, read_log
 from scrapy_frontier.testweb.crawl import FRONTIER_ADDON, run_crawl
 from scrapy_frontier.testweb.log import LogEntry
@@ -184,14 +186,14 @@ def test_retry_after_blocks_the_host_and_is_clamped() -> None:
     for i in range(4):
         sched.enqueue_request(Request(f"http://a.example/{i}"))
     _respond(sched, clock, 429, {"Retry-After": "30"})
-    assert sched.frontier.next_contact("a.example") == pytest.approx(130.0)
+    assert sched.driver.frontier.next_contact("a.example") == pytest.approx(130.0)
     assert sched.next_request() is None
     clock.now = 130.0
     _respond(sched, clock, 503, {"Retry-After": "7200"})
-    assert sched.frontier.next_contact("a.example") == pytest.approx(230.0)
+    assert sched.driver.frontier.next_contact("a.example") == pytest.approx(230.0)
     clock.now = 230.0
     _respond(sched, clock, 503, {"Retry-After": formatdate(time.time() + 20, usegmt=True)})
-    nxt = sched.frontier.next_contact("a.example")
+    nxt = sched.driver.frontier.next_contact("a.example")
     assert nxt is not None
     wait = nxt - 230.0
     assert 18.0 < wait <= 20.0
@@ -213,12 +215,12 @@ def test_backoff_doubles_is_capped_and_resets_on_success() -> None:
     ]
     for status, exc in outcomes:
         _respond(sched, clock, status, exception=exc)
-        nxt = sched.frontier.next_contact("a.example")
+        nxt = sched.driver.frontier.next_contact("a.example")
         rests.append(round((nxt if nxt is not None else clock.now) - clock.now, 6))
         clock.advance(10.0)
     # IgnoreRequest neither fails nor resets.
     assert rests == [1.0, 2.0, 4.0, 5.0, 5.0, 0.0, 1.0, 0.0]
-    assert sched._failures == {"a.example": 1}
+    assert sched.rules._failures == {"a.example": 1}
     assert crawler.stats.get_value("frontier/backoff/count") == 6
 
 
@@ -242,7 +244,7 @@ def test_host_retired_after_consecutive_failures_and_logged(
             continue
         seen += 1
         sched.fetch_finished(request, response=Response(request.url, status=503))
-    assert sched.frontier.is_retired("down.example")
+    assert sched.driver.frontier.is_retired("down.example")
     assert not sched.enqueue_request(Request("http://down.example/new"))
     sched.close("finished")
     stats = crawler.stats
@@ -253,7 +255,7 @@ def test_host_retired_after_consecutive_failures_and_logged(
     retired = [m for m in warnings if "Retired host 'down.example'" in m]
     assert len(retired) == 1 and "dropped 12 queued requests" in retired[0]
     assert "and 2 more" in retired[0]
-    assert len(sched.frontier) == 0
+    assert len(sched.driver.frontier) == 0
 
 
 class _Parser:
@@ -280,9 +282,9 @@ def test_crawl_delay_from_robots_parsed_signal(caplog: pytest.LogCaptureFixture)
     send(signals.robots_parsed, robotparser=_Parser(None),
          request=Request("http://free.example/robots.txt"))
     assert plain.asked == ["ua-x"]
-    assert sched.frontier.min_rest("slow.example") == 2.0
-    assert sched.frontier.min_rest("slower.example") == 10.0  # capped, not skipped
-    assert sched.frontier.min_rest("free.example") == 0.0
+    assert sched.driver.frontier.min_rest("slow.example") == 2.0
+    assert sched.driver.frontier.min_rest("slower.example") == 10.0  # capped, not skipped
+    assert sched.driver.frontier.min_rest("free.example") == 0.0
     stats = crawler.stats
     assert stats.get_value("frontier/crawl_delay/hosts") == 2
     assert stats.get_value("frontier/crawl_delay/capped") == 1
@@ -290,13 +292,14 @@ def test_crawl_delay_from_robots_parsed_signal(caplog: pytest.LogCaptureFixture)
     for i in range(2):
         sched.enqueue_request(Request(f"http://slow.example/{i}"))
     _respond(sched, clock, 200)
-    assert sched.frontier.next_contact("slow.example") == pytest.approx(clock.now + 2.0)
+    assert sched.driver.frontier.next_contact("slow.example") == pytest.approx(clock.now + 2.0)
 
 
 def test_robots_txt_fetch_counts_as_a_contact() -> None:
     """The request that triggered robots.txt goes back to wait for the host's rest."""
     sched, clock, crawler = make_scheduler({"FRONTIER_DELAY_FACTOR": 10.0})
-    from scrapy_frontier.middleware import ROBOTS_START_META, FetchTimingMiddleware
+    from scrapy_frontier.downloadermiddlewares import FetchTimingMiddleware
+    from scrapy_frontier.meta import ROBOTS_START_META
 
     mw = FetchTimingMiddleware(crawler)
     for i in range(2):
@@ -312,7 +315,7 @@ def test_robots_txt_fetch_counts_as_a_contact() -> None:
     assert again is not None and again.url == first.url and again.dont_filter
     assert sched.enqueue_request(again)  # the engine queues what the middleware returned
     assert sched.next_request() is None
-    assert sched.frontier.next_contact("a.example") == pytest.approx(clock.now + 1.0)
+    assert sched.driver.frontier.next_contact("a.example") == pytest.approx(clock.now + 1.0)
     clock.advance(1.0)
     nxt = sched.next_request()
     assert nxt is not None

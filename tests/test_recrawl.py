@@ -11,13 +11,14 @@ import pytest
 from scrapy import Request
 from scrapy.http import HtmlResponse, Response
 
+from scrapy_frontier.backends.sqlite.history import SQLiteHistoryStore
 from scrapy_frontier.core import FakeClock
+from scrapy_frontier.core.history import MemoryHistoryStore, PageRecord
+from scrapy_frontier.core.recrawl import Recrawler, RecrawlSettings, Visit
 from scrapy_frontier.core.recrawl_priority import HostRules, change_term, quality_term
 from scrapy_frontier.core.refresh import DAY, RefreshConfig
-from scrapy_frontier.history import MemoryHistoryStore, PageRecord
-from scrapy_frontier.history_sqlite import HistoryStoreError, SQLiteHistoryStore
-from scrapy_frontier.recrawl import Recrawler, RecrawlSettings, Visit
-from scrapy_frontier.recrawl_middleware import NotModified, RecrawlMiddleware, visit_of
+from scrapy_frontier.errors import HistoryStoreError
+from scrapy_frontier.spidermiddlewares import NotModified, RecrawlMiddleware, visit_of
 
 WORDS = " ".join(f"word{i % 97} item{i % 13}" for i in range(600))
 
@@ -33,7 +34,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     if request.param == "memory":
         yield MemoryHistoryStore()
     elif request.param == "redis":
-        from scrapy_frontier.history_redis import RedisHistoryStore
+        from scrapy_frontier.backends.redis.history import RedisHistoryStore
 
         client = request.getfixturevalue("redis_client")
         yield RedisHistoryStore(client, request.getfixturevalue("redis_prefix") + "history:")
@@ -299,11 +300,15 @@ def _drain(sched: Any, clock: Any) -> list[Request]:
     return out
 
 
+#: How Scrapy 2.13+ marks start requests (StartSpiderMiddleware).
+START = {"is_start_request": True}
+
+
 def test_second_run_recrawls_only_due_pages_conditionally(tmp_path: Path) -> None:
     import time
 
     sched, clock, crawler = _run(tmp_path)
-    sched.enqueue_request(Request("http://a.example/", dont_filter=True))
+    sched.enqueue_request(Request("http://a.example/", dont_filter=True, meta=START))
     sched.enqueue_request(Request("http://b.example/x"))
     for request in _drain(sched, clock):
         sched.page_visited(request, Visit(status=200, digest=request.url, etag='"e1"',
@@ -314,7 +319,7 @@ def test_second_run_recrawls_only_due_pages_conditionally(tmp_path: Path) -> Non
     # Right away nothing is due: the start URL (dont_filter) is filtered, nothing is fed.
     sched, clock, crawler = _run(tmp_path)
     assert not sched.has_pending_requests()
-    assert not sched.enqueue_request(Request("http://a.example/", dont_filter=True))
+    assert not sched.enqueue_request(Request("http://a.example/", dont_filter=True, meta=START))
     assert sched.next_request() is None
     sched.close("finished")
     assert crawler.stats.get_value("frontier/recrawl/not_due") == 1
@@ -329,7 +334,7 @@ def test_second_run_recrawls_only_due_pages_conditionally(tmp_path: Path) -> Non
         assert request.headers[b"If-None-Match"] == b'"e1"'
         assert request.headers[b"If-Modified-Since"].startswith(b"Sun, 29 Nov")
     # Fed pages are claimed: the start URL does not fetch its page a second time.
-    assert not sched.enqueue_request(Request("http://a.example/", dont_filter=True))
+    assert not sched.enqueue_request(Request("http://a.example/", dont_filter=True, meta=START))
     for request in fetched:
         sched.page_visited(request, Visit(status=304))
     sched.close("finished")
@@ -354,7 +359,7 @@ def test_priority_rules_and_meta_boost_pick_the_front_queue(tmp_path: Path) -> N
     sched.enqueue_request(Request("http://plain.example/"))
     sched.enqueue_request(Request("http://www.vip.example/"))
     sched.enqueue_request(Request("http://boosted.example/", meta={"frontier_priority_boost": 2}))
-    levels = {host: level for host, level, _ in sched.frontier.iter_queued()}
+    levels = {host: level for host, level, _ in sched.driver.frontier.iter_queued()}
     base = sched.mapper.level(0)
     assert levels["plain.example"] == base
     assert levels["www.vip.example"] == base + 3
@@ -376,7 +381,8 @@ def test_priority_rules_and_meta_boost_pick_the_front_queue(tmp_path: Path) -> N
 def test_recrawl_settings_are_validated(name: str, value: Any, match: str) -> None:
     from scrapy.settings import Settings
 
-    from scrapy_frontier.config import FrontierConfig, FrontierConfigError
+    from scrapy_frontier.errors import FrontierConfigError
+    from scrapy_frontier.settings import FrontierConfig
 
     with pytest.raises(FrontierConfigError, match=match):
         FrontierConfig.from_settings(Settings({name: value}))
@@ -385,7 +391,8 @@ def test_recrawl_settings_are_validated(name: str, value: Any, match: str) -> No
 def test_recrawl_max_below_min_is_refused() -> None:
     from scrapy.settings import Settings
 
-    from scrapy_frontier.config import FrontierConfig, FrontierConfigError
+    from scrapy_frontier.errors import FrontierConfigError
+    from scrapy_frontier.settings import FrontierConfig
 
     with pytest.raises(FrontierConfigError, match="FRONTIER_RECRAWL_MAX"):
         FrontierConfig.from_settings(
@@ -433,7 +440,8 @@ def test_estimator_optimal_spreads_a_budget_over_estimated_rates() -> None:
 def test_estimator_optimal_needs_a_budget() -> None:
     from scrapy.settings import Settings
 
-    from scrapy_frontier.config import FrontierConfig, FrontierConfigError
+    from scrapy_frontier.errors import FrontierConfigError
+    from scrapy_frontier.settings import FrontierConfig
 
     with pytest.raises(FrontierConfigError, match="FRONTIER_RECRAWL_BUDGET"):
         FrontierConfig.from_settings(Settings({"FRONTIER_RECRAWL_PREDICTOR": "estimator_optimal"}))
@@ -444,7 +452,7 @@ def test_estimator_optimal_needs_a_budget() -> None:
 
 def test_redis_history_claims_due_pages_once_across_workers(redis_client: Any,
                                                           redis_prefix: str) -> None:
-    from scrapy_frontier.history_redis import RedisHistoryStore
+    from scrapy_frontier.backends.redis.history import RedisHistoryStore
 
     prefix = redis_prefix + "history:"
     first = RedisHistoryStore(redis_client, prefix)
@@ -463,8 +471,8 @@ def test_redis_history_claims_due_pages_once_across_workers(redis_client: Any,
 
 
 def test_redis_history_refuses_foreign_keys(redis_client: Any, redis_prefix: str) -> None:
-    from scrapy_frontier.history_redis import RedisHistoryStore
-    from scrapy_frontier.redis_frontier import RedisFrontierDataError
+    from scrapy_frontier.backends.redis.history import RedisHistoryStore
+    from scrapy_frontier.errors import RedisFrontierDataError
 
     prefix = redis_prefix + "history:"
     redis_client.set(prefix + "meta", "something else")

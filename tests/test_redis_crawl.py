@@ -68,7 +68,7 @@ def _leases_of_stopped_worker(client: Any, prefix: str, proc: subprocess.Popen[s
     Fetches here take at most 0.6 s, so a lease still held 1.5 s after the worker
     was frozen is the frozen worker's: nobody else would still hold it.
     """
-    from scrapy_frontier.redis_frontier import RedisFrontier
+    from scrapy_frontier.backends.redis.frontier import RedisFrontier
 
     frontier = RedisFrontier(client, prefix)
     proc.send_signal(signal.SIGSTOP)
@@ -249,24 +249,27 @@ def test_backpressure_stops_handing_out_while_the_backlog_is_full(monkeypatch: A
     from scrapy.dupefilters import RFPDupeFilter
     from scrapy.utils.test import get_crawler
 
-    from scrapy_frontier import redis_scheduler
-    from scrapy_frontier.config import FrontierConfig
-    from scrapy_frontier.redis_frontier import RedisLease
+    from scrapy_frontier.backends.redis.frontier import RedisLease
+    from scrapy_frontier.scheduler import FrontierScheduler
+    from scrapy_frontier.scheduler.drivers import redis as redis_driver
+    from scrapy_frontier.settings import FrontierConfig
 
     crawler = get_crawler(settings_dict={"FRONTIER_BACKEND": "redis"})
     config = FrontierConfig.from_settings(crawler.settings)
-    sched = redis_scheduler.RedisFrontierScheduler(crawler, config,
-                                                   RFPDupeFilter.from_crawler(crawler))
+    sched = FrontierScheduler(crawler, config, RFPDupeFilter.from_crawler(crawler))
     crawler.engine = SimpleNamespace(_slot=SimpleNamespace(inprogress=set()))
-    sched._codec = SimpleNamespace(decode=lambda data: __import__("scrapy").Request(
+    driver = sched.driver
+    assert isinstance(driver, redis_driver.RedisDriver)
+    driver._codec = SimpleNamespace(decode=lambda data: __import__("scrapy").Request(
         "http://a.example/"))
     lease = RedisLease(ticket=1, host="a.example", item=b"\0" * 8 + b"x", level=4,
                        handed_at=0.0, deadline=9.0, ready_at=0.0)
-    sched._buffer = deque([lease])
-    monkeypatch.setattr(redis_scheduler, "MAX_BACKLOG", 3)
-    sched._next.pushes = [(1, True, False, "h", 4, b"")] * 4
+    driver._buffer = deque([lease])
+    monkeypatch.setattr(redis_driver, "MAX_BACKLOG", 3)
+    pushed = redis_driver._Pushed(1, True, True, False, "h", 4, b"")
+    driver._next.pushes = [pushed] * 4
     assert sched.next_request() is None  # backlog over the limit: nothing handed out
-    assert sched.counters["redis/backpressure"] == 1
-    sched._next.pushes = []
+    assert driver.counters["redis/backpressure"] == 1
+    driver._next.pushes = []
     request = sched.next_request()
     assert request is not None and request.meta["frontier_lease"] == 1

@@ -12,17 +12,16 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from scrapy.settings import Settings
 
+from scrapy_frontier.backends.redis.connection import redis_from_settings
+from scrapy_frontier.backends.redis.frontier import RedisFrontier, RedisLease
+from scrapy_frontier.backends.redis.seen import RedisSeenSet
 from scrapy_frontier.core import DelayPolicy
-from scrapy_frontier.redis_frontier import (
-    RedisFrontier,
+from scrapy_frontier.errors import (
     RedisFrontierDataError,
     RedisFrontierError,
     RedisFrontierUnavailable,
-    RedisLease,
-    RedisSeenSet,
-    redis_from_settings,
+    StoreError,
 )
-from scrapy_frontier.sqlite_store import StoreError
 from tests.redis_server import RedisServer
 
 HOSTS = ["a", "b", "c", "d", "e", "f"]
@@ -213,9 +212,10 @@ def test_redis_from_settings_follows_scrapy_redis(redis_server: RedisServer) -> 
     client2 = redis_from_settings(Settings({"REDIS_HOST": "127.0.0.1",
                                             "REDIS_PORT": redis_server.port}))
     assert client2.ping()
-    f = RedisFrontier.from_settings(Settings({"FRONTIER_FRONT_QUEUES": 3}), "spider",
-                                    client=client2)
-    assert f.prefix == "spider:frontier:" and f.levels == 3
+    from scrapy_frontier.settings import FrontierConfig
+
+    keys = FrontierConfig.from_settings(Settings({"FRONTIER_FRONT_QUEUES": 3})).redis
+    assert keys.keys_for("spider") == ("spider:frontier:", "spider:seen:", "spider:history:")
     with pytest.raises(ValueError, match="decodes responses"):
         RedisFrontier(redis.Redis(port=redis_server.port, decode_responses=True), "q:")
 

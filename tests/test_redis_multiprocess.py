@@ -22,8 +22,8 @@ from pathlib import Path
 
 import redis
 
+from scrapy_frontier.backends.redis.frontier import RedisFrontier
 from scrapy_frontier.core import DelayPolicy
-from scrapy_frontier.redis_frontier import RedisFrontier
 from tests.redis_server import RedisServer
 
 PREFIX = "mp:frontier:"

@@ -15,10 +15,11 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_frontier import Addon, FetchTimingMiddleware, FrontierScheduler
 from scrapy_frontier.addon import MIDDLEWARE_PATH, SCHEDULER_PATH
-from scrapy_frontier.config import FrontierConfig, FrontierConfigError
 from scrapy_frontier.core import FakeClock
+from scrapy_frontier.errors import FrontierConfigError
 from scrapy_frontier.hostkey import HostlessURL, host_key, url_host_key
-from scrapy_frontier.scheduler import FETCH_START_META, LEASE_META
+from scrapy_frontier.meta import FETCH_START_META, LEASE_META
+from scrapy_frontier.settings import FrontierConfig
 
 
 class _Spider(Spider):
@@ -194,7 +195,7 @@ def test_signals_fallback_times_fetch_from_downloader_signals() -> None:
     sched._on_reached_downloader(req, crawler.spider)
     clock.advance(0.3)
     sched._on_left_downloader(req, crawler.spider)
-    assert sched.frontier.next_contact("a.example") == pytest.approx(clock() + 3.0)
+    assert sched.driver.frontier.next_contact("a.example") == pytest.approx(clock() + 3.0)
 
 
 @pytest.mark.parametrize(
@@ -312,9 +313,9 @@ def test_timing_middleware_reports_only_frontier_requests() -> None:
     mw.process_request(req)
     assert FETCH_START_META in req.meta
     mw.process_exception(robots, RuntimeError("x"))
-    assert sched.frontier.host_busy("a.example")
+    assert sched.driver.frontier.host_busy("a.example")
     mw.process_exception(req, RuntimeError("boom"))
-    assert not sched.frontier.host_busy("a.example")
+    assert not sched.driver.frontier.host_busy("a.example")
 
 
 def test_request_coming_back_releases_its_lease() -> None:
@@ -326,10 +327,10 @@ def test_request_coming_back_releases_its_lease() -> None:
     sched.enqueue_request(Request("http://a.example/0"))
     sched.enqueue_request(Request("http://a.example/1"))
     req = sched.next_request()
-    assert req is not None and sched.frontier.host_busy("a.example")
+    assert req is not None and sched.driver.frontier.host_busy("a.example")
     swapped = req.replace(url="http://a.example/0?swapped", dont_filter=True)
     assert sched.enqueue_request(swapped)
-    assert not sched.frontier.host_busy("a.example")
+    assert not sched.driver.frontier.host_busy("a.example")
     sched.publish_stats()
     assert crawler.stats.get_value("frontier/completed") == 1
 

@@ -24,7 +24,7 @@ from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.utils.test import get_crawler
 
 from scrapy_frontier import FrontierScheduler
-from scrapy_frontier.config import FrontierConfigError
+from scrapy_frontier.backends.sqlite.seen import FORMAT, SQLiteFingerprintStore
 from scrapy_frontier.core.clock import FakeClock
 from scrapy_frontier.core.seen import (
     NEVER,
@@ -33,7 +33,7 @@ from scrapy_frontier.core.seen import (
     FingerprintCache,
     InfiniteCache,
     LRUCache,
-    MemoryStore,
+    MemoryFingerprintStore,
     MinCache,
     RandomCache,
     SeenSet,
@@ -43,13 +43,9 @@ from scrapy_frontier.core.seen import (
     next_uses,
     simulate,
 )
-from scrapy_frontier.dupefilter import (
-    PUBLISH_EVERY,
-    STORE_NAME,
-    FrontierDupeFilter,
-    fast_fingerprint,
-)
-from scrapy_frontier.seen_sqlite import FORMAT, SeenStoreError, SQLiteFingerprintStore
+from scrapy_frontier.dupefilter import PUBLISH_EVERY, STORE_NAME, FrontierDupeFilter
+from scrapy_frontier.errors import FrontierConfigError, SeenStoreError
+from scrapy_frontier.fingerprint import fast_fingerprint
 from scrapy_frontier.testweb.crawl import FRONTIER_ADDON
 
 DUPEFILTER = "scrapy_frontier.dupefilter.FrontierDupeFilter"
@@ -264,7 +260,7 @@ def test_seen_set_answers_exactly_like_a_python_set(
     trace: list[int], cap: int, policy: str
 ) -> None:
     cache = make_cache(policy, cap, rng=random.Random(5), trace=trace, simulation=True)
-    seen = SeenSet(cache, MemoryStore())
+    seen = SeenSet(cache, MemoryFingerprintStore())
     model: set[int] = set()
     for fp in trace:
         assert seen.seen(fp) == (fp in model), (policy, fp)
@@ -360,7 +356,7 @@ def test_sqlite_store_keeps_committed_batches_when_the_process_dies(tmp_path: Pa
     path = tmp_path / "seen.sqlite"
     script = (
         "import os, sys\n"
-        "from scrapy_frontier.seen_sqlite import SQLiteFingerprintStore\n"
+        "from scrapy_frontier.backends.sqlite.seen import SQLiteFingerprintStore\n"
         "store = SQLiteFingerprintStore(sys.argv[1], batch_size=100)\n"
         "store.add_many(range(250))\n"
         "os._exit(0)  # no close: two batches committed, 50 buffered and lost\n"
@@ -508,7 +504,7 @@ def test_dupefilter_filters_duplicates_and_publishes_stats_at_close() -> None:
     assert stats.get_value("frontier/seen/hits") + stats.get_value("frontier/seen/misses") == 100
     assert stats.get_value("dupefilter/filtered") == 100 - len(set(urls))
     assert 0 < stats.get_value("frontier/seen/hit_rate") <= 1
-    assert df.path is None and isinstance(df.seen.store, MemoryStore)
+    assert df.path is None and isinstance(df.seen.store, MemoryFingerprintStore)
     assert isinstance(df.seen.cache, ClockCache) and df.seen.cache.capacity == 2**16
 
 
@@ -669,7 +665,7 @@ def test_fast_fingerprint_covers_plain_urls() -> None:
 @pytest.mark.parametrize(
     ("settings", "match"),
     [
-        ({"FRONTIER_SEEN_CACHE_SIZE": 0}, "FRONTIER_SEEN_CACHE_SIZE must be in"),
+        ({"FRONTIER_SEEN_CACHE_SIZE": 0}, "FRONTIER_SEEN_CACHE_SIZE must be >= 1"),
         ({"FRONTIER_SEEN_CACHE_SIZE": "lots"}, "FRONTIER_SEEN_CACHE_SIZE must be an integer"),
         ({"FRONTIER_SEEN_CACHE_SIZE": 2.5}, "FRONTIER_SEEN_CACHE_SIZE must be an integer"),
         ({"FRONTIER_SEEN_CACHE_POLICY": "min"}, "simulation-only"),

@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from scrapy_frontier.backends.sqlite.queue import SQLiteStore
+from scrapy_frontier.codec import Codec
 from scrapy_frontier.core import FakeClock, Frontier
-from scrapy_frontier.core.store import MemoryStore
-from scrapy_frontier.sqlite_store import Codec, SQLiteStore, StoreError
+from scrapy_frontier.core.store import MemoryQueueStore
+from scrapy_frontier.errors import StoreError
 from tests.test_core_statemachine import FrontierMachine
 
 INT_CODEC: Codec[Any] = Codec(pickle.dumps, pickle.loads)
@@ -38,7 +40,7 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[i
 
     def factory(levels: int = 4) -> Any:
         if request.param == "memory":
-            store: Any = MemoryStore(levels)
+            store: Any = MemoryQueueStore(levels)
         else:
             store = sqlite_store(tmp_path / f"s{len(stores)}.sqlite", levels)
         stores.append(store)
@@ -235,7 +237,7 @@ def test_front_levels_beyond_setting_are_refused(tmp_path: Path) -> None:
 
 def test_unserializable_items_stay_in_memory_and_are_counted(tmp_path: Path) -> None:
     def encode(item: Any) -> bytes:
-        from scrapy_frontier.sqlite_store import Unserializable
+        from scrapy_frontier.errors import Unserializable
 
         if callable(item):
             raise Unserializable(repr(item))

@@ -48,7 +48,7 @@ from typing import Generic, TypeVar
 from scrapy_frontier.core.clock import Clock
 from scrapy_frontier.core.politeness import DelayPolicy
 from scrapy_frontier.core.prioritizer import FrontQueueChooser
-from scrapy_frontier.core.store import MemoryStore, QueueStore
+from scrapy_frontier.core.store import MemoryQueueStore, QueueStore
 
 T = TypeVar("T")
 
@@ -162,7 +162,7 @@ class Frontier(Generic[T]):
         self.clock = clock
         self.chooser = FrontQueueChooser(front_queues, priority_bias, rng or random.Random(0))
         self.stats = FrontierStats()
-        self.store: QueueStore[T] = store if store is not None else MemoryStore(front_queues)
+        self.store: QueueStore[T] = store if store is not None else MemoryQueueStore(front_queues)
         self._front_len = 0
         self._back_len = 0
         self._active = 0

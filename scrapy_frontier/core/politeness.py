@@ -5,6 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+#: The defaults of FRONTIER_DELAY_FACTOR, FRONTIER_MIN_DELAY and FRONTIER_MAX_DELAY.
+DEFAULT_FACTOR = 10.0
+DEFAULT_MIN_DELAY = 1.0
+DEFAULT_MAX_DELAY = 60.0
+
 
 @dataclass(frozen=True, slots=True)
 class DelayPolicy:
@@ -14,9 +19,9 @@ class DelayPolicy:
     about 1/11 of the time, however fast or slow it answers.
     """
 
-    factor: float = 10.0
-    min_delay: float = 0.0
-    max_delay: float = 60.0
+    factor: float = DEFAULT_FACTOR
+    min_delay: float = DEFAULT_MIN_DELAY
+    max_delay: float = DEFAULT_MAX_DELAY
 
     def __post_init__(self) -> None:
         for name in ("factor", "min_delay", "max_delay"):

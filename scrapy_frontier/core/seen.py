@@ -576,7 +576,7 @@ class FingerprintStore(Protocol):
     def close(self) -> None: ...
 
 
-class MemoryStore:
+class MemoryFingerprintStore:
     """A plain in-memory set: for tests, simulations and crawls without a job directory."""
 
     __slots__ = ("_set",)
@@ -615,7 +615,7 @@ class SeenSet:
     def __init__(self, cache: FingerprintCache | None = None,
                  store: FingerprintStore | None = None) -> None:
         self.cache: FingerprintCache = cache if cache is not None else ClockCache()
-        self.store: FingerprintStore = store if store is not None else MemoryStore()
+        self.store: FingerprintStore = store if store is not None else MemoryFingerprintStore()
         self.hits = 0
         self.misses = 0
         self.store_hits = 0

@@ -4,7 +4,7 @@
 (which hosts are active, the ready heap, leases); a :class:`QueueStore` owns
 the URLs themselves: the F front queues and one back queue per active host.
 The memory store keeps everything in deques; the SQLite store
-(:mod:`scrapy_frontier.sqlite_store`) keeps small windows in memory and the
+(:mod:`scrapy_frontier.backends.sqlite.queue`) keeps small windows in memory and the
 rest on disk, and survives a crash.
 
 Every URL handed out is *leased* from the store and *acknowledged* when its
@@ -109,7 +109,7 @@ class BackQueue(Generic[T]):
                 yield level, item
 
 
-class MemoryStore(Generic[T]):
+class MemoryQueueStore(Generic[T]):
     """Everything in memory: nothing survives the process."""
 
     def __init__(self, levels: int) -> None:

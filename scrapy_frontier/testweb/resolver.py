@@ -18,7 +18,7 @@ from twisted.internet.interfaces import IResolverSimple
 from twisted.internet.task import deferLater
 from zope.interface import implementer
 
-from scrapy_frontier.resolve import ip_literal
+from scrapy_frontier.scheduler.resolve import ip_literal
 from scrapy_frontier.testweb.spec import check_loopback
 
 

@@ -32,6 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from scrapy_frontier.codec import Codec
+from scrapy_frontier.errors import StoreError, Unserializable
+
 T = TypeVar("T")
 
 logger = logging.getLogger("scrapy_frontier.store")
@@ -55,20 +58,6 @@ CREATE INDEX IF NOT EXISTS back_by_host ON back(host, level DESC, id);
 CREATE TABLE IF NOT EXISTS hosts(
     host TEXT PRIMARY KEY, rest_until REAL NOT NULL, last_fetch REAL) WITHOUT ROWID;
 """
-
-
-class StoreError(RuntimeError):
-    """The frontier's state file cannot be used; the message names it and says what to do."""
-
-
-class Unserializable(Exception):
-    """The codec cannot turn this item into bytes."""
-
-
-@dataclass
-class Codec(Generic[T]):
-    encode: Callable[[T], bytes]
-    decode: Callable[[bytes], T]
 
 
 @dataclass
@@ -577,13 +566,6 @@ def _transaction(db: sqlite3.Connection) -> Iterator[None]:
         raise
     db.execute("COMMIT")
 
-
-def request_codec(spider: Any) -> Codec[Any]:
-    """Requests as compact rows (see :mod:`scrapy_frontier.codec`); callbacks must be
-    spider methods."""
-    from scrapy_frontier.codec import request_codec as make
-
-    return make(spider)
 
 
 def _insort(window: list[_Entry], entry: _Entry) -> None:

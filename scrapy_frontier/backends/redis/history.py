@@ -22,45 +22,35 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from scrapy_frontier.history import PageRecord
-from scrapy_frontier.redis_frontier import RedisFrontierDataError, _guard, _text
+from scrapy_frontier.backends.redis.connection import guard, text
+from scrapy_frontier.backends.redis.lua import lua_source
+from scrapy_frontier.core.history import PageRecord
+from scrapy_frontier.errors import RedisFrontierDataError
 
 FORMAT = "scrapy-frontier/redis-history"
 VERSION = "1"
 
-_CLAIM_DUE = r"""
-local due, pages = KEYS[1], KEYS[2]
-local untl, limit, hold_until = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local fps = redis.call('ZRANGEBYSCORE', due, '-inf', untl, 'LIMIT', 0, limit)
-local out = {}
-for _, fp in ipairs(fps) do
-  redis.call('ZADD', due, hold_until, fp)
-  out[#out + 1] = fp
-  out[#out + 1] = redis.call('HGET', pages, fp) or ''
-end
-return out
-"""
 
 
 class RedisHistoryStore:
-    """A :class:`~scrapy_frontier.history.HistoryStore` in Redis."""
+    """A :class:`~scrapy_frontier.core.history.HistoryStore` in Redis."""
 
     def __init__(self, client: Any, prefix: str) -> None:
         self.client = client
         self.prefix = prefix
         self._pending: dict[int, PageRecord] = {}
-        self._claim = client.register_script(_CLAIM_DUE)
-        self._guard("opening the page history", self._check_meta)
+        self._claim = client.register_script(lua_source("history_claim_due"))
+        self.guard("opening the page history", self._check_meta)
 
     def key(self, name: str) -> str:
         return self.prefix + name
 
-    def _guard(self, doing: str, fn: Any) -> Any:
-        return _guard(self.client, self.prefix, doing, fn)
+    def guard(self, doing: str, fn: Any) -> Any:
+        return guard(self.client, self.prefix, doing, fn)
 
     def _check_meta(self) -> None:
         meta = self.key("meta")
-        kind = _text(self.client.type(meta))
+        kind = text(self.client.type(meta))
         if kind not in ("none", "hash"):
             raise RedisFrontierDataError(
                 f"Redis key {meta!r} is a {kind}, not the page history's marker: pick another "
@@ -68,7 +58,7 @@ class RedisHistoryStore:
             )
         self.client.hsetnx(meta, "format", FORMAT)
         self.client.hsetnx(meta, "version", VERSION)
-        got = {_text(k): _text(v) for k, v in self.client.hgetall(meta).items()}
+        got = {text(k): text(v) for k, v in self.client.hgetall(meta).items()}
         if got.get("format") != FORMAT or got.get("version") != VERSION:
             raise RedisFrontierDataError(
                 f"{meta!r} says format {got.get('format')!r} version {got.get('version')!r}; "
@@ -78,7 +68,7 @@ class RedisHistoryStore:
 
     def _decode(self, fp: int, raw: Any) -> PageRecord:
         try:
-            return PageRecord.from_json(fp, _text(raw))
+            return PageRecord.from_json(fp, text(raw))
         except ValueError as exc:
             raise RedisFrontierDataError(
                 f"{self.key('pages')!r} field {fp}: {exc}; delete the field (the page is then "
@@ -98,7 +88,7 @@ class RedisHistoryStore:
             pipe.zscore(self.key("due"), fp)
             return pipe.execute()
 
-        raw, score = self._guard("reading a page record", read)
+        raw, score = self.guard("reading a page record", read)
         if raw is None:
             return None
         record = self._decode(fp, raw)
@@ -112,7 +102,7 @@ class RedisHistoryStore:
     def claim_due(self, until: float, limit: int, hold_until: float) -> list[PageRecord]:
         """Up to ``limit`` pages eligible by ``until``, claimed until ``hold_until`` (atomic)."""
         self.flush()
-        reply = self._guard(
+        reply = self.guard(
             "claiming due pages",
             lambda: self._claim(keys=[self.key("due"), self.key("pages")],
                                 args=[repr(float(until)), limit, repr(float(hold_until))]),
@@ -129,7 +119,7 @@ class RedisHistoryStore:
     def due(self, after: tuple[float, int], until: float, limit: int) -> list[PageRecord]:
         # Only for callers without claim_due; the Recrawler claims through claim_due.
         self.flush()
-        rows = self._guard("reading due pages", lambda: self.client.zrangebyscore(
+        rows = self.guard("reading due pages", lambda: self.client.zrangebyscore(
             self.key("due"), after[0], until, start=0, num=limit + 1000, withscores=True))
         keys = sorted((float(score), int(member)) for member, score in rows)
         out = []
@@ -145,7 +135,7 @@ class RedisHistoryStore:
 
     def next_due(self) -> float | None:
         self.flush()
-        rows = self._guard("reading due pages",
+        rows = self.guard("reading due pages",
                            lambda: self.client.zrange(self.key("due"), 0, 0, withscores=True))
         return float(rows[0][1]) if rows else None
 
@@ -154,7 +144,7 @@ class RedisHistoryStore:
         extra = len(self) - keep
         if extra <= 0:
             return 0
-        fps = self._guard("evicting page records",
+        fps = self.guard("evicting page records",
                           lambda: self.client.zrange(self.key("weight"), 0, extra - 1))
         if not fps:
             return 0
@@ -166,7 +156,7 @@ class RedisHistoryStore:
             pipe.zrem(self.key("weight"), *fps)
             return pipe.execute()
 
-        self._guard("evicting page records", delete)
+        self.guard("evicting page records", delete)
         return len(fps)
 
     def scan(self) -> Iterator[PageRecord]:
@@ -178,7 +168,7 @@ class RedisHistoryStore:
 
     def __len__(self) -> int:
         self.flush()
-        return int(self._guard("counting page records",
+        return int(self.guard("counting page records",
                                lambda: self.client.hlen(self.key("pages"))))
 
     def flush(self) -> None:
@@ -197,7 +187,7 @@ class RedisHistoryStore:
                 pipe.zadd(self.key("weight"), {str(r.fp): r.weight})
             return pipe.execute()
 
-        self._guard(f"writing {len(batch)} page records", write)
+        self.guard(f"writing {len(batch)} page records", write)
         self._pending.clear()
 
     def close(self) -> None:

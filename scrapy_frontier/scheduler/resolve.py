@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-logger = logging.getLogger("scrapy_frontier.resolve")
+logger = logging.getLogger("scrapy_frontier.scheduler.resolve")
 
 
 def ip_literal(host: str) -> str | None:

@@ -1,77 +1,74 @@
-"""``FRONTIER_BACKEND = "redis"``: the scheduler of one worker in a cluster sharing a frontier.
+"""``FRONTIER_BACKEND = "redis"``: one worker of a cluster sharing a frontier in Redis.
 
-The frontier itself lives in Redis (:class:`~scrapy_frontier.redis_frontier.RedisFrontier`):
-every worker running the same spider against the same Redis claims requests from
-it under leases, so one host is fetched by at most one worker at a time, with the
-rests measured on the Redis server's clock.
+The frontier itself lives in Redis
+(:class:`~scrapy_frontier.backends.redis.frontier.RedisFrontier`): every worker
+running the same spider against the same Redis claims requests from it under
+leases, so one host is fetched by at most one worker at a time, with the rests
+measured on the Redis server's clock.
 
 Scrapy's scheduler interface is synchronous and runs on the reactor thread, so no
 Redis call is made there. One I/O thread does *rounds*: push the requests queued
-since the last round (seen test, then push, then mark seen), complete the leases
-whose requests the engine is done with, claim a few requests ahead (the prefetch
-buffer), and read whether the whole frontier is idle. The reactor only moves
-things in and out of local lists.
+since the last round (seen test, start gate, push, then mark seen), complete the
+leases whose requests the engine is done with, claim a few requests ahead (the
+prefetch buffer), and read whether the whole frontier is idle. The reactor only
+moves things in and out of local lists.
 
-Delivery is at least once. A request's lease is completed only after the engine
-is done with it (its callback's requests queued here, or its retry or redirect),
-and the round pushes those requests before it completes the lease; a URL is
-marked seen only after it was pushed. A worker killed at any moment therefore
+Delivery is at least once. A lease is completed only after the engine is done
+with its request (acknowledged by the scheduler's in-flight ledger), and the
+round pushes the requests found meanwhile before it completes the lease; a URL
+is marked seen only after it was pushed. A worker killed at any moment therefore
 loses nothing: its leases expire (``FRONTIER_LEASE_TIMEOUT``) and their requests
 are claimed again, by any worker. Repeats are bounded by the leases it held.
 
+A request that cannot be serialized stays in this worker's memory, in a small
+local frontier (polite within this process), with a warning and the stat
+``frontier/redis/unserializable``; a kill loses it, as with Scrapy's JOBDIR.
+
 When Redis goes away the rounds fail: the worker logs it once, keeps everything in
-its local lists, and retries with a doubling pause (up to 30 s). Nothing is lost
-while the worker lives; with Redis persistence on, nothing is lost either when
-Redis restarts.
+its local lists, and retries with a doubling pause (up to 30 s).
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from scrapy import Request
-from scrapy.exceptions import IgnoreRequest
 from twisted.internet.defer import succeed
 from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
-from scrapy_frontier.config import FrontierConfig
-from scrapy_frontier.dupefilter import request_fp64
-from scrapy_frontier.history import PageRecord
-from scrapy_frontier.history_redis import RedisHistoryStore
-from scrapy_frontier.hostkey import HostlessURL, host_key
-from scrapy_frontier.recrawl import Visit
-from scrapy_frontier.recrawl_scrapy import (
-    FORCE_META,
-    RECRAWL_META,
-    RecrawlHooks,
-    add_validators,
-)
-from scrapy_frontier.redis_frontier import (
-    RedisFrontier,
+from scrapy_frontier.backends.redis.connection import redis_from_settings
+from scrapy_frontier.backends.redis.frontier import RedisFrontier, RedisLease
+from scrapy_frontier.backends.redis.history import RedisHistoryStore
+from scrapy_frontier.backends.redis.seen import RedisSeenSet
+from scrapy_frontier.codec import request_codec
+from scrapy_frontier.core.frontier import Frontier
+from scrapy_frontier.errors import (
     RedisFrontierError,
     RedisFrontierUnavailable,
-    RedisLease,
-    RedisSeenSet,
-    redis_from_settings,
+    StoreError,
+    Unserializable,
 )
-from scrapy_frontier.scheduler import FETCH_START_META, LEASE_META, FrontierScheduler, logger
-from scrapy_frontier.sqlite_store import StoreError, Unserializable, request_codec
-from scrapy_frontier.timer import call_later
+from scrapy_frontier.scheduler.drivers import DriverContext, Handout, Push
+from scrapy_frontier.scheduler.recrawl import add_validators
+from scrapy_frontier.scheduler.timer import call_later
 
 if TYPE_CHECKING:
-    from scrapy.crawler import Crawler
-    from scrapy.dupefilters import BaseDupeFilter
-    from scrapy.http import Response
+    from scrapy import Request
     from scrapy.spiders import Spider
+    from scrapy.statscollectors import StatsCollector
     from twisted.internet.defer import Deferred
 
+    from scrapy_frontier.core.history import HistoryStore, PageRecord
+    from scrapy_frontier.core.recrawl import Recrawler, Visit
+
+logger = logging.getLogger("scrapy_frontier.scheduler")
 redis_log = logging.getLogger("scrapy_frontier.redis")
 
 #: Longest pause between two attempts while Redis is unreachable.
@@ -82,12 +79,23 @@ MAX_BACKOFF = 30.0
 MAX_BACKLOG = 50_000
 
 
+@dataclass(slots=True)
+class _Pushed:
+    fp: int
+    dedupe: bool
+    mark: bool
+    start: bool
+    host: str
+    level: int
+    item: bytes
+    """8 bytes of fingerprint, then the encoded request."""
+
+
 @dataclass
 class _Round:
     """What one I/O round sends; kept until Redis acknowledged it (retried otherwise)."""
 
-    #: (fingerprint or None, filter duplicates?, due gate?, host, level, item)
-    pushes: list[tuple[int | None, bool, bool, str, int, bytes]] = field(default_factory=list)
+    pushes: list[_Pushed] = field(default_factory=list)
     completions: list[tuple[RedisLease, float, float]] = field(default_factory=list)
     min_rests: list[tuple[str, float]] = field(default_factory=list)
     retire: list[str] = field(default_factory=list)
@@ -96,6 +104,19 @@ class _Round:
     want: int = 0
     feed: int = 0
     """How many due pages of the history to claim for recrawling."""
+
+    def has_writes(self) -> bool:
+        return bool(self.pushes or self.completions or self.min_rests or self.retire
+                    or self.visits)
+
+    def merged(self, later: _Round) -> _Round:
+        return _Round(
+            pushes=self.pushes + later.pushes,
+            completions=self.completions + later.completions,
+            min_rests=self.min_rests + later.min_rests,
+            retire=self.retire + later.retire,
+            visits=self.visits + later.visits,
+        )
 
 
 @dataclass
@@ -110,33 +131,32 @@ class _Answer:
     validators: dict[int, tuple[str | None, str | None]] = field(default_factory=dict)
     """Lease ticket -> (ETag, Last-Modified) of the page's last full response."""
     due: list[PageRecord] = field(default_factory=list)
-    not_due: int = 0
+    starts_skipped: int = 0
 
 
-class RedisFrontierScheduler(FrontierScheduler):
+class RedisDriver:
     """One worker's view of a frontier shared through Redis."""
 
-    def __init__(
-        self,
-        crawler: Crawler,
-        config: FrontierConfig,
-        dupefilter: BaseDupeFilter,
-        *,
-        client: Any = None,
-    ) -> None:
-        super().__init__(crawler, config, dupefilter)
-        settings = crawler.settings
+    name = "redis"
+    shared_seen: ClassVar[bool] = True
+    persistent = True
+
+    def __init__(self, context: DriverContext, *, client: Any = None) -> None:
+        self.ctx = context
+        self.config = context.config
+        self.stats = context.stats
         self._client = client
         self.remote: RedisFrontier | None = None
         self.seen: RedisSeenSet | None = None
-        self.prefetch = max(1, settings.getint("FRONTIER_REDIS_PREFETCH", 4))
-        self.idle_grace = max(0.0, settings.getfloat("FRONTIER_REDIS_IDLE_GRACE", 5.0))
+        self.recrawler: Recrawler | None = None
+        self.prefetch = self.config.redis.prefetch
+        self.idle_grace = self.config.redis.idle_grace
         self._codec: Any = None
         self._pool: ThreadPool | None = None
         self._buffer: deque[RedisLease] = deque()
         self._held: dict[int, RedisLease] = {}
         # Fetches that ended, waiting for the engine to be done with their request.
-        self._finished: list[tuple[RedisLease, float, float, Request]] = []
+        self._finished: dict[int, tuple[RedisLease, float, float]] = {}
         self._next = _Round()
         self._sending: _Round | None = None
         self._in_flight: Deferred[Any] | None = None
@@ -154,29 +174,34 @@ class RedisFrontierScheduler(FrontierScheduler):
         self._stall = _StallMeter()
         self.counters: dict[str, int] = {}
         self._validators: dict[int, tuple[str | None, str | None]] = {}
+        self._due: list[PageRecord] = []
+        self._want_due = 0
+        self._closed = False
+        # Requests that cannot be serialized: polite within this process only.
+        self.local: Frontier[Request] = Frontier(
+            front_queues=self.config.front_queues, priority_bias=self.config.priority_bias,
+            back_queues=max(1, self.config.concurrent_requests),
+            policy=self.config.policy, lease_timeout=self.config.lease_timeout,
+            clock=context.clock, rng=random.Random(self.config.seed),
+        )
+        self._local_tokens: dict[int, object] = {}
 
     # -- opening and closing -----------------------------------------------------------
 
-    def open(self, spider: Spider) -> Deferred[None] | None:
-        from scrapy import signals
-
-        self._listen(spider)
-        settings = self.crawler.settings
-        client = self._client if self._client is not None else redis_from_settings(settings)
-        self.remote = RedisFrontier.from_settings(settings, spider.name, client=client)
-        seen_key = (settings.get("FRONTIER_REDIS_SEEN_KEY") or "%(spider)s:seen:") % {
-            "spider": spider.name}
-        self.seen = RedisSeenSet(
-            client, seen_key, expected=settings.getint("FRONTIER_REDIS_SEEN_EXPECTED", 10_000_000)
+    def open(self, spider: Spider) -> None:
+        config = self.config
+        client = (self._client if self._client is not None
+                  else redis_from_settings(self.ctx.crawler.settings))
+        self._client = client
+        frontier_key, seen_key, self._history_key = config.redis.keys_for(spider.name)
+        self.remote = RedisFrontier(
+            client, frontier_key,
+            front_queues=config.front_queues, priority_bias=config.priority_bias,
+            back_queues=config.back_queues, back_queues_max=config.back_queues_max,
+            policy=config.policy, lease_timeout=config.lease_timeout, spider=spider.name,
         )
+        self.seen = RedisSeenSet(client, seen_key, expected=config.redis.seen_expected)
         self._codec = request_codec(spider)
-        if self.config.recrawl.mode != "off":
-            history_key = (settings.get("FRONTIER_REDIS_HISTORY_KEY") or "%(spider)s:history:") % {
-                "spider": spider.name}
-            history = RedisHistoryStore(client, history_key)
-            self.recrawl = RecrawlHooks.with_store(self.crawler, self.config.recrawl, history)
-            if self.config.recrawl.mode == "continuous":
-                self.crawler.signals.connect(self._on_spider_idle, signal=signals.spider_idle)
         self._pool = ThreadPool(minthreads=1, maxthreads=1, name="scrapy-frontier-redis")
         self._pool.start()
         self._stall.start()
@@ -184,8 +209,13 @@ class RedisFrontierScheduler(FrontierScheduler):
         self._poll.start(0.5, now=True)
         redis_log.info("Frontier on Redis: prefix %r, seen set %r, prefetch %d",
                        self.remote.prefix, seen_key, self.prefetch)
-        self.stats.set_value("frontier/backend", "redis")
-        return None
+
+    def open_history(self) -> HistoryStore:
+        assert self._client is not None
+        return RedisHistoryStore(self._client, self._history_key)
+
+    def attach_recrawler(self, recrawler: Recrawler) -> None:
+        self.recrawler = recrawler
 
     def close(self, reason: str) -> Deferred[None] | None:
         """Hand everything back to Redis, then stop the I/O thread.
@@ -195,7 +225,6 @@ class RedisFrontierScheduler(FrontierScheduler):
         completed) so other workers need not wait for them to expire.
         """
         self._closed = True
-        self._cancel_timer()
         if self._poll is not None and self._poll.running:
             self._poll.stop()
         if self._wake_call is not None:
@@ -205,17 +234,22 @@ class RedisFrontierScheduler(FrontierScheduler):
         pool = self._pool
         if pool is None:
             return None
+        if len(self.local):
+            logger.warning("%d requests that cannot be serialized were still queued in this "
+                           "worker's memory and are lost with it", len(self.local))
         # Let a round in flight land first, so nothing is sent twice.
         waiting = self._in_flight if self._in_flight is not None else succeed(None)
 
         def send_final(_: object) -> Deferred[Any]:
             final = self._next
             self._next = _Round()
-            for lease, seconds, rest, _request in self._finished:
-                final.completions.append((lease, seconds, rest))
+            final.completions.extend(self._finished.values())
+            final.completions.extend((lease, 0.0, 0.0) for lease in self._held.values())
             self._finished.clear()
+            self._held.clear()
             for lease in self._buffer:
-                final.pushes.append((None, False, False, lease.host, lease.level, lease.item))
+                final.pushes.append(_Pushed(0, False, False, False, lease.host, lease.level,
+                                            lease.item))
                 final.completions.append((lease, 0.0, 0.0))
             self._buffer.clear()
             return deferToThreadPool(_reactor(), pool, self._io_final, final)
@@ -226,56 +260,37 @@ class RedisFrontierScheduler(FrontierScheduler):
                                 "(%s): its leases will expire and their requests be fetched "
                                 "again", result.getErrorMessage())
             pool.stop()
-            self.publish_stats()
 
         d = waiting.addBoth(send_final)
         d.addBoth(report)
         return d
 
-    # -- the scheduler interface ---------------------------------------------------------
+    # -- the driver contract -----------------------------------------------------------
 
-    def enqueue_request(self, request: Request) -> bool:
+    def push(self, item: Push) -> bool:
         try:
-            host = host_key(request)
-        except HostlessURL as exc:
-            self.stats.inc_value(f"frontier/rejected/{exc.reason}")
-            logger.warning("Dropped %s: %s", request, exc)
-            return False
-        meta = request.meta
-        ticket = meta.pop(LEASE_META, None)
-        started = meta.pop(FETCH_START_META, None)
-        try:
-            data = self._codec.encode(request)
+            data = self._codec.encode(item.request)
         except Unserializable as exc:
-            # A shared frontier cannot hold what it cannot serialize: say so loudly.
-            self.stats.inc_value("frontier/redis/unserializable")
-            logger.error("Dropped %s: it cannot be serialized for the shared frontier (%s). "
-                         "Use spider methods as callbacks and picklable meta.", request, exc)
-            return False
-        # dont_filter requests skip the seen test but are marked seen, so that a later
-        # ordinary link to the same URL is not fetched a second time.
-        fp = request_fp64(self.crawler.request_fingerprinter, request)
-        # ... and, with a page history, the due test (start URLs of pages not due).
-        gate = (request.dont_filter and self.recrawl is not None and ticket is None
-                and not meta.get(RECRAWL_META) and not meta.get(FORCE_META))
-        priority = request.priority
-        if self.host_rules.rules:
-            priority += self.host_rules.boost(host)
-        self._next.pushes.append(
-            (fp, not request.dont_filter, gate, host, self.mapper.level(priority),
-             fp.to_bytes(8, "big", signed=True) + data)
-        )
-        self._enqueued += 1
-        if ticket is not None:
-            # A redirect, retry or swap of a leased request: that fetch is over.
-            self._release(ticket, started, None, None, request)
+            self._count("redis/unserializable")
+            if self.counters["redis/unserializable"] == 1:
+                logger.warning(
+                    "%s cannot be serialized for the shared frontier (%s): it stays in this "
+                    "worker's memory (polite within this worker only, lost if it dies; "
+                    "counted in frontier/redis/unserializable). Use spider methods as "
+                    "callbacks and picklable meta.", item.request, exc,
+                )
+            return self.local.push(item.host, item.level, item.request)
+        fp = item.fp if item.fp is not None else 0
+        self._next.pushes.append(_Pushed(
+            fp, item.dedupe, item.mark, item.start, item.host, item.level,
+            fp.to_bytes(8, "big", signed=True) + data,
+        ))
         self._kick()
         return True
 
-    def next_request(self) -> Request | None:
+    def pop(self) -> Handout | None:
         if self._closed:
             return None
-        self._move_finished()
         backlog = len(self._next.pushes) + (len(self._sending.pushes) if self._sending else 0)
         if backlog > MAX_BACKLOG:
             self._count("redis/backpressure")
@@ -286,145 +301,91 @@ class RedisFrontierScheduler(FrontierScheduler):
             try:
                 request: Request = self._codec.decode(lease.item[8:])
             except StoreError as exc:
-                self.stats.inc_value("frontier/redis/undecodable")
+                self._count("redis/undecodable")
                 logger.error("A request claimed from Redis cannot be rebuilt (%s); it is "
                              "completed without being fetched", exc)
                 self._next.completions.append((lease, 0.0, 0.0))
                 continue
-            request.meta[LEASE_META] = lease.ticket
             self._held[lease.ticket] = lease
             validators = self._validators.pop(lease.ticket, None)
             if validators is not None:
                 add_validators(request, *validators)
-            self._count("dequeued")
             self._kick()
-            return request
+            return Handout(lease.ticket, lease.host, request)
         self._kick()
+        local = self.local.pop()
+        if local is not None:
+            # Negative tickets: never a Redis lease id.
+            return Handout(-local.ticket, local.host, local.item)
         return None
 
-    def has_pending_requests(self) -> bool:
-        if self._buffer or self._held or self._finished:
+    def release(self, ticket: int, seconds: float, rest: float) -> None:
+        if ticket < 0:
+            lease = self.local.complete(-ticket, seconds, ack=False, rest_at_least=rest)
+            if lease is not None:
+                self._local_tokens[ticket] = lease.token
+            return
+        remote = self._held.pop(ticket, None)
+        if remote is not None and not self._closed:
+            self._finished[ticket] = (remote, seconds, rest)
+
+    def ack(self, ticket: int) -> None:
+        if ticket < 0:
+            token = self._local_tokens.pop(ticket, None)
+            if token is not None:
+                self.local.ack(token)
+            return
+        entry = self._finished.pop(ticket, None)
+        if entry is not None:
+            self._next.completions.append(entry)
+            self._kick()
+
+    def set_min_rest(self, host: str, seconds: float) -> None:
+        self.local.set_min_rest(host, seconds)
+        self._next.min_rests.append((host, seconds))
+        self._kick()
+
+    def retire(self, host: str) -> list[Request]:
+        self._next.retire.append(host)
+        return self.local.retire(host)
+
+    def take_dropped(self) -> list[tuple[str, Request]]:
+        return self.local.take_dropped()
+
+    def record_visit(self, fp: int, url: str, visit: Visit | None) -> None:
+        if self.recrawler is not None and not self._closed:
+            self._next.visits.append((fp, url, visit))
+
+    def take_due(self, limit: int) -> list[PageRecord]:
+        """Due pages claimed by the last rounds; the next poll round claims more."""
+        self._want_due = limit
+        due, self._due = self._due, []
+        return due
+
+    def __len__(self) -> int:
+        pending = len(self._next.pushes) + (len(self._sending.pushes) if self._sending else 0)
+        return self._remote_queued + len(self._buffer) + pending + len(self.local)
+
+    def has_pending(self) -> bool:
+        if self._buffer or self._held or self._finished or len(self.local) or self._due:
             return True
         for rnd in (self._next, self._sending):
             if rnd is not None and (rnd.pushes or rnd.completions):
                 return True
         if self._outage_since is not None:
             return True  # cannot tell: keep waiting for Redis
-        rc = self.recrawler
-        if rc is not None and rc.settings.mode == "due" and not rc.exhausted:
-            return True  # due pages still to feed
         since = self._remote_idle_since
         # The cluster's work is over only when it has looked over for a while: another
         # worker's fetch in flight may still add requests.
         return since is None or time.monotonic() - since < self.idle_grace
 
-    def __len__(self) -> int:
-        return self._remote_queued + len(self._buffer)
-
-    # -- fetch ends -----------------------------------------------------------------------
-
-    def fetch_finished(
-        self,
-        request: Request,
-        response: Response | None = None,
-        exception: BaseException | None = None,
-    ) -> None:
-        if exception is not None:
-            self._history_download_error(request, exception)
-        ticket = request.meta.get(LEASE_META)
-        if ticket is None:
-            return
-        self._release(ticket, request.meta.get(FETCH_START_META), response, exception, request)
-
-    def _release(self, ticket: int, started: float | None, response: Response | None,
-                 exception: BaseException | None, request: Request) -> None:
-        lease = self._held.pop(ticket, None)
-        if lease is None or self._closed:
-            return
-        now = self.clock()
-        seconds = 0.0 if started is None else max(0.0, now - started)
-        rest = 0.0
-        if response is not None or exception is not None:
-            rest = self._outcome_rest(lease.host, response, exception)
-        robots = self._robots_done.pop(lease.host, None)
-        if robots is not None:
-            rest = max(rest, self._robots_rest_end(lease.host, robots) - now)
-        failures = self._failures.get(lease.host, 0)
-        if self.config.retire_after and failures >= self.config.retire_after:
-            self._failures.pop(lease.host, None)
-            self._next.retire.append(lease.host)
-            self.stats.inc_value("frontier/retired_hosts")
-            logger.warning("Retiring host %r after %d consecutive failed fetches "
-                           "(FRONTIER_RETIRE_AFTER); its queued requests are dropped and "
-                           "counted in frontier/retired_requests", lease.host, failures)
-        self._count("completed")
-        self._finished.append((lease, seconds, rest, request))
-        self._move_finished()
-
-    def _move_finished(self) -> None:
-        """Complete the leases whose request the engine is done with (see module doc)."""
-        if not self._finished:
-            return
-        inprogress = getattr(self._engine_slot(), "inprogress", ())
-        keep = []
-        for entry in self._finished:
-            if entry[3] in inprogress:
-                keep.append(entry)
-            else:
-                self._next.completions.append(entry[:3])
-        if len(keep) != len(self._finished):
-            self._finished = keep
-            self._kick()
-
-    def robots_hold(self, request: Request) -> Request | None:
-        if not self._robots_done:
-            return None
-        lease = self._held.get(request.meta.get(LEASE_META, -1))
-        robots = None if lease is None else self._robots_done.get(lease.host)
-        if lease is None or robots is None:
-            return None
-        if self._robots_rest_end(lease.host, robots) <= self.clock():
-            return None
-        self.stats.inc_value("frontier/robots/held")
-        return request.replace(dont_filter=True)
-
-    def _on_robots_parsed(self, robotparser: Any, request: Request, **kwargs: Any) -> None:
-        # The core frontier records it locally; the shared one needs it in Redis too.
-        super()._on_robots_parsed(robotparser, request, **kwargs)
-        try:
-            host = host_key(request)
-        except HostlessURL:
-            return
-        rest = self.frontier.min_rest(host)
-        if rest:
-            self._next.min_rests.append((host, rest))
-            self._kick()
-
-    # -- page history (recrawl) ------------------------------------------------------------
-
-    def page_visited(self, request: Request, visit: Visit) -> None:
-        """From the recrawl spider middleware: recorded in Redis by the next round."""
-        if self.recrawl is None or self._closed:
-            return
-        self._next.visits.append((self.recrawl.fp(request), request.url, visit))
-
-    def _history_download_error(self, request: Request, exception: BaseException) -> None:
-        if self.recrawl is None or isinstance(exception, IgnoreRequest):
-            return
-        self._next.visits.append((self.recrawl.fp(request), request.url, None))
-
-    def _on_spider_idle(self, spider: Spider) -> None:
-        """Continuous recrawl: never close when idle; pages fall due later."""
-        from scrapy.exceptions import DontCloseSpider
-
-        if not (self._closed or self._failed):
-            raise DontCloseSpider
+    def next_wakeup(self) -> float | None:
+        return self.local.next_wakeup()
 
     # -- I/O rounds -----------------------------------------------------------------------
 
     def _tick(self) -> None:
-        """Twice a second: move finished leases on and refresh the cluster's state."""
-        self._move_finished()
+        """Twice a second: refresh the cluster's state (and claim, feed)."""
         self._kick(poll=True)
 
     def _kick(self, *, poll: bool = False) -> None:
@@ -434,14 +395,11 @@ class RedisFrontierScheduler(FrontierScheduler):
             return
         nxt = self._next
         nxt.want = max(0, self.prefetch - len(self._buffer))
-        claim = bool(nxt.want) and (self._claim_more or poll)
-        if not claim:
+        if not (nxt.want and (self._claim_more or poll)):
             nxt.want = 0
-        rc = self.recrawler
-        if poll and rc is not None and (rc.settings.mode == "continuous" or not rc.exhausted):
-            nxt.feed = rc.settings.feed_batch
-        if not (poll or claim or nxt.pushes or nxt.completions or nxt.min_rests or nxt.retire
-                or nxt.visits):
+        if poll and self._want_due:
+            nxt.feed, self._want_due = self._want_due, 0
+        if not (poll or nxt.want or nxt.has_writes()):
             return
         self._sending, self._next = nxt, _Round()
         d = deferToThreadPool(_reactor(), self._pool, self._io, nxt)
@@ -459,24 +417,30 @@ class RedisFrontierScheduler(FrontierScheduler):
         remote, seen = self.remote, self.seen
         assert remote is not None and seen is not None
         recrawler = self.recrawler
-        duplicates = not_due = 0
+        duplicates = skipped = 0
         if rnd.pushes:
-            fps = [fp for fp, dedupe, *_ in rnd.pushes if fp is not None and dedupe]
-            known = dict(zip(fps, seen.contains_many(fps), strict=True)) if fps else {}
+            tested = [p.fp for p in rnd.pushes if p.dedupe]
+            known = dict(zip(tested, seen.contains_many(tested), strict=True)) if tested else {}
             fresh: list[tuple[str, int, bytes]] = []
             fresh_fps: list[int] = []
             batch_fps: set[int] = set()
-            for fp, dedupe, gate, host, level, item in rnd.pushes:
-                if fp is not None:
-                    if dedupe and (known.get(fp) or fp in batch_fps):
+            for p in rnd.pushes:
+                if p.dedupe:
+                    was_seen = known.get(p.fp, False) or p.fp in batch_fps
+                    if p.start:
+                        admitted = not was_seen
+                        if recrawler is not None:
+                            admitted = recrawler.admit_start(p.fp, was_seen, shared=True)[0]
+                        if not admitted:
+                            skipped += 1
+                            continue
+                    elif was_seen:
                         duplicates += 1
                         continue
-                    if gate and recrawler is not None and not recrawler.admit(fp)[0]:
-                        not_due += 1
-                        continue
-                    batch_fps.add(fp)
-                    fresh_fps.append(fp)
-                fresh.append((host, level, item))
+                if p.mark:
+                    batch_fps.add(p.fp)
+                    fresh_fps.append(p.fp)
+                fresh.append((p.host, p.level, p.item))
             if fresh:
                 remote.push_many(fresh)
             if fresh_fps:
@@ -500,7 +464,7 @@ class RedisFrontierScheduler(FrontierScheduler):
         front, back, held = remote.sizes()  # one round trip for all three
         answer = _Answer(leases, duplicates, front + back + held == 0, front + back, held,
                          remote.next_wakeup() if len(leases) < rnd.want else None)
-        answer.not_due = not_due
+        answer.starts_skipped = skipped
         if recrawler is not None:
             for lease in leases:
                 record = recrawler.store.get(int.from_bytes(lease.item[:8], "big", signed=True))
@@ -513,9 +477,7 @@ class RedisFrontierScheduler(FrontierScheduler):
 
     def _io_final(self, rnd: _Round) -> _Answer | None:
         """In the I/O thread, at close: the last round, then the history's last writes."""
-        answer = None
-        if rnd.pushes or rnd.completions or rnd.min_rests or rnd.retire or rnd.visits:
-            answer = self._io(rnd)
+        answer = self._io(rnd) if rnd.has_writes() else None
         if self.recrawler is not None:
             self.recrawler.close()
         return answer
@@ -533,24 +495,25 @@ class RedisFrontierScheduler(FrontierScheduler):
         self._backoff = 0.0
         if answer.duplicates:
             self._count("duplicates", answer.duplicates)
-        if answer.not_due:
-            self._count("recrawl/not_due_dropped", answer.not_due)
+            count = getattr(self.ctx.dupefilter, "count_filtered", None)
+            if count is not None:
+                count(answer.duplicates)
+        if answer.starts_skipped:
+            self.stats.inc_value("frontier/start/skipped", answer.starts_skipped)
         self._validators.update(answer.validators)
         self._buffer.extend(answer.leases)
-        if answer.due and self.recrawl is not None:
-            for record in answer.due:
-                self.enqueue_request(self.recrawl.request_for(record, self.spider))
+        self._due.extend(answer.due)
         self._remote_queued = answer.queued
         self._remote_in_flight = answer.in_flight
-        local_work = self._buffer or self._held or self._finished
+        local_work = self._buffer or self._held or self._finished or self._due
         if answer.idle and not local_work:
             if self._remote_idle_since is None:
                 self._remote_idle_since = time.monotonic()
         else:
             self._remote_idle_since = None
         self._claim_more = bool(answer.leases) or not sent.want
-        if answer.leases:
-            self._nudge_engine()
+        if answer.leases or answer.due:
+            self.ctx.wake()
         if answer.wakeup is not None and answer.wakeup < 0.5:
             self._wake_at(answer.wakeup)
         self._kick()
@@ -572,12 +535,12 @@ class RedisFrontierScheduler(FrontierScheduler):
         self._sending = None
         # Nothing of the round is known to have landed: send all of it again.
         if rnd is not None:
-            self._next = self._merge(rnd, self._next)
+            self._next = rnd.merged(self._next)
         if self._closed:
             return
         exc = failure.value
+        self.stats.inc_value("frontier/redis/errors")
         if isinstance(exc, RedisFrontierUnavailable):
-            self.stats.inc_value("frontier/redis/errors")
             if self._outage_since is None:
                 self._outage_since = time.monotonic()
                 redis_log.warning("Redis is unreachable (%s); keeping %d requests locally "
@@ -585,43 +548,23 @@ class RedisFrontierScheduler(FrontierScheduler):
             self._backoff = min(MAX_BACKOFF, max(0.25, 2 * self._backoff))
             self._retry_at = time.monotonic() + self._backoff
             return
-        self.stats.inc_value("frontier/redis/errors")
-        if isinstance(exc, RedisFrontierError):
-            logger.error("%s The crawl is stopping.", exc)
-        else:
-            logger.error("Unexpected error talking to Redis: %s", failure.getTraceback())
-        self._failed = True
-        self._close_spider("frontier_redis_error")
-
-    @staticmethod
-    def _merge(first: _Round | None, second: _Round) -> _Round:
-        if first is None:
-            return second
-        return _Round(
-            pushes=first.pushes + second.pushes,
-            completions=first.completions + second.completions,
-            min_rests=first.min_rests + second.min_rests,
-            retire=first.retire + second.retire,
-            visits=first.visits + second.visits,
-        )
+        if not isinstance(exc, RedisFrontierError):
+            redis_log.error("Unexpected error talking to Redis: %s", failure.getTraceback())
+        self.ctx.fail("frontier_redis_error", exc)
 
     # -- stats ----------------------------------------------------------------------------
 
     def _count(self, key: str, n: int = 1) -> None:
         self.counters[key] = self.counters.get(key, 0) + n
 
-    def publish_stats(self) -> None:
-        set_value = self.stats.set_value
-        if self._enqueued:
-            set_value("frontier/enqueued", self._enqueued)
+    def publish_stats(self, stats: StatsCollector) -> None:
+        set_value = stats.set_value
         for key, value in self.counters.items():
             set_value(f"frontier/{key}", value)
-        set_value("frontier/queued", self._remote_queued)
+        set_value("frontier/redis/queued", self._remote_queued)
         set_value("frontier/redis/in_flight", self._remote_in_flight)
         set_value("frontier/reactor/stall_max_ms", round(1000 * self._stall.worst, 1))
         set_value("frontier/reactor/stalls_over_100ms", self._stall.over)
-        if self.recrawl is not None:
-            self.recrawl.publish_stats(self.stats)
 
 
 def _reactor() -> Any:

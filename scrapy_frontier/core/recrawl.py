@@ -1,7 +1,7 @@
 """Incremental recrawl: which known pages are due, and what each visit taught us.
 
 :class:`Recrawler` sits between the scheduler, the spider middleware and a
-:class:`~scrapy_frontier.history.HistoryStore`. It has no Scrapy imports: the
+:class:`~scrapy_frontier.core.history.HistoryStore`. It has no Scrapy imports: the
 middleware turns responses into digests and simhashes, the scheduler turns due
 records into requests.
 
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from scrapy_frontier.core.history import HistoryStore, PageRecord
 from scrapy_frontier.core.recrawl_priority import (
     change_term,
     depth_quality,
@@ -51,7 +52,6 @@ from scrapy_frontier.core.refresh import (
     calibrate,
 )
 from scrapy_frontier.core.simhash import is_change, simhash
-from scrapy_frontier.history import HistoryStore, PageRecord
 
 MODES = ("off", "due", "continuous")
 PREDICTORS = (
@@ -176,6 +176,33 @@ class Recrawler:
         if record.retired is not None:
             self._count("recrawl/filtered_retired")
             return False, record
+        now = self.clock()
+        if record.eligible > now:
+            self._count("recrawl/not_due")
+            return False, record
+        self._claim(record, now)
+        return True, record
+
+    def admit_start(self, fp: int, seen: bool, *, shared: bool) -> tuple[bool, PageRecord | None]:
+        """May a start request for page ``fp`` (``dont_filter``) be fetched now?
+
+        ``seen``: the seen set knew the URL. A start request is fetched once per crawl,
+        however many workers start it and however often the crawl is resumed:
+
+        * a page never fetched is admitted unless it is seen (queued already);
+        * a page fetched in this run is admitted again in one process (Scrapy's
+          ``dont_filter`` contract), never on a ``shared`` frontier (another worker
+          started it);
+        * a page fetched in an earlier run is admitted only when it is due (claimed).
+        """
+        record = self.store.get(fp)
+        if record is None:
+            return not seen, None
+        if record.retired is not None:
+            self._count("recrawl/filtered_retired")
+            return False, record
+        if record.fetched_at >= self._boundary:
+            return not shared, record
         now = self.clock()
         if record.eligible > now:
             self._count("recrawl/not_due")

@@ -7,7 +7,7 @@ committed together (every ``batch_size`` records, every ``flush_interval``
 seconds, and at close); reads see the buffer. A crash loses at most the buffered
 updates: those pages keep their previous due time and are simply visited again.
 
-The same checks as the seen-set apply (see :mod:`scrapy_frontier.sqlite_files`):
+The same checks as the seen-set apply (see :mod:`scrapy_frontier.backends.sqlite.files`):
 a file from another program, format or version, a damaged, read-only or locked
 file, a full disk all raise :class:`HistoryStoreError` naming the file and what
 to do; nothing is reset.
@@ -22,24 +22,17 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from scrapy_frontier.history import PageRecord
-from scrapy_frontier.sqlite_files import SQLiteFile, WALFileStore
+from scrapy_frontier.backends.sqlite.files import SQLiteFile, WALFileStore
+from scrapy_frontier.core.history import PageRecord
+from scrapy_frontier.errors import HistoryStoreError
 
 FORMAT = "scrapy-frontier/history"
 VERSION = 1
 STORE_NAME = "history.sqlite"
 
 
-class HistoryStoreError(RuntimeError):
-    """The page-history file cannot be used; the message names it and says what to do."""
-
-    def __init__(self, path: str | os.PathLike[str], problem: str, advice: str) -> None:
-        self.path = str(path)
-        super().__init__(f"page-history file {self.path}: {problem}. {advice}")
-
-
 class SQLiteHistoryStore(WALFileStore):
-    """A :class:`~scrapy_frontier.history.HistoryStore` in an SQLite file."""
+    """A :class:`~scrapy_frontier.core.history.HistoryStore` in an SQLite file."""
 
     def __init__(
         self,

@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 
-from scrapy_frontier.sqlite_files import SQLiteFile, WALFileStore
+from scrapy_frontier.backends.sqlite.files import SQLiteFile, WALFileStore
+from scrapy_frontier.errors import SeenStoreError
 
 #: Recorded in the file's ``frontier_meta`` table.
 FORMAT = "scrapy-frontier/seen"
@@ -37,14 +38,6 @@ DEFAULT_BATCH_SIZE = 4096
 DEFAULT_FLUSH_INTERVAL = 1.0
 
 _LIMIT = 1 << 63
-
-
-class SeenStoreError(RuntimeError):
-    """The seen-set file cannot be used; the message names it and says what to do."""
-
-    def __init__(self, path: str | os.PathLike[str], problem: str, advice: str) -> None:
-        self.path = str(path)
-        super().__init__(f"seen-set file {self.path}: {problem}. {advice}")
 
 
 class SQLiteFingerprintStore(WALFileStore):

@@ -10,7 +10,7 @@ refresh interval in force and the next due time).
 Stores (:class:`HistoryStore`) keep records by 64-bit URL fingerprint (the same
 fingerprint as the seen-set) and answer "which pages are due, in due order".
 :class:`MemoryHistoryStore` is for continuous crawls without a job directory and
-for tests; :class:`~scrapy_frontier.history_sqlite.SQLiteHistoryStore` keeps
+for tests; :class:`~scrapy_frontier.backends.sqlite.history.SQLiteHistoryStore` keeps
 ``history.sqlite`` in JOBDIR / FRONTIER_PATH.
 """
 

@@ -1,0 +1,187 @@
+-- Shared by every frontier script: arguments, keys, and the helpers.
+-- ARGV[1..12] is the same head for every script (RedisFrontier._head);
+-- op-specific arguments start at ARGV[13].
+local P = ARGV[1]
+local F = tonumber(ARGV[2])
+local B = tonumber(ARGV[3])
+local BMAX = tonumber(ARGV[4])
+local FACTOR = tonumber(ARGV[5])
+local MIND = tonumber(ARGV[6])
+local MAXD = tonumber(ARGV[7])
+local BIAS = tonumber(ARGV[8])
+local LEASE_T = tonumber(ARGV[9])
+local BUDGET = {tonumber(ARGV[10])}
+local WINDOW = tonumber(ARGV[11])
+-- Park-Miller generator seeded by the client on every call: Redis before 7 reseeds
+-- Lua's math.random identically for every script, which would always pick one level.
+local SEED = {tonumber(ARGV[12])}
+local function rand()
+  SEED[1] = (SEED[1] * 16807) % 2147483647
+  return SEED[1] / 2147483647
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local function fmt(x) return string.format('%.6f', x) end
+local K_COUNT, K_ACTIVE, K_READY = P .. 'count', P .. 'active', P .. 'ready'
+local K_REST, K_FETCH, K_MINREST = P .. 'rest', P .. 'fetch', P .. 'minrest'
+local K_RETIRED, K_LEASES, K_DEADLINES = P .. 'retired', P .. 'leases', P .. 'deadlines'
+local K_DROPPED, K_SEQ, K_STATS = P .. 'dropped', P .. 'seq', P .. 'stats'
+local K_HEAD = P .. 'head'
+local function fkey(lv) return P .. 'f:' .. lv end
+local function bkey(lv, host) return P .. 'b:' .. lv .. ':' .. host end
+
+local function delay(fetch)
+  local w = FACTOR * math.max(0, fetch)
+  return math.min(MAXD, math.max(MIND, w))
+end
+
+local function stat(name, n) redis.call('HINCRBY', K_STATS, name, n) end
+
+-- Highest non-empty level of a host's back queue, kept in K_HEAD.
+local function update_head(host, from)
+  for lv = from, 1, -1 do
+    if redis.call('LLEN', bkey(lv, host)) > 0 then
+      redis.call('HSET', K_HEAD, host, lv)
+      return
+    end
+  end
+  redis.call('HDEL', K_HEAD, host)
+end
+
+local function schedule(host)
+  local s = redis.call('ZSCORE', K_REST, host)
+  local t_e = now
+  if s then t_e = tonumber(s) end
+  redis.call('ZADD', K_READY, fmt(t_e), host)
+end
+
+local function add_to_back(host, lv, item, at_head)
+  if at_head then
+    redis.call('LPUSH', bkey(lv, host), item)
+  else
+    redis.call('RPUSH', bkey(lv, host), item)
+  end
+  local q = redis.call('HINCRBY', K_ACTIVE, host, 1)
+  redis.call('HINCRBY', K_COUNT, 'back', 1)
+  if lv > tonumber(redis.call('HGET', K_HEAD, host) or '0') then
+    redis.call('HSET', K_HEAD, host, lv)
+  end
+  if q == 1 and redis.call('HEXISTS', K_LEASES, host) == 0 then schedule(host) end
+end
+
+local function choose_level()
+  local total = 0
+  local levels = {}
+  for lv = 1, F do
+    if redis.call('LLEN', fkey(lv)) > 0 then
+      levels[#levels + 1] = lv
+      total = total + BIAS ^ (lv - 1)
+    end
+  end
+  if #levels == 0 then return nil end
+  if #levels == 1 then return levels[1] end
+  local x = rand() * total
+  for _, lv in ipairs(levels) do
+    x = x - BIAS ^ (lv - 1)
+    if x < 0 then return lv end
+  end
+  return levels[#levels]
+end
+
+local function split(entry)
+  local i = string.find(entry, '\0', 1, true)
+  return string.sub(entry, 1, i - 1), string.sub(entry, i + 1)
+end
+
+-- Mercator refill: move front heads into back queues until a host gets one.
+local function activate_one()
+  while BUDGET[1] > 0 do
+    local lv = choose_level()
+    if not lv then return false end
+    BUDGET[1] = BUDGET[1] - 1
+    local entry = redis.call('LPOP', fkey(lv))
+    redis.call('HINCRBY', K_COUNT, 'front', -1)
+    local host, item = split(entry)
+    if redis.call('SISMEMBER', K_RETIRED, host) == 1 then
+      redis.call('RPUSH', K_DROPPED, entry)
+      stat('retired_items', 1)
+    else
+      local activating = redis.call('HEXISTS', K_ACTIVE, host) == 0
+      if activating then
+        redis.call('HSET', K_ACTIVE, host, 0)
+        stat('activations', 1)
+      end
+      add_to_back(host, lv, item, false)
+      if activating then return true end
+    end
+  end
+  return false
+end
+
+local function front_len()
+  return tonumber(redis.call('HGET', K_COUNT, 'front') or '0')
+end
+
+local function fill_to_floor()
+  for _ = 1, B + 1 do
+    if redis.call('HLEN', K_ACTIVE) >= B or front_len() == 0 then return end
+    if not activate_one() then return end
+  end
+end
+
+local function deactivate(host)
+  redis.call('HDEL', K_ACTIVE, host)
+  redis.call('HDEL', K_FETCH, host)
+  stat('releases', 1)
+end
+
+-- End of a fetch (complete or expiry): the host rests, then is ready again or
+-- gives up its back queue.
+local function release(host, fetch, at_least)
+  local mr = tonumber(redis.call('HGET', K_MINREST, host) or '0')
+  local nc = now + math.max(delay(fetch), mr, at_least)
+  redis.call('HDEL', K_LEASES, host)
+  redis.call('ZREM', K_DEADLINES, host)
+  redis.call('ZADD', K_REST, fmt(nc), host)
+  local q = tonumber(redis.call('HGET', K_ACTIVE, host) or '0')
+  if q > 0 then
+    redis.call('HSET', K_FETCH, host, fmt(math.max(0, fetch)))
+    redis.call('ZADD', K_READY, fmt(nc), host)
+  else
+    deactivate(host)
+    fill_to_floor()
+  end
+  return nc
+end
+
+local function parse_lease(rec)
+  local _, e, id, lv, handed, ready = string.find(rec, '^(%d+)|(%d+)|([^|]*)|([^|]*)|')
+  return id, tonumber(lv), tonumber(handed), tonumber(ready), string.sub(rec, e + 1)
+end
+
+local function expire(limit)
+  local hosts = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', fmt(now), 'LIMIT', 0, limit)
+  local out = {}
+  for _, host in ipairs(hosts) do
+    local rec = redis.call('HGET', K_LEASES, host)
+    local _, lv, handed, _, item = parse_lease(rec)
+    if redis.call('SISMEMBER', K_RETIRED, host) == 1 then
+      redis.call('RPUSH', K_DROPPED, host .. '\0' .. item)
+      stat('retired_items', 1)
+    else
+      -- Back to the head of its level: it was next before, it is next again.
+      add_to_back(host, lv, item, true)
+    end
+    release(host, now - handed, 0)
+    stat('expired', 1)
+    out[#out + 1] = host
+    out[#out + 1] = item
+  end
+  return out
+end
+
+local function next_wakeup()
+  local first = redis.call('ZRANGE', K_READY, 0, 0, 'WITHSCORES')
+  if #first == 0 then return false end
+  return fmt(math.max(0, tonumber(first[2]) - now))
+end

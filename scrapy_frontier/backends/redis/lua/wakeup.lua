@@ -1,0 +1,2 @@
+-- wakeup: see RedisFrontier.next_wakeup().
+return {fmt(now), next_wakeup()}

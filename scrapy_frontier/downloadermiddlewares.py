@@ -1,0 +1,84 @@
+"""Downloader middleware that times each fetch and reports its end to the frontier."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request
+
+from scrapy_frontier.meta import FETCH_START_META, LEASE_META, ROBOTS_START_META
+from scrapy_frontier.scheduler.engine import running_scheduler
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+
+class FetchTimingMiddleware:
+    """Stamps a request when it is sent and reports to the frontier when it ends.
+
+    Install it near the downloader (order 950, the add-on does this) so that
+    the time measured is the fetch itself, and every outcome -- response,
+    exception, IgnoreRequest from robots.txt, timeout -- passes through it.
+    Only requests that carry a frontier lease release a host; media-pipeline
+    downloads bypass the scheduler and are ignored. robots.txt fetches (which
+    Scrapy's RobotsTxtMiddleware makes for the first request to a site, while
+    that request holds the host's lease) are timed too: the request that
+    waited for them is sent only after the host's rest from the robots.txt
+    fetch, so a site sees its robots.txt and its first page as polite as any
+    two pages.
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> FetchTimingMiddleware:
+        return cls(crawler)
+
+    def process_request(self, request: Request, spider: Any = None) -> Request | None:
+        meta = request.meta
+        if LEASE_META in meta:
+            hold = getattr(running_scheduler(self.crawler), "robots_hold", None)
+            if hold is not None:
+                again: Request | None = hold(request)
+                if again is not None:
+                    return again  # back to the frontier until the host has rested
+            meta[FETCH_START_META] = time.monotonic()
+        elif meta.get("dont_obey_robotstxt") and _is_robots_txt(request.url):
+            meta[ROBOTS_START_META] = time.monotonic()
+        return None
+
+    def process_response(
+        self, request: Request, response: Response, spider: Any = None
+    ) -> Response:
+        self._report(request, response=response)
+        return response
+
+    def process_exception(
+        self, request: Request, exception: Exception, spider: Any = None
+    ) -> None:
+        self._report(request, exception=exception)
+
+    def _report(
+        self,
+        request: Request,
+        response: Response | None = None,
+        exception: Exception | None = None,
+    ) -> None:
+        if LEASE_META not in request.meta:
+            started = request.meta.get(ROBOTS_START_META)
+            if started is not None:
+                fetched = getattr(running_scheduler(self.crawler), "robots_fetched", None)
+                if fetched is not None:
+                    fetched(request, max(0.0, time.monotonic() - started))
+            return
+        scheduler = running_scheduler(self.crawler)
+        finished = getattr(scheduler, "fetch_finished", None)
+        if finished is not None:
+            finished(request, response=response, exception=exception)
+
+
+def _is_robots_txt(url: str) -> bool:
+    return url.partition("?")[0].endswith("/robots.txt")

@@ -1,0 +1,57 @@
+"""Every error scrapy-frontier raises on purpose, in one hierarchy.
+
+Each message names what is wrong (the setting, the file, the Redis keys) and
+what to do about it; none advises an action that destroys data.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class FrontierError(Exception):
+    """Base of every error scrapy-frontier raises on purpose."""
+
+
+class FrontierConfigError(FrontierError, ValueError):
+    """A setting has a value the frontier cannot use, or a backend cannot support."""
+
+
+class StoreError(FrontierError, RuntimeError):
+    """The frontier's state cannot be used; the message names it and says what to do."""
+
+
+class Unserializable(FrontierError):
+    """The codec cannot turn this request into bytes."""
+
+
+class _FileError(StoreError):
+    kind = "state file"
+
+    def __init__(self, path: str | os.PathLike[str], problem: str, advice: str) -> None:
+        self.path = str(path)
+        super().__init__(f"{self.kind} {self.path}: {problem}. {advice}")
+
+
+class SeenStoreError(_FileError):
+    """The seen-set file cannot be used; the message names it and says what to do."""
+
+    kind = "seen-set file"
+
+
+class HistoryStoreError(_FileError):
+    """The page-history file cannot be used; the message names it and says what to do."""
+
+    kind = "page-history file"
+
+
+class RedisFrontierError(StoreError):
+    """The Redis frontier cannot be used; the message says why and what to do."""
+
+
+class RedisFrontierUnavailable(RedisFrontierError):
+    """Redis did not answer (down, restarting, network): nothing was changed client-side."""
+
+
+class RedisFrontierDataError(RedisFrontierError):
+    """The keys under the frontier's prefix hold data the frontier did not write."""

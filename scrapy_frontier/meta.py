@@ -1,0 +1,17 @@
+"""Every ``Request.meta`` key scrapy-frontier reads or writes (all ``frontier_*``)."""
+
+#: Set by the scheduler: the lease ticket of a request the frontier handed out.
+LEASE_META = "frontier_lease"
+#: Set by the timing middleware: ``time.monotonic()`` when the fetch was sent.
+FETCH_START_META = "frontier_fetch_start"
+#: Set by the timing middleware on robots.txt requests (they bypass the scheduler,
+#: but they are contacts the host's rest must count).
+ROBOTS_START_META = "frontier_robots_start"
+#: Set by the scheduler: the request comes from the page history (a due recrawl).
+RECRAWL_META = "frontier_recrawl"
+#: Set by a spider: fetch even if the page is not due for recrawl (or retired).
+FORCE_META = "frontier_force"
+#: Set by a spider: an integer added to the request's priority.
+BOOST_META = "frontier_priority_boost"
+#: Set by Scrapy 2.13+ (``StartSpiderMiddleware``) on start requests.
+START_META = "is_start_request"

@@ -1,0 +1,658 @@
+"""The one Scrapy scheduler, whatever the backend: a thin shell over a driver.
+
+A request's route goes one way: fingerprint (once), dupe filter, start gate,
+host key, priority, then the driver (:mod:`scrapy_frontier.scheduler.drivers`),
+which queues it and hands it out when its host may be contacted. Handed-out
+requests are tracked by the in-flight ledger until the engine is done with them.
+Everything here is the same on every backend: the dupe filter, priority rules
+and boosts, site rules (Retry-After, back-off, retirement, Crawl-delay, the
+robots.txt hold), the recrawl hooks, leases and their expiry, the stats names.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any, cast
+
+from scrapy import Request, signals
+from scrapy.exceptions import IgnoreRequest
+from scrapy.utils.misc import build_from_crawler, load_object
+
+from scrapy_frontier.core.prioritizer import PriorityMapper
+from scrapy_frontier.core.recrawl_priority import HostRules
+from scrapy_frontier.dupefilter import FrontierDupeFilter
+from scrapy_frontier.errors import HistoryStoreError, RedisFrontierError, StoreError
+from scrapy_frontier.fingerprint import Fingerprinter64
+from scrapy_frontier.hostkey import HostlessURL, host_key
+from scrapy_frontier.meta import (
+    BOOST_META,
+    FETCH_START_META,
+    FORCE_META,
+    LEASE_META,
+    RECRAWL_META,
+    START_META,
+)
+from scrapy_frontier.scheduler.drivers import DriverContext, Push, load_driver
+from scrapy_frontier.scheduler.engine import EngineAdapter
+from scrapy_frontier.scheduler.inflight import InFlight
+from scrapy_frontier.scheduler.recrawl import RecrawlHooks
+from scrapy_frontier.scheduler.site_rules import SiteRules
+from scrapy_frontier.scheduler.timer import Timer, call_later
+from scrapy_frontier.settings import FrontierConfig
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.dupefilters import BaseDupeFilter
+    from scrapy.http import Response
+    from scrapy.spiders import Spider
+    from scrapy.statscollectors import StatsCollector
+    from twisted.internet.defer import Deferred
+
+    from scrapy_frontier.core.recrawl import Recrawler, Visit
+    from scrapy_frontier.scheduler.drivers import Driver
+
+__all__ = ["FrontierScheduler"]
+
+logger = logging.getLogger("scrapy_frontier.scheduler")
+politeness_log = logging.getLogger("scrapy_frontier.politeness")
+
+ADDON_PATH = "scrapy_frontier.Addon"
+TIMING_MIDDLEWARE = "scrapy_frontier.downloadermiddlewares.FetchTimingMiddleware"
+
+
+class FrontierScheduler:
+    """A polite Mercator frontier as a Scrapy scheduler.
+
+    Enable it with the add-on (``ADDONS = {"scrapy_frontier.Addon": 0}``) or
+    with ``SCHEDULER = "scrapy_frontier.FrontierScheduler"``;
+    ``FRONTIER_BACKEND`` picks where the queues live.
+    """
+
+    def __init__(
+        self,
+        crawler: Crawler,
+        config: FrontierConfig,
+        dupefilter: BaseDupeFilter,
+        *,
+        clock: Any = time.monotonic,
+        driver_cls: type[Any] | None = None,
+    ) -> None:
+        self.crawler = crawler
+        self.config = config
+        self.df = dupefilter
+        self.clock = clock
+        self.stats: StatsCollector = cast("StatsCollector", crawler.stats)
+        self.engine = EngineAdapter(crawler)
+        self.mapper = PriorityMapper(config.front_queues)
+        self.host_rules = HostRules(config.priority_rules)
+        self.inflight = InFlight(config.lease_timeout)
+        self.rules = SiteRules(config, self.stats, clock)
+        self.fp64 = Fingerprinter64(crawler.request_fingerprinter)
+        self.recrawl: RecrawlHooks | None = None
+        self.spider: Spider | None = None
+        context = DriverContext(
+            crawler=crawler, config=config, stats=self.stats, clock=clock,
+            dupefilter=dupefilter, wake=self._nudge_engine, fail=self._driver_failed,
+        )
+        cls = driver_cls if driver_cls is not None else load_driver(config.driver_path)
+        self.driver: Driver = cls(context)
+        self._frontier_df = isinstance(dupefilter, FrontierDupeFilter)
+        # The driver's seen set is shared by every worker: it tests and marks there.
+        self._shared_seen = self.driver.shared_seen
+        # Start requests of this run already let through (Scrapy fetches a start URL
+        # listed twice twice); their fingerprints only.
+        self._own_starts: set[int] = set()
+        self._timer: Timer | None = None
+        self._timer_at: float | None = None
+        self._feed_at = 0.0
+        self._closed = False
+        self._failed = False
+        self.uses_signals = False
+        self._enqueued = 0
+        self._dequeued = 0
+        self._completed = 0
+        self._bad_boosts = 0
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
+        config = FrontierConfig.from_settings(crawler.settings)
+        driver_cls = load_driver(config.driver_path)
+        df = build_from_crawler(load_object(crawler.settings["DUPEFILTER_CLASS"]), crawler)
+        _warn_about_stacked_delays(crawler)
+        return cls(crawler, config, df, driver_cls=driver_cls)
+
+    # -- opening and closing -----------------------------------------------------------
+
+    def open(self, spider: Spider) -> Deferred[None] | None:
+        self.spider = spider
+        self._closed = False
+        from scrapy_frontier.downloadermiddlewares import FetchTimingMiddleware
+
+        if self.engine.has_downloader_middleware(FetchTimingMiddleware) is False:
+            self._use_signals()
+        robots_parsed = getattr(signals, "robots_parsed", None)
+        if robots_parsed is not None:
+            self.crawler.signals.connect(self._on_robots_parsed, signal=robots_parsed)
+        self.stats.set_value("frontier/backend", self.driver.name)
+        self.stats.set_value("frontier/back_queues/floor", self.config.back_queues)
+        self.stats.set_value("frontier/back_queues/max", self.config.back_queues_max)
+        self.driver.open(spider)
+        mode = self.config.recrawl.mode
+        if mode != "off":
+            self.recrawl = RecrawlHooks.with_store(self.config.recrawl, self.driver.open_history())
+            self.driver.attach_recrawler(self.recrawl.recrawler)
+            if mode == "continuous":
+                self.crawler.signals.connect(self._on_spider_idle, signal=signals.spider_idle)
+        self.df.open()
+        return None
+
+    def close(self, reason: str) -> Deferred[None] | None:
+        self._closed = True
+        self._cancel_timer()
+        out, ended = self.inflight.take_all()
+        # The engine has processed every response by now.
+        for flight in ended:
+            self.driver.ack(flight.ticket)
+        self._report_dropped()
+        self.publish_stats()
+        try:
+            d = self.driver.close(reason)
+        except StoreError as exc:
+            self._count_store_error(exc)
+            logger.error("%s", exc)
+            d = None
+        left = len(self.driver)
+        if left and d is None:
+            logger.info("Frontier closed (%s) with %d requests still queued", reason, left)
+
+        def finish(result: object = None) -> object:
+            self.publish_stats()
+            self.df.close(reason)
+            return result
+
+        if d is None:
+            finish()
+            return None
+        return d.addBoth(finish)
+
+    # -- the Scrapy scheduler interface ---------------------------------------------
+
+    def has_pending_requests(self) -> bool:
+        # True while anything waits, including URLs held only for politeness:
+        # otherwise the engine would think the crawl is over.
+        if self.driver.has_pending():
+            return True
+        rc = self.recrawl
+        return rc is not None and rc.pending_due() and not self._failed
+
+    def __len__(self) -> int:
+        return len(self.driver)
+
+    def enqueue_request(self, request: Request) -> bool:
+        try:
+            return self._enqueue(request)
+        except StoreError as exc:
+            # The request is in the store's pending writes: not lost, but the
+            # state cannot be kept consistent any more, so the crawl stops.
+            self._store_failed(exc)
+            return True
+
+    def _enqueue(self, request: Request) -> bool:
+        meta = request.meta
+        # A redirect, a retry, or a middleware that swaps the request copies meta:
+        # the fetch that held this lease is over whatever happened to it.
+        ticket = meta.pop(LEASE_META, None)
+        started = meta.pop(FETCH_START_META, None)
+        try:
+            host = host_key(request)
+        except HostlessURL as exc:
+            self.stats.inc_value(f"frontier/rejected/{exc.reason}")
+            logger.warning("Dropped %s: %s", request, exc)
+            if ticket is not None:
+                self._fetch_ended(ticket, started)
+            return False
+        queued = self._route(request, host, ticket)
+        if ticket is not None:
+            # After the push, so that the request this one became is stored first.
+            self._fetch_ended(ticket, started)
+        return queued
+
+    def _route(self, request: Request, host: str, ticket: int | None) -> bool:
+        """Filter, then queue: the seen test, the start gate, the priority."""
+        meta = request.meta
+        fp: int | None = self.fp64(request) if self._frontier_df or self._shared_seen else None
+        dedupe = mark = start = False
+        if request.dont_filter:
+            if (ticket is None and self.driver.persistent and START_META in meta
+                    and not meta.get(RECRAWL_META) and not meta.get(FORCE_META)):
+                fp = self.fp64(request) if fp is None else fp
+                start = fp not in self._own_starts
+                self._own_starts.add(fp)
+            if start:
+                if self._shared_seen:
+                    dedupe = mark = True  # the driver's start gate, on the shared seen set
+                elif self._admit_start(request, fp):  # type: ignore[arg-type]
+                    start = False
+                else:
+                    return False
+            elif self._shared_seen:
+                mark = self._frontier_df
+            # Not filtered, but marked seen: a later ordinary link to the same URL is
+            # not fetched again (Scrapy's filter leaves it unmarked).
+            elif self._frontier_df:
+                self.df.fingerprint_seen(fp)  # type: ignore[attr-defined,arg-type]
+            else:
+                self.df.request_seen(request)
+        elif self._shared_seen and self._frontier_df:
+            dedupe = mark = True
+        elif self._seen(request, fp):
+            self.df.log(request, self.spider)  # type: ignore[arg-type]
+            if self.recrawl is not None:
+                self.recrawl.inlink(fp)
+            return False
+        priority = request.priority
+        if self.host_rules.rules or BOOST_META in meta:
+            priority += self.host_rules.boost(host) + self._boost(request)
+        item = Push(request, host, self.mapper.level(priority), fp, dedupe=dedupe, mark=mark,
+                    start=start)
+        if self.driver.push(item):
+            self._enqueued += 1
+            return True
+        self.stats.inc_value("frontier/retired_requests")
+        self.stats.inc_value("frontier/retired_requests/refused")
+        logger.info("Dropped %s: its host %r was retired", request, host)
+        return False
+
+    def _seen(self, request: Request, fp: int | None) -> bool:
+        if self._frontier_df:
+            return bool(self.df.fingerprint_seen(fp))  # type: ignore[attr-defined]
+        return bool(self.df.request_seen(request))
+
+    def _admit_start(self, request: Request, fp: int) -> bool:
+        """The start gate on this process's persistent state (see Recrawler.admit_start)."""
+        seen = self._seen(request, fp)
+        if self.recrawl is None:
+            admitted = not seen
+        else:
+            try:
+                admitted, record = self.recrawl.recrawler.admit_start(fp, seen, shared=False)
+            except HistoryStoreError as exc:
+                self._history_failed(exc)
+                return True  # fetching a page again is the safe side
+            if admitted and record is not None:
+                self.recrawl.add_validators(request, record)
+        if not admitted:
+            self.stats.inc_value("frontier/start/skipped")
+        return admitted
+
+    def _boost(self, request: Request) -> int:
+        raw = request.meta.get(BOOST_META, 0)
+        try:
+            if isinstance(raw, bool):
+                raise TypeError
+            return int(raw)
+        except (TypeError, ValueError, OverflowError):
+            self._bad_boosts += 1
+            if self._bad_boosts == 1:
+                logger.warning(
+                    "meta[%r]=%r on %s is not an integer: ignored (counted in "
+                    "frontier/rejected/bad_boost)", BOOST_META, raw, request,
+                )
+            self.stats.inc_value("frontier/rejected/bad_boost")
+            return 0
+
+    def next_request(self) -> Request | None:
+        if self._failed or self._closed:
+            return None
+        try:
+            return self._next_request()
+        except StoreError as exc:
+            self._store_failed(exc)
+            return None
+
+    def _next_request(self) -> Request | None:
+        now = self.clock()
+        self._acknowledge()
+        self._expire_leases(now)
+        if self.recrawl is not None and len(self.driver) < 2 * self.config.recrawl.feed_batch:
+            self._feed_due(now)
+        handout = self.driver.pop()
+        if handout is None:
+            self._report_dropped()
+            self._arm_wakeup()
+            # Counters live in plain attributes on the hot path; the stats
+            # collector is refreshed whenever the engine finds nothing to do.
+            self.publish_stats()
+            return None
+        self.inflight.hand_out(handout.ticket, handout.host, handout.request, now)
+        self._dequeued += 1
+        return handout.request
+
+    def _acknowledge(self) -> None:
+        """Acknowledge the fetched URLs whose request the engine is done with."""
+        if not self.inflight.unacknowledged:
+            return
+        for flight in self.inflight.acknowledgeable(self.engine.in_progress()):
+            self.driver.ack(flight.ticket)
+
+    def _expire_leases(self, now: float) -> None:
+        if not len(self.inflight):
+            return
+        if self.uses_signals:
+            # Signals miss requests that never reached the downloader (e.g. robots.txt
+            # IgnoreRequest): a lease whose request the engine no longer tracks is over.
+            in_progress = self.engine.in_progress()
+            if in_progress is not None:
+                for flight in self.inflight.untracked(in_progress):
+                    self.fetch_finished(flight.request)
+        for flight in self.inflight.expired(now):
+            self.stats.inc_value("frontier/lease_expired")
+            logger.warning(
+                "No end was reported for %s within %.0f s (FRONTIER_LEASE_TIMEOUT); "
+                "releasing host %r", flight.request, self.config.lease_timeout, flight.host,
+            )
+            self.driver.release(flight.ticket, now - flight.handed_at, 0.0)
+
+    # -- fetch ends ----------------------------------------------------------------------
+
+    def fetch_finished(
+        self,
+        request: Request,
+        response: Response | None = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        """Called once a fetch of a request this frontier handed out ended.
+
+        The host is released now; the URL itself is kept until the engine is done
+        with the request (see the in-flight ledger). ``response`` or ``exception``,
+        when given, drive Retry-After, the back-off after failures and retirement.
+        """
+        try:
+            if (exception is not None and self.recrawl is not None and not self._closed
+                    and not isinstance(exception, IgnoreRequest)):
+                # robots.txt or a middleware saying no is not the page's fault.
+                self.driver.record_visit(self.fp64(request), request.url, None)
+            ticket = request.meta.get(LEASE_META)
+            if ticket is not None:
+                self._fetch_ended(ticket, request.meta.get(FETCH_START_META), response,
+                                  exception)
+        except StoreError as exc:
+            self._store_failed(exc)
+
+    def _fetch_ended(
+        self,
+        ticket: int,
+        started: float | None,
+        response: Response | None = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        if self._closed:
+            return
+        flight = self.inflight.end(ticket)
+        if flight is None:
+            return  # a late report, or one already made: never release a host twice
+        now = self.clock()
+        # No start stamp: the response never touched the network (a cache hit,
+        # or an IgnoreRequest before the downloader).
+        duration = 0.0 if started is None else max(0.0, now - started)
+        host = flight.host
+        rest, failures = self.rules.outcome_rest(host, response, exception)
+        robots_end = self.rules.robots_rest_end(host, take=True)
+        if robots_end is not None:
+            rest = max(rest, robots_end - now)
+        self.driver.release(ticket, duration, rest)
+        self._completed += 1
+        if self.rules.should_retire(failures):
+            self._retire(host, failures, response, exception)
+        if politeness_log.isEnabledFor(logging.DEBUG):
+            politeness_log.debug("host %r: fetch took %.4f s, rest at least %.3f s",
+                                 host, duration, rest)
+
+    def _retire(self, host: str, failures: int, response: Response | None,
+                exception: BaseException | None) -> None:
+        dropped = self.driver.retire(host)
+        self.rules.forget(host)
+        self.stats.inc_value("frontier/retired_hosts")
+        if dropped:
+            self.stats.inc_value("frontier/retired_requests", len(dropped))
+        last = f"HTTP {response.status}" if response is not None else repr(exception)
+        logger.warning(
+            "Retired host %r after %d consecutive failed fetches (last: %s, "
+            "FRONTIER_RETIRE_AFTER=%d): dropped %d queued requests%s",
+            host, failures, last, self.config.retire_after, len(dropped), _sample_urls(dropped),
+        )
+
+    def _report_dropped(self) -> None:
+        """Log the URLs of retired hosts that surfaced from the front queues."""
+        dropped = self.driver.take_dropped()
+        if not dropped:
+            return
+        self.stats.inc_value("frontier/retired_requests", len(dropped))
+        by_host: dict[str, list[Request]] = {}
+        for host, request in dropped:
+            by_host.setdefault(host, []).append(request)
+        for host, requests in by_host.items():
+            logger.warning("Dropped %d more queued requests of retired host %r%s",
+                           len(requests), host, _sample_urls(requests))
+
+    # -- robots.txt ------------------------------------------------------------------------
+
+    def _on_robots_parsed(self, robotparser: Any, request: Request, **kwargs: Any) -> None:
+        try:
+            host = host_key(request)
+        except HostlessURL:
+            return
+        settings = self.crawler.settings
+        agent = settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT") or "*"
+        wanted = self.rules.crawl_delay(host, robotparser, str(agent))
+        if wanted is not None:
+            self.driver.set_min_rest(host, wanted)
+
+    def robots_fetched(self, request: Request, seconds: float) -> None:
+        """A robots.txt fetch of ``request``'s host ended now after ``seconds``."""
+        try:
+            host = host_key(request)
+        except HostlessURL:
+            return
+        self.rules.robots_fetched(host, seconds)
+
+    def robots_hold(self, request: Request) -> Request | None:
+        """If the leased ``request`` follows its host's robots.txt fetch too soon,
+        a copy to queue again (the host rests until the gap is kept); else None.
+
+        The copy goes back through ``enqueue_request``, which ends the lease
+        with the rest still owed: no download slot waits.
+        """
+        host = self.inflight.host_of(request.meta.get(LEASE_META))
+        if host is None:
+            return None
+        until = self.rules.robots_rest_end(host, take=False)
+        if until is None or until <= self.clock():
+            return None
+        self.stats.inc_value("frontier/robots/held")
+        politeness_log.debug(
+            "host %r: %s waits %.3f s after robots.txt", host, request, until - self.clock()
+        )
+        return request.replace(dont_filter=True)
+
+    # -- incremental recrawl ---------------------------------------------------------------
+
+    @property
+    def recrawler(self) -> Recrawler | None:
+        return None if self.recrawl is None else self.recrawl.recrawler
+
+    def page_visited(self, request: Request, visit: Visit) -> None:
+        """A response for ``request`` arrived (from the recrawl spider middleware)."""
+        if self.recrawl is None or self._closed:
+            return
+        try:
+            self.driver.record_visit(self.fp64(request), request.url, visit)
+        except StoreError as exc:
+            self._store_failed(exc)
+
+    def _feed_due(self, now: float) -> None:
+        """Queue pages of the history that are due (bypassing the seen test)."""
+        assert self.recrawl is not None
+        if now < self._feed_at:
+            return
+        batch = self.config.recrawl.feed_batch
+        try:
+            records = self.driver.take_due(batch)
+        except HistoryStoreError as exc:
+            self._history_failed(exc)
+            return
+        for record in records:
+            self._enqueue(self.recrawl.request_for(record, self.spider))
+        if len(records) < batch:
+            # Nothing more is due for now: look again in a second (continuous mode).
+            self._feed_at = now + 1.0
+
+    def _on_spider_idle(self, spider: Spider) -> None:
+        """Continuous recrawl: stay open, pages fall due later. Stop with a signal."""
+        from scrapy.exceptions import DontCloseSpider
+
+        if self._closed or self._failed or self.recrawl is None:
+            return
+        self._arm_wakeup()
+        raise DontCloseSpider
+
+    # -- failures ----------------------------------------------------------------------------
+
+    def _count_store_error(self, exc: BaseException) -> str:
+        if isinstance(exc, HistoryStoreError):
+            self.stats.inc_value("frontier/history/errors")
+            return "frontier_history_error"
+        if isinstance(exc, RedisFrontierError):
+            self.stats.inc_value("frontier/redis/errors")
+            return "frontier_redis_error"
+        self.stats.inc_value("frontier/store/errors")
+        return "frontier_store_error"
+
+    def _store_failed(self, exc: StoreError) -> None:
+        """The state cannot be read or written: stop the crawl cleanly.
+
+        Everything since the last good write is still in memory and retried at
+        close; what cannot be written is re-fetched on the next run from the last
+        durable state (acknowledgements are never written before the URLs found
+        with them), so nothing is lost.
+        """
+        reason = self._count_store_error(exc)
+        if self._failed:
+            return
+        self._failed = True
+        logger.error("%s The crawl is stopping.", exc)
+        self.engine.close_spider(reason)
+
+    _history_failed = _store_failed
+
+    def _driver_failed(self, reason: str, exc: BaseException) -> None:
+        if self._failed or self._closed:
+            return
+        self._failed = True
+        logger.error("%s The crawl is stopping.", exc)
+        self.engine.close_spider(reason)
+
+    # -- fetch ends without the middleware -----------------------------------------------
+
+    def _use_signals(self) -> None:
+        self.uses_signals = True
+        self.stats.set_value("frontier/end_reports/signals", 1)
+        logger.warning(
+            "%s is not enabled, so the frontier learns when fetches end from Scrapy "
+            "signals, which time them less precisely. Enable the add-on to fix this: "
+            "ADDONS = {%r: 0}", TIMING_MIDDLEWARE, ADDON_PATH,
+        )
+        sig = self.crawler.signals
+        sig.connect(self._on_reached_downloader, signal=signals.request_reached_downloader)
+        sig.connect(self._on_left_downloader, signal=signals.request_left_downloader)
+        sig.connect(self._on_response_received, signal=signals.response_received)
+
+    def _on_reached_downloader(self, request: Request, spider: Spider) -> None:
+        if LEASE_META in request.meta:
+            request.meta[FETCH_START_META] = self.clock()
+
+    def _on_left_downloader(self, request: Request, spider: Spider) -> None:
+        self.fetch_finished(request)
+
+    def _on_response_received(self, response: Response, request: Request,
+                              spider: Spider) -> None:
+        self.fetch_finished(request)
+
+    # -- waking the engine -------------------------------------------------------------
+
+    def _arm_wakeup(self) -> None:
+        """Make sure the engine asks again when the earliest resting host is ready.
+
+        Without this the engine only asks on its 5 s heartbeat.
+        """
+        if self._closed:
+            return
+        at = self.driver.next_wakeup()
+        rc = self.recrawler
+        if rc is not None and rc.settings.mode == "continuous" and not len(self.driver):
+            # Wake when the next page falls due (looked at again at least every minute).
+            due = rc.next_due()
+            wait = 60.0 if due is None else min(60.0, max(1.0, due - time.time()))
+            at = self.clock() + wait if at is None else min(at, self.clock() + wait)
+        if at is None:
+            return
+        if self._timer is not None and self._timer_at is not None and self._timer_at <= at:
+            return
+        self._cancel_timer()
+        self._timer_at = at
+        self._timer = call_later(max(0.0, at - self.clock()), self._wake_engine)
+
+    def _wake_engine(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self._nudge_engine()
+
+    def _nudge_engine(self) -> None:
+        """Make the engine ask for requests again soon (without waiting for its heartbeat)."""
+        if not self._closed and self.engine.wake():
+            self.stats.inc_value("frontier/engine_wakeups")
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+        self._timer_at = None
+
+    # -- stats -------------------------------------------------------------------------
+
+    def publish_stats(self) -> None:
+        set_value = self.stats.set_value
+        if self._enqueued:
+            set_value("frontier/enqueued", self._enqueued)
+        if self._dequeued:
+            set_value("frontier/dequeued", self._dequeued)
+        if self._completed:
+            set_value("frontier/completed", self._completed)
+        set_value("frontier/queued", len(self.driver))
+        self.driver.publish_stats(self.stats)
+        if self.recrawl is not None:
+            self.recrawl.publish_stats(self.stats)
+
+
+def _sample_urls(requests: list[Request], limit: int = 10) -> str:
+    if not requests:
+        return ""
+    urls = ", ".join(r.url for r in requests[:limit])
+    more = len(requests) - limit
+    return f": {urls}" + (f" and {more} more" if more > 0 else "")
+
+
+def _warn_about_stacked_delays(crawler: Crawler) -> None:
+    settings = crawler.settings
+    if settings.getfloat("DOWNLOAD_DELAY") > 0:
+        logger.warning(
+            "DOWNLOAD_DELAY=%s adds Scrapy's own per-slot delay on top of the frontier's "
+            "politeness; set FRONTIER_MIN_DELAY instead and DOWNLOAD_DELAY=0.",
+            settings.get("DOWNLOAD_DELAY"),
+        )
+    if settings.getbool("AUTOTHROTTLE_ENABLED"):
+        logger.warning(
+            "AUTOTHROTTLE_ENABLED adds AutoThrottle's delays on top of the frontier's "
+            "politeness; disable it (the frontier already adapts to each host's speed)."
+        )

@@ -1,0 +1,151 @@
+"""Where the frontier's queues live: the driver contract the scheduler talks to.
+
+The scheduler shell (:class:`~scrapy_frontier.scheduler.FrontierScheduler`) does
+everything that is not storage -- fingerprints, the dupe filter, priority
+mapping, site rules, the recrawl hooks, the in-flight ledger, waking the engine,
+the stats -- and hands each request to a driver, which queues it and hands it
+out when its host may be contacted. ``FRONTIER_BACKEND`` picks the driver by
+name (``memory``, ``sqlite``, ``redis``) or by import path: a third party adds
+one by implementing :class:`Driver` and naming its class.
+
+Times a driver receives are seconds of the scheduler's clock (monotonic);
+durations are what they say, whatever clock the driver keeps inside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.dupefilters import BaseDupeFilter
+    from scrapy.spiders import Spider
+    from scrapy.statscollectors import StatsCollector
+    from twisted.internet.defer import Deferred
+
+    from scrapy_frontier.core.history import HistoryStore, PageRecord
+    from scrapy_frontier.core.recrawl import Recrawler, Visit
+    from scrapy_frontier.settings import FrontierConfig
+
+
+@dataclass(slots=True)
+class Push:
+    """One request for the driver to queue."""
+
+    request: Request
+    host: str
+    level: int
+    """Front-queue level, 1..F (F highest), already mapped from the priority."""
+    fp: int | None
+    """The 64-bit fingerprint, when the shell computed it (shared seen set, history)."""
+    dedupe: bool = False
+    """Drop it if the driver's shared seen set has it (``shared_seen`` drivers only)."""
+    mark: bool = False
+    """Add ``fp`` to the driver's shared seen set once queued (``shared_seen`` only)."""
+    start: bool = False
+    """A start request on a shared frontier: the driver applies the start gate (see
+    :meth:`scrapy_frontier.core.recrawl.Recrawler.admit_start`)."""
+
+
+@dataclass(slots=True)
+class Handout:
+    """A request the driver hands out; its host is busy until ``release``."""
+
+    ticket: int
+    host: str
+    request: Request
+
+
+@dataclass
+class DriverContext:
+    """What every driver gets from the shell."""
+
+    crawler: Crawler
+    config: FrontierConfig
+    stats: StatsCollector
+    clock: Callable[[], float]
+    dupefilter: BaseDupeFilter
+    wake: Callable[[], None]
+    """Make the engine ask for requests now (new requests became available)."""
+    fail: Callable[[str, BaseException], None]
+    """Stop the crawl cleanly with this finish reason; the error is logged once."""
+
+
+class Driver(Protocol):
+    #: The name in the ``frontier/backend`` stat and in error messages.
+    name: str
+    #: The driver dedupes requests marked ``Push.dedupe`` itself (a seen set shared by
+    #: all workers); the shell then leaves the seen test of FrontierDupeFilter to it.
+    shared_seen: ClassVar[bool]
+    #: State outlives the process (resumes, other workers): start requests go through
+    #: the start gate.
+    persistent: bool
+
+    def open(self, spider: Spider) -> Deferred[None] | None: ...
+
+    def close(self, reason: str) -> Deferred[None] | None: ...
+
+    def open_history(self) -> HistoryStore: ...
+
+    def attach_recrawler(self, recrawler: Recrawler) -> None: ...
+
+    def push(self, item: Push) -> bool:
+        """Queue ``item``; False if it was refused (its host was retired, or not due)."""
+
+    def pop(self) -> Handout | None:
+        """The next request whose host may be contacted now, or None."""
+
+    def release(self, ticket: int, seconds: float, rest: float) -> None:
+        """The fetch of ``ticket`` ended now after ``seconds``: its host rests at least
+        ``rest`` (on top of the delay policy and its minimum rest)."""
+
+    def ack(self, ticket: int) -> None:
+        """The engine is done with the request of ``ticket``: forget it for good."""
+
+    def set_min_rest(self, host: str, seconds: float) -> None: ...
+
+    def retire(self, host: str) -> list[Request]:
+        """Give up ``host``: its queued requests are dropped (returned when known now)."""
+
+    def take_dropped(self) -> list[tuple[str, Request]]:
+        """Queued requests of retired hosts dropped since the last call."""
+
+    def record_visit(self, fp: int, url: str, visit: Visit | None) -> None:
+        """Record a page visit (None: a download error) in the page history."""
+
+    def take_due(self, limit: int) -> list[PageRecord]:
+        """Pages of the history due for a recrawl (claimed), at most ``limit``."""
+
+    def __len__(self) -> int:
+        """Requests queued (here and, for a shared frontier, everywhere), not in flight."""
+
+    def has_pending(self) -> bool:
+        """Anything queued or in flight that may still produce a request."""
+
+    def next_wakeup(self) -> float | None:
+        """Clock time at which ``pop`` could return something new, if known."""
+
+    def publish_stats(self, stats: StatsCollector) -> None: ...
+
+
+def load_driver(path: str) -> type[Any]:
+    from scrapy.utils.misc import load_object
+
+    from scrapy_frontier.errors import FrontierConfigError
+
+    try:
+        cls = load_object(path)
+    except (ImportError, ValueError, AttributeError, NameError) as exc:
+        raise FrontierConfigError(
+            f"FRONTIER_BACKEND={path!r} cannot be imported ({exc}); use 'memory', 'sqlite', "
+            "'redis' or the import path of a driver class"
+        ) from None
+    if not isinstance(cls, type) or not callable(getattr(cls, "pop", None)):
+        raise FrontierConfigError(
+            f"FRONTIER_BACKEND={path!r} is not a driver class (see "
+            "scrapy_frontier.scheduler.drivers.Driver)"
+        )
+    return cls

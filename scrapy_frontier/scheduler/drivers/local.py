@@ -1,0 +1,332 @@
+"""The embedded driver: the core :class:`Frontier` in this process, in memory or on SQLite.
+
+``FRONTIER_BACKEND = "memory"`` (the default without a directory) keeps
+everything in RAM. ``"sqlite"`` (the default with ``JOBDIR`` or
+``FRONTIER_PATH``) keeps the queues, leases and host rests in
+``frontier.sqlite``, the seen-set in ``seen.sqlite`` (FrontierDupeFilter) and
+the page history in ``history.sqlite``, crash-safe.
+
+Write-through (``FRONTIER_WRITE_THROUGH``, the default): one commit per
+``next_request`` call that handed something out or acknowledged something. The
+acks it makes go with the lease it hands out. That is safe because the two rules
+that matter are kept. A lease is durable before its request leaves
+``next_request``, so no URL can be fetched without being marked in flight on
+disk. An ack is only ever late, never early: until it is committed its URL stays
+marked in flight, so a kill re-queues it, and the restart counts it among the
+"requests in flight when the crawl stopped" -- the bound tests/test_crash.py
+checks (repeats <= that count).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from scrapy_frontier.backends.sqlite.history import STORE_NAME as HISTORY_FILE
+from scrapy_frontier.backends.sqlite.history import SQLiteHistoryStore
+from scrapy_frontier.backends.sqlite.queue import SQLiteStore
+from scrapy_frontier.backends.sqlite.seen import SQLiteFingerprintStore
+from scrapy_frontier.codec import request_codec
+from scrapy_frontier.core.frontier import Frontier, Lease
+from scrapy_frontier.core.history import HistoryStore, MemoryHistoryStore
+from scrapy_frontier.errors import StoreError
+from scrapy_frontier.hostkey import HostlessURL, url_host_key
+from scrapy_frontier.scheduler.drivers import DriverContext, Handout, Push
+from scrapy_frontier.scheduler.resolve import HostResolver
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.spiders import Spider
+    from scrapy.statscollectors import StatsCollector
+
+    from scrapy_frontier.core.history import PageRecord
+    from scrapy_frontier.core.recrawl import Recrawler, Visit
+
+logger = logging.getLogger("scrapy_frontier.scheduler")
+
+#: The SQLite file inside JOBDIR or FRONTIER_PATH.
+STATE_FILE = "frontier.sqlite"
+
+
+class LocalDriver:
+    """The frontier of one process (``memory`` or ``sqlite``)."""
+
+    shared_seen: ClassVar[bool] = False
+
+    def __init__(self, context: DriverContext) -> None:
+        self.ctx = context
+        self.config = config = context.config
+        self.clock = context.clock
+        self.name = "sqlite" if config.state_dir else "memory"
+        self.persistent = config.state_dir is not None
+        self.frontier: Frontier[Request] = self._new_frontier(None)
+        self.store: SQLiteStore[Request] | None = None
+        self._seen_store: SQLiteFingerprintStore | None = None
+        self.recrawler: Recrawler | None = None
+        # Ticket -> the store's handle of a URL fetched but not acknowledged yet.
+        self._tokens: dict[int, object] = {}
+        self._dirty = False
+        self._last_flush = 0.0
+        # Per-IP politeness: the hostname to look up for keys that are not one
+        # (download_slot overrides), and the resolver.
+        self._slot_hostnames: dict[str, str] = {}
+        self._resolver: HostResolver | None = None
+        self._answered_now = False
+        if config.ip_politeness:
+            self._resolver = HostResolver(self._on_group, timeout=config.dns_timeout)
+
+    def _new_frontier(self, store: SQLiteStore[Request] | None) -> Frontier[Request]:
+        config = self.config
+        return Frontier(
+            front_queues=config.front_queues,
+            priority_bias=config.priority_bias,
+            back_queues=config.back_queues,
+            back_queues_max=config.back_queues_max,
+            policy=config.policy,
+            lease_timeout=config.lease_timeout,
+            clock=self.clock,
+            rng=random.Random(config.seed),
+            store=store,
+            group_hosts=config.ip_politeness,
+        )
+
+    # -- opening and closing -----------------------------------------------------------
+
+    def open(self, spider: Spider) -> None:
+        if self.config.state_dir:
+            self._open_store(spider)
+
+    def _open_store(self, spider: Spider) -> None:
+        assert self.config.state_dir is not None
+        stats = self.ctx.stats
+        path = Path(self.config.state_dir) / STATE_FILE
+        store: SQLiteStore[Request] = SQLiteStore(
+            path, levels=self.config.front_queues, spider=spider.name, codec=request_codec(spider)
+        )
+        hosts, rests = store.recover()
+        frontier = self._new_frontier(store)
+        now = self.clock()
+        for host, (left, _) in rests.items():
+            frontier.rest_until(host, now + left)
+        # A fetch was in flight when the crawl stopped: its end (and the rest it
+        # set) may not have been saved, so rest from the restart as if it had
+        # just ended, taking as long as the host's last known fetch.
+        for host, last_fetch in store.interrupted.items():
+            frontier.rest_until(host, now + self.config.policy.delay(last_fetch or 0.0))
+        for host, queued in hosts.items():
+            store.adopt(host, queued)
+        frontier.resume(store.front_count(), hosts)
+        self.frontier = frontier
+        self.store = store
+        self._seen_store = _durable_seen_store(self.ctx.dupefilter)
+        if self._seen_store is not None:
+            # A fingerprint must never be durable before the URL it stands for is
+            # queued durably, or a crash would lose that URL: the seen-set is
+            # written only right after the frontier's own writes.
+            self._seen_store.batch_size = 1 << 62
+            self._seen_store.flush_interval = math.inf
+        restored = len(frontier)
+        stats.set_value("frontier/restored", restored)
+        stats.set_value("frontier/recovered_leases", store.recovered_leases)
+        if store.volatile_lost:
+            stats.set_value("frontier/volatile_lost", store.volatile_lost)
+        if restored:
+            logger.info(
+                "Resumed %d queued requests (%d were in flight when the crawl stopped) and "
+                "%d resting hosts from %s", restored, store.recovered_leases, len(rests), path,
+            )
+
+    def open_history(self) -> HistoryStore:
+        settings = self.config.recrawl
+        if self.config.state_dir:
+            path = Path(self.config.state_dir) / HISTORY_FILE
+            store = SQLiteHistoryStore(path)
+            logger.info("Page history: %s (%d pages), recrawl mode %r", path, len(store),
+                        settings.mode)
+            return store
+        if settings.mode == "due":
+            logger.info(
+                "FRONTIER_RECRAWL='due' keeps the page history in memory for this run only; "
+                "set JOBDIR or FRONTIER_PATH to recrawl incrementally across runs"
+            )
+        return MemoryHistoryStore()
+
+    def attach_recrawler(self, recrawler: Recrawler) -> None:
+        self.recrawler = recrawler
+
+    def close(self, reason: str) -> None:
+        stats = self.ctx.stats
+        errors: list[StoreError] = []
+        if self.recrawler is not None:
+            try:
+                self.recrawler.close()
+            except StoreError as exc:
+                errors.append(exc)
+        store = self.store
+        if store is not None:
+            stats.set_value("frontier/store/flushes", store.flushes)
+            if store.volatile:
+                stats.set_value("frontier/volatile", store.volatile)
+            try:
+                store.close()
+            except StoreError as exc:
+                errors.append(exc)
+            else:
+                stats.set_value("frontier/store/disk_bytes", store.disk_bytes())
+        if errors:
+            raise errors[0]
+
+    # -- queueing ---------------------------------------------------------------------
+
+    def push(self, item: Push) -> bool:
+        if self._resolver is not None and "download_slot" in item.request.meta:
+            self._remember_slot_hostname(item.host, item.request)
+        queued = self.frontier.push(item.host, item.level, item.request)
+        if self.store is not None:
+            self._maybe_flush()
+        return queued
+
+    def pop(self) -> Handout | None:
+        if self.store is not None:
+            self._maybe_flush()
+        lease = self.frontier.pop()
+        if self._resolver is not None:
+            lease = self._resolve_waiting(lease)
+        if lease is None:
+            if self._dirty:
+                self._write_through()
+            return None
+        self._write_through()
+        return Handout(lease.ticket, lease.host, lease.item)
+
+    def release(self, ticket: int, seconds: float, rest: float) -> None:
+        lease = self.frontier.complete(ticket, seconds, ack=False, rest_at_least=rest)
+        if lease is not None and lease.token is not None:
+            self._tokens[ticket] = lease.token
+        self._dirty = True
+
+    def ack(self, ticket: int) -> None:
+        token = self._tokens.pop(ticket, None)
+        if token is not None:
+            self.frontier.ack(token)
+            self._dirty = True
+
+    def set_min_rest(self, host: str, seconds: float) -> None:
+        self.frontier.set_min_rest(host, seconds)
+
+    def retire(self, host: str) -> list[Request]:
+        return self.frontier.retire(host)
+
+    def take_dropped(self) -> list[tuple[str, Request]]:
+        return self.frontier.take_dropped()
+
+    # -- page history -----------------------------------------------------------------
+
+    def record_visit(self, fp: int, url: str, visit: Visit | None) -> None:
+        if self.recrawler is not None:
+            self.recrawler.record(fp, url, visit)
+
+    def take_due(self, limit: int) -> list[PageRecord]:
+        return [] if self.recrawler is None else self.recrawler.take_due(limit)
+
+    # -- sizes and time ---------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.frontier)
+
+    def has_pending(self) -> bool:
+        return len(self.frontier) > 0
+
+    def next_wakeup(self) -> float | None:
+        return self.frontier.next_wakeup()
+
+    def publish_stats(self, stats: StatsCollector) -> None:
+        frontier = self.frontier
+        st = frontier.stats
+        set_value = stats.set_value
+        set_value("frontier/back_queues/peak", st.peak_active)
+        set_value("frontier/back_queues/activations", st.activations)
+        set_value("frontier/hosts/tracked", frontier.tracked_hosts)
+        set_value("frontier/back_queues/active", frontier.active_back_queues)
+        set_value("frontier/politeness_hold_seconds", round(st.politeness_hold_seconds, 3))
+        if st.held_dispatches:
+            set_value("frontier/dispatch_lateness_ms/mean",
+                      round(1000 * st.dispatch_lateness_seconds / st.held_dispatches, 3))
+            set_value("frontier/dispatch_lateness_ms/max",
+                      round(1000 * st.dispatch_lateness_max, 3))
+        if self._resolver is not None:
+            set_value("frontier/ip/lookups", self._resolver.lookups)
+            set_value("frontier/ip/lookup_failures", self._resolver.failures)
+            set_value("frontier/ip/group_waits", st.group_parks)
+
+    # -- durable writes ---------------------------------------------------------------
+
+    def _write_through(self) -> None:
+        """With FRONTIER_WRITE_THROUGH (the default), leases and acks are written at
+        once (see the module doc); queued URLs need no such hurry: the page that
+        found them is only forgotten by a later write."""
+        self._dirty = False
+        if self.store is not None and self.config.write_through:
+            self._last_flush = self.clock()
+            self._flush(self.store)
+
+    def _maybe_flush(self) -> None:
+        store = self.store
+        now = self.clock()
+        if store is None or now - self._last_flush < self.config.flush_interval:
+            return
+        self._last_flush = now
+        self._flush(store)
+
+    def _flush(self, store: SQLiteStore[Request]) -> None:
+        # A failed write raises StoreError: the scheduler stops the crawl cleanly.
+        store.flush()
+        if self._seen_store is not None:
+            self._seen_store.flush()
+
+    # -- per-IP politeness ------------------------------------------------------------
+
+    def _resolve_waiting(self, lease: Lease[Request] | None) -> Lease[Request] | None:
+        """Start lookups for hosts waiting for their IP; pop again if one was
+        answered at once and nothing was handed out yet."""
+        assert self._resolver is not None
+        frontier = self.frontier
+        # Bounded: each round resolves hosts that pop() found unresolved.
+        for _ in range(1000):
+            waiting = frontier.take_unresolved()
+            if not waiting:
+                break
+            self._answered_now = False
+            for key in waiting:
+                self._resolver.resolve(key, self._slot_hostnames.get(key, key))
+            if lease is not None or not self._answered_now:
+                break
+            lease = frontier.pop()
+        return lease
+
+    def _on_group(self, key: str, group: str, synchronous: bool) -> None:
+        self.frontier.set_group(key, group)
+        if synchronous:
+            self._answered_now = True
+        else:
+            self.ctx.wake()
+
+    def _remember_slot_hostname(self, key: str, request: Request) -> None:
+        """A download_slot key is not a hostname: look up the first URL's host."""
+        if key not in self._slot_hostnames:
+            try:
+                self._slot_hostnames[key] = url_host_key(request.url)
+            except HostlessURL:
+                self._slot_hostnames[key] = key
+
+
+def _durable_seen_store(df: object) -> SQLiteFingerprintStore | None:
+    seen = getattr(df, "seen", None)
+    store = getattr(seen, "store", None)
+    return store if isinstance(store, SQLiteFingerprintStore) else None
+
+
+__all__ = ["STATE_FILE", "LocalDriver"]

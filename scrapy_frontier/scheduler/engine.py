@@ -1,0 +1,105 @@
+"""The only code that touches Scrapy's engine and downloader internals.
+
+Public API first (``crawler.get_downloader_middleware``, ``engine.scheduler``,
+``engine.close_spider_async``). Where only an internal tells what the frontier
+needs -- which requests the engine still works on (``engine._slot.inprogress``)
+and how to make it ask for requests now (``engine._slot.nextcall``) -- the
+adapter reads it defensively: when the attribute is missing or is not what
+Scrapy's real engine has (a ``Mock`` engine, as in Scrapy's own tests, or a
+future Scrapy), it falls back to behaviour that is still correct but less
+precise, logs that once at debug level, and never raises.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger("scrapy_frontier.engine")
+
+
+def running_engine(crawler: Crawler) -> Any:
+    """``crawler.engine``, or None before the crawl has created it."""
+    try:
+        return crawler.engine
+    except (RuntimeError, AttributeError):  # a late attribute, unset until the crawl starts
+        return None
+
+
+def running_scheduler(crawler: Crawler) -> Any:
+    """The running engine's scheduler, or None (no engine or no spider open yet)."""
+    engine = running_engine(crawler)
+    if engine is None:
+        return None
+    try:
+        scheduler = engine.scheduler  # public since Scrapy 2.19
+    except AttributeError:
+        scheduler = None
+    if scheduler is None:
+        scheduler = getattr(getattr(engine, "_slot", None), "scheduler", None)
+    return scheduler
+
+
+class EngineAdapter:
+    """What the scheduler asks of the engine, with safe answers when it cannot tell."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self._noted: set[str] = set()
+
+    def _fallback(self, what: str, why: str) -> None:
+        if what not in self._noted:
+            self._noted.add(what)
+            logger.debug("engine: %s unavailable (%s); using a less precise fallback", what, why)
+
+    def _slot(self) -> Any:
+        return getattr(running_engine(self.crawler), "_slot", None)
+
+    def in_progress(self) -> Collection[Request] | None:
+        """The requests the engine still works on (downloading, or their callback's output
+        not queued yet), or None if this engine cannot tell."""
+        inprogress = getattr(self._slot(), "inprogress", None)
+        if isinstance(inprogress, set | frozenset | dict):
+            return inprogress
+        self._fallback("engine._slot.inprogress", type(inprogress).__name__)
+        return None
+
+    def wake(self) -> bool:
+        """Make the engine ask for requests soon, without waiting for its heartbeat."""
+        nextcall = getattr(self._slot(), "nextcall", None)
+        schedule = getattr(nextcall, "schedule", None)
+        if not callable(schedule):
+            self._fallback("engine._slot.nextcall", type(nextcall).__name__)
+            return False
+        # Delay 0 only: a positive delay would swallow the engine's own wake-ups.
+        schedule()
+        return True
+
+    def close_spider(self, reason: str) -> None:
+        """Ask the engine to close the spider (the crawl's finish reason is ``reason``)."""
+        engine = running_engine(self.crawler)
+        close = getattr(engine, "close_spider_async", None)
+        if close is None or not callable(close):
+            self._fallback("engine.close_spider_async", "missing")
+            return
+        from scrapy.utils.defer import deferred_from_coro
+
+        try:
+            deferred_from_coro(close(reason=reason))
+        except Exception:  # noqa: BLE001 -- a Mock or a foreign engine
+            logger.debug("engine.close_spider_async(%r) failed", reason, exc_info=True)
+
+    def has_downloader_middleware(self, cls: type) -> bool | None:
+        """Whether a downloader middleware of ``cls`` is installed; None if unknown."""
+        engine = running_engine(self.crawler)
+        manager = getattr(getattr(engine, "downloader", None), "middleware", None)
+        middlewares = getattr(manager, "middlewares", None)
+        if not isinstance(middlewares, list | tuple):
+            self._fallback("engine.downloader.middleware", type(middlewares).__name__)
+            return None
+        return any(isinstance(mw, cls) for mw in middlewares)

@@ -1,0 +1,100 @@
+"""The in-flight ledger: the one owner of a lease, from hand-out to acknowledgement.
+
+A lease goes through three states:
+
+1. **handed out** -- ``next_request`` returned its request (``meta["frontier_lease"]``
+   holds the ticket); its host is busy;
+2. **fetch ended** -- the timing middleware (or a signal, or a redirect / retry coming
+   back through ``enqueue_request``) reported the end: the host is released and rests;
+3. **acknowledged** -- the engine is done with the request (its callback's output, or
+   the retry or redirect it became, is queued): the driver may forget the URL for good.
+
+A lease whose end is never reported expires after ``FRONTIER_LEASE_TIMEOUT``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from scrapy_frontier.meta import LEASE_META
+
+if TYPE_CHECKING:
+    from scrapy import Request
+
+
+@dataclass(slots=True, eq=False)
+class Flight:
+    ticket: int
+    host: str
+    request: Request
+    handed_at: float
+    deadline: float
+
+
+class InFlight:
+    def __init__(self, lease_timeout: float) -> None:
+        self.lease_timeout = lease_timeout
+        # Insertion-ordered; deadlines grow with insertion (one timeout for all).
+        self._out: dict[int, Flight] = {}
+        self._ended: dict[int, Flight] = {}
+
+    def __len__(self) -> int:
+        """Leases handed out whose fetch has not ended."""
+        return len(self._out)
+
+    @property
+    def unacknowledged(self) -> int:
+        return len(self._ended)
+
+    def hand_out(self, ticket: int, host: str, request: Request, now: float) -> None:
+        request.meta[LEASE_META] = ticket
+        self._out[ticket] = Flight(ticket, host, request, now, now + self.lease_timeout)
+
+    def host_of(self, ticket: object) -> str | None:
+        flight = self._out.get(ticket)  # type: ignore[call-overload]
+        return None if flight is None else flight.host
+
+    def end(self, ticket: int) -> Flight | None:
+        """The fetch of ``ticket`` ended; None if it was unknown or had ended already."""
+        flight = self._out.pop(ticket, None)
+        if flight is not None:
+            self._ended[ticket] = flight
+        return flight
+
+    def expired(self, now: float) -> list[Flight]:
+        """Leases whose end was never reported within the lease timeout (ended now)."""
+        out: list[Flight] = []
+        while self._out:
+            ticket, flight = next(iter(self._out.items()))
+            if flight.deadline > now:
+                break
+            out.append(flight)
+            self.end(ticket)
+        return out
+
+    def untracked(self, in_progress: Collection[Request]) -> list[Flight]:
+        """Leases whose request the engine no longer works on (e.g. dropped before the
+        downloader by robots.txt): their fetch is over, whatever reported it."""
+        return [f for f in self._out.values() if f.request not in in_progress]
+
+    def acknowledgeable(self, in_progress: Collection[Request] | None) -> list[Flight]:
+        """Ended leases the engine is done with (all of them when it cannot tell);
+        forgotten here, to be acknowledged by the caller."""
+        if not self._ended:
+            return []
+        if in_progress is None:
+            done = list(self._ended.values())
+        else:
+            done = [f for f in self._ended.values() if f.request not in in_progress]
+        for flight in done:
+            del self._ended[flight.ticket]
+        return done
+
+    def take_all(self) -> tuple[list[Flight], list[Flight]]:
+        """(handed out, ended) leases, forgotten: at close."""
+        out, ended = list(self._out.values()), list(self._ended.values())
+        self._out.clear()
+        self._ended.clear()
+        return out, ended

@@ -1,0 +1,445 @@
+"""Every ``FRONTIER_*`` setting: one table of defaults, read and validated in one place.
+
+:meth:`FrontierConfig.from_settings` is the only code that reads a
+``FRONTIER_*`` setting; everything else gets the validated
+:class:`FrontierConfig`. A bad value raises :class:`FrontierConfigError`
+naming the setting, at startup.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from scrapy.settings import BaseSettings
+
+from scrapy_frontier.core.politeness import (
+    DEFAULT_FACTOR,
+    DEFAULT_MAX_DELAY,
+    DEFAULT_MIN_DELAY,
+    DelayPolicy,
+)
+from scrapy_frontier.core.recrawl import MODES, PREDICTORS, RecrawlSettings
+from scrapy_frontier.core.refresh import DAY, RefreshConfig
+from scrapy_frontier.core.seen import DEFAULT_CACHE_SIZE, ONLINE_POLICIES
+from scrapy_frontier.errors import FrontierConfigError
+
+__all__ = ["DEFAULTS", "BACKENDS", "FrontierConfig", "FrontierConfigError"]
+
+#: The drivers that ship with scrapy-frontier; FRONTIER_BACKEND may also be an import path.
+BACKENDS = {
+    "memory": "scrapy_frontier.scheduler.drivers.local.LocalDriver",
+    "sqlite": "scrapy_frontier.scheduler.drivers.local.LocalDriver",
+    "redis": "scrapy_frontier.scheduler.drivers.redis.RedisDriver",
+}
+
+#: Every FRONTIER_* setting and its default. ``None`` means "derived" (see from_settings).
+DEFAULTS: dict[str, Any] = {
+    "FRONTIER_BACKEND": None,  # "sqlite" with JOBDIR / FRONTIER_PATH, else "memory"
+    "FRONTIER_PATH": None,
+    "FRONTIER_FRONT_QUEUES": 8,
+    "FRONTIER_PRIORITY_BIAS": 2.0,
+    "FRONTIER_PRIORITY_RULES": {},
+    "FRONTIER_BACK_QUEUES": None,  # 2 x (ceil(factor) + 1) x CONCURRENT_REQUESTS
+    "FRONTIER_BACK_QUEUES_MAX": None,  # FRONTIER_BACK_QUEUES
+    "FRONTIER_DELAY_FACTOR": DEFAULT_FACTOR,
+    "FRONTIER_MIN_DELAY": DEFAULT_MIN_DELAY,
+    "FRONTIER_MAX_DELAY": DEFAULT_MAX_DELAY,
+    "FRONTIER_LEASE_TIMEOUT": None,  # DOWNLOAD_TIMEOUT + 60
+    "FRONTIER_SEED": None,
+    "FRONTIER_FLUSH_INTERVAL": 1.0,
+    "FRONTIER_WRITE_THROUGH": True,
+    "FRONTIER_MAX_CRAWL_DELAY": 300.0,
+    "FRONTIER_MAX_RETRY_AFTER": 3600.0,
+    "FRONTIER_BACKOFF_BASE": 5.0,
+    "FRONTIER_BACKOFF_MAX": 600.0,
+    "FRONTIER_RETIRE_AFTER": 10,
+    "FRONTIER_IP_POLITENESS": False,
+    "FRONTIER_SEEN_CACHE_SIZE": DEFAULT_CACHE_SIZE,
+    "FRONTIER_SEEN_CACHE_POLICY": "clock",
+    "FRONTIER_RECRAWL": "due",
+    "FRONTIER_RECRAWL_MIN": 3600.0,
+    "FRONTIER_RECRAWL_MAX": 180 * DAY,
+    "FRONTIER_RECRAWL_INITIAL": None,  # clamp(1 day, FRONTIER_RECRAWL_MIN, FRONTIER_RECRAWL_MAX)
+    "FRONTIER_RECRAWL_PREDICTOR": "timely_return",
+    "FRONTIER_RECRAWL_BUDGET": 0.0,
+    "FRONTIER_RECRAWL_PASS_304": False,
+    "FRONTIER_CHANGE_THRESHOLD": 3,
+    "FRONTIER_CHANGE_EXACT": False,
+    "FRONTIER_HISTORY_MAX_PAGES": 0,
+    "FRONTIER_HISTORY_RETIRE_AFTER": 5,
+    "FRONTIER_QUALITY": "depth",
+    "FRONTIER_REDIS_KEY": "%(spider)s:frontier:",
+    "FRONTIER_REDIS_SEEN_KEY": "%(spider)s:seen:",
+    "FRONTIER_REDIS_HISTORY_KEY": "%(spider)s:history:",
+    "FRONTIER_REDIS_SEEN_EXPECTED": 10_000_000,
+    "FRONTIER_REDIS_PREFETCH": 4,
+    "FRONTIER_REDIS_IDLE_GRACE": 5.0,
+}
+
+#: More front queues than this is surely a typo (each is scanned when choosing a level).
+MAX_FRONT_QUEUES = 1000
+#: A seen cache bigger than this is surely a typo (and RAM the crawl does not have).
+MAX_CACHE_SIZE = 1 << 28
+
+
+@dataclass(frozen=True, slots=True)
+class RedisConfig:
+    """The Redis driver's settings (key prefixes still hold ``%(spider)s``)."""
+
+    key: str = DEFAULTS["FRONTIER_REDIS_KEY"]
+    seen_key: str = DEFAULTS["FRONTIER_REDIS_SEEN_KEY"]
+    history_key: str = DEFAULTS["FRONTIER_REDIS_HISTORY_KEY"]
+    seen_expected: int = DEFAULTS["FRONTIER_REDIS_SEEN_EXPECTED"]
+    prefetch: int = DEFAULTS["FRONTIER_REDIS_PREFETCH"]
+    idle_grace: float = DEFAULTS["FRONTIER_REDIS_IDLE_GRACE"]
+
+    def keys_for(self, spider: str) -> tuple[str, str, str]:
+        """(frontier, seen set, history) key prefixes of ``spider``."""
+        names = {"spider": spider}
+        return self.key % names, self.seen_key % names, self.history_key % names
+
+
+@dataclass(frozen=True, slots=True)
+class FrontierConfig:
+    front_queues: int
+    priority_bias: float
+    back_queues: int
+    back_queues_max: int
+    delay_factor: float
+    min_delay: float
+    max_delay: float
+    lease_timeout: float
+    seed: int | None
+    concurrent_requests: int
+    state_dir: str | None
+    """Where the SQLite state lives: FRONTIER_PATH, else JOBDIR, else None (memory)."""
+    flush_interval: float
+    write_through: bool
+    max_crawl_delay: float = 300.0
+    """Cap on a robots.txt Crawl-delay (Heritrix's default); longer ones are capped."""
+    max_retry_after: float = 3600.0
+    """Cap on a Retry-After wait (429 / 503); longer ones are clamped."""
+    backoff_base: float = 5.0
+    """Rest after a first failure (5xx, 429 without Retry-After, timeout, connection error)."""
+    backoff_max: float = 600.0
+    """Cap on the doubling back-off."""
+    retire_after: int = 10
+    """Consecutive failures after which a host is retired; 0 never retires."""
+    ip_politeness: bool = False
+    """Hosts that resolve to one IP address also share one fetch at a time and one rest."""
+    dns_timeout: float = 60.0
+    """Scrapy's DNS_TIMEOUT, for the lookups per-IP politeness makes."""
+    backend: str = "memory"
+    """FRONTIER_BACKEND resolved: "memory", "sqlite", "redis", or a driver's import path."""
+    recrawl: RecrawlSettings = field(default_factory=RecrawlSettings)
+    priority_rules: dict[str, int] = field(default_factory=dict)
+    """FRONTIER_PRIORITY_RULES: host suffix -> priority boost."""
+    seen_cache_size: int = DEFAULT_CACHE_SIZE
+    seen_cache_policy: str = "clock"
+    redis: RedisConfig = field(default_factory=RedisConfig)
+
+    @property
+    def policy(self) -> DelayPolicy:
+        return DelayPolicy(self.delay_factor, self.min_delay, self.max_delay)
+
+    @property
+    def driver_path(self) -> str:
+        """The import path of the driver class FRONTIER_BACKEND names."""
+        return BACKENDS.get(self.backend, self.backend)
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> FrontierConfig:
+        concurrency = _int(settings, "CONCURRENT_REQUESTS", 16, minimum=1)
+        factor = _float(settings, "FRONTIER_DELAY_FACTOR", minimum=0.0)
+        min_delay = _float(settings, "FRONTIER_MIN_DELAY", minimum=0.0)
+        max_delay = _float(settings, "FRONTIER_MAX_DELAY", minimum=0.0)
+        if max_delay < min_delay:
+            raise FrontierConfigError(
+                f"FRONTIER_MAX_DELAY ({max_delay}) must be >= FRONTIER_MIN_DELAY ({min_delay})"
+            )
+        # Mercator's rule of thumb is 3 back queues per fetching thread, but a
+        # host rests about `factor` fetch times per fetch, so keeping every
+        # download slot busy needs about (factor + 1) x CONCURRENT_REQUESTS hosts
+        # with work; twice that absorbs uneven fetch times and hosts that run
+        # out of known URLs for a while.
+        derived_back = 2 * (math.ceil(min(factor, 1e6)) + 1) * concurrency
+        back = _int(settings, "FRONTIER_BACK_QUEUES", derived_back, minimum=1)
+        # Beyond the floor, hosts are activated only on demand (see Frontier.pop).
+        back_max = _int(settings, "FRONTIER_BACK_QUEUES_MAX", back, minimum=1)
+        if back_max < back:
+            raise FrontierConfigError(
+                f"FRONTIER_BACK_QUEUES_MAX ({back_max}) must be >= FRONTIER_BACK_QUEUES ({back})"
+            )
+        timeout = _float(settings, "DOWNLOAD_TIMEOUT", 180.0, minimum=0.0)
+        lease = _float(settings, "FRONTIER_LEASE_TIMEOUT", timeout + 60.0, minimum=0.001)
+        backoff_base = _float(settings, "FRONTIER_BACKOFF_BASE", minimum=0.0)
+        backoff_max = _float(settings, "FRONTIER_BACKOFF_MAX", minimum=0.0)
+        if backoff_max < backoff_base:
+            raise FrontierConfigError(
+                f"FRONTIER_BACKOFF_MAX ({backoff_max}) must be >= "
+                f"FRONTIER_BACKOFF_BASE ({backoff_base})"
+            )
+        seed_raw = settings.get("FRONTIER_SEED")
+        seed = None if seed_raw in (None, "") else _int(settings, "FRONTIER_SEED")
+        state_dir = _directory(settings)
+        ip_politeness = _bool(settings, "FRONTIER_IP_POLITENESS")
+        backend = _backend(settings, state_dir)
+        if backend == "redis" and ip_politeness:
+            raise FrontierConfigError(
+                "FRONTIER_IP_POLITENESS is not supported by FRONTIER_BACKEND='redis' (hosts on "
+                "one IP address are not grouped across workers): remove one of the two settings"
+            )
+        return cls(
+            front_queues=_int(settings, "FRONTIER_FRONT_QUEUES", minimum=1,
+                              maximum=MAX_FRONT_QUEUES),
+            priority_bias=_bias(settings),
+            back_queues=back,
+            back_queues_max=back_max,
+            delay_factor=factor,
+            min_delay=min_delay,
+            max_delay=max_delay,
+            lease_timeout=lease,
+            seed=seed,
+            concurrent_requests=concurrency,
+            state_dir=state_dir,
+            flush_interval=_float(settings, "FRONTIER_FLUSH_INTERVAL", minimum=0.0),
+            write_through=_bool(settings, "FRONTIER_WRITE_THROUGH"),
+            max_crawl_delay=_float(settings, "FRONTIER_MAX_CRAWL_DELAY", minimum=0.0),
+            max_retry_after=_float(settings, "FRONTIER_MAX_RETRY_AFTER", minimum=0.0),
+            backoff_base=backoff_base,
+            backoff_max=backoff_max,
+            retire_after=_int(settings, "FRONTIER_RETIRE_AFTER", minimum=0),
+            ip_politeness=ip_politeness,
+            dns_timeout=_float(settings, "DNS_TIMEOUT", 60.0, minimum=0.001),
+            backend=backend,
+            recrawl=_recrawl(settings),
+            priority_rules=_priority_rules(settings),
+            seen_cache_size=_int(settings, "FRONTIER_SEEN_CACHE_SIZE", minimum=1,
+                                 maximum=MAX_CACHE_SIZE),
+            seen_cache_policy=_cache_policy(settings),
+            redis=_redis(settings),
+        )
+
+
+def _backend(settings: BaseSettings, state_dir: str | None) -> str:
+    raw = _raw(settings, "FRONTIER_BACKEND", None)
+    if raw is None:
+        return "sqlite" if state_dir else "memory"
+    if not isinstance(raw, str):
+        raise FrontierConfigError(
+            f"FRONTIER_BACKEND must be 'memory', 'sqlite', 'redis' or a driver's import path, "
+            f"got {raw!r}"
+        )
+    name = raw.strip()
+    if name.lower() == "embedded":  # the name before drivers: memory, or SQLite with a directory
+        return "sqlite" if state_dir else "memory"
+    if name.lower() in BACKENDS:
+        name = name.lower()
+        if name == "sqlite" and not state_dir:
+            raise FrontierConfigError(
+                "FRONTIER_BACKEND='sqlite' needs a directory for its files: set JOBDIR or "
+                "FRONTIER_PATH"
+            )
+        return name
+    if "." not in name:
+        raise FrontierConfigError(
+            f"FRONTIER_BACKEND must be 'memory', 'sqlite', 'redis' or a driver's import path, "
+            f"got {raw!r}"
+        )
+    return name
+
+
+def _directory(settings: BaseSettings) -> str | None:
+    """FRONTIER_PATH if set, else JOBDIR if set, else None (everything in memory)."""
+    for name in ("FRONTIER_PATH", "JOBDIR"):
+        raw = settings.get(name)
+        if raw is None or raw == "":
+            continue
+        if not isinstance(raw, str | os.PathLike):
+            raise FrontierConfigError(f"{name} must be a directory path, got {raw!r}")
+        return os.fspath(raw)
+    return None
+
+
+def _bias(settings: BaseSettings) -> float:
+    bias = _float(settings, "FRONTIER_PRIORITY_BIAS", minimum=1.0)
+    levels = _int(settings, "FRONTIER_FRONT_QUEUES", minimum=1, maximum=MAX_FRONT_QUEUES)
+    # Level weights are bias ** (level - 1): they must stay finite floats.
+    if (levels - 1) * math.log(bias) > 700:
+        raise FrontierConfigError(
+            f"FRONTIER_PRIORITY_BIAS={bias} is too large for {levels} front queues (the "
+            "highest level's weight, bias ** (levels - 1), overflows); values from 1 to 10 "
+            "cover every sensible bias"
+        )
+    return bias
+
+
+def _redis(settings: BaseSettings) -> RedisConfig:
+    keys = {}
+    for name, attr in (("FRONTIER_REDIS_KEY", "key"), ("FRONTIER_REDIS_SEEN_KEY", "seen_key"),
+                       ("FRONTIER_REDIS_HISTORY_KEY", "history_key")):
+        value = _raw(settings, name, DEFAULTS[name])
+        if not isinstance(value, str):
+            raise FrontierConfigError(f"{name} must be a string key prefix, got {value!r}")
+        try:
+            expanded = value % {"spider": "spider"}
+        except (KeyError, ValueError, TypeError) as exc:
+            raise FrontierConfigError(
+                f"{name}={value!r} is not a valid key prefix: only %(spider)s may be "
+                f"substituted ({exc})"
+            ) from None
+        if not expanded:
+            raise FrontierConfigError(f"{name} must not be empty")
+        keys[attr] = value
+    return RedisConfig(
+        **keys,
+        seen_expected=_int(settings, "FRONTIER_REDIS_SEEN_EXPECTED", minimum=1),
+        prefetch=_int(settings, "FRONTIER_REDIS_PREFETCH", minimum=1, maximum=10_000),
+        idle_grace=_float(settings, "FRONTIER_REDIS_IDLE_GRACE", minimum=0.0),
+    )
+
+
+def _cache_policy(settings: BaseSettings) -> str:
+    raw = _raw(settings, "FRONTIER_SEEN_CACHE_POLICY", "clock")
+    name = raw.strip().lower() if isinstance(raw, str) else raw
+    if name in ONLINE_POLICIES:
+        return str(name)
+    if name in ("static", "min", "infinite"):
+        raise FrontierConfigError(
+            f"FRONTIER_SEEN_CACHE_POLICY={raw!r} is a simulation-only policy (it needs the "
+            "future, or the whole set in RAM); use 'clock' (default), 'lru' or 'random'"
+        )
+    raise FrontierConfigError(
+        f"FRONTIER_SEEN_CACHE_POLICY must be one of {', '.join(ONLINE_POLICIES)}, got {raw!r}"
+    )
+
+
+def _choice(settings: BaseSettings, name: str, choices: tuple[str, ...]) -> str:
+    raw = _raw(settings, name, DEFAULTS[name])
+    value = raw.strip().lower() if isinstance(raw, str) else raw
+    if value not in choices:
+        raise FrontierConfigError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
+    return str(value)
+
+
+def _recrawl(settings: BaseSettings) -> RecrawlSettings:
+    low = _float(settings, "FRONTIER_RECRAWL_MIN", minimum=0.001)
+    high = _float(settings, "FRONTIER_RECRAWL_MAX", minimum=0.001)
+    if high < low:
+        raise FrontierConfigError(
+            f"FRONTIER_RECRAWL_MAX ({high}) must be >= FRONTIER_RECRAWL_MIN ({low})"
+        )
+    initial = _float(settings, "FRONTIER_RECRAWL_INITIAL", min(max(DAY, low), high),
+                     minimum=0.001)
+    predictor = _choice(settings, "FRONTIER_RECRAWL_PREDICTOR", PREDICTORS)
+    budget = _float(settings, "FRONTIER_RECRAWL_BUDGET", minimum=0.0)
+    if predictor == "estimator_optimal" and not budget:
+        raise FrontierConfigError(
+            "FRONTIER_RECRAWL_PREDICTOR='estimator_optimal' needs FRONTIER_RECRAWL_BUDGET: how "
+            "many recrawl fetches per day to spread over the pages (e.g. 100000)"
+        )
+    quality = _raw(settings, "FRONTIER_QUALITY", DEFAULTS["FRONTIER_QUALITY"])
+    if isinstance(quality, str) and quality not in ("depth", "inlinks"):
+        from scrapy.utils.misc import load_object
+
+        try:
+            quality = load_object(quality)
+        except (ImportError, ValueError, AttributeError, NameError) as exc:
+            raise FrontierConfigError(
+                f"FRONTIER_QUALITY must be 'depth', 'inlinks', or a callable (or its import "
+                f"path); {quality!r} cannot be imported ({exc})"
+            ) from None
+    if not isinstance(quality, str) and not callable(quality):
+        raise FrontierConfigError(
+            f"FRONTIER_QUALITY must be 'depth', 'inlinks', or a callable (or its import path) "
+            f"taking a page record and returning a quality in [0, 1], got {quality!r}"
+        )
+    return RecrawlSettings(
+        mode=_choice(settings, "FRONTIER_RECRAWL", MODES),
+        refresh=RefreshConfig(
+            min_interval=low, max_interval=high, initial_interval=initial,
+            base_interval=initial,
+        ),
+        predictor=predictor,
+        budget=budget,
+        simhash_threshold=_int(settings, "FRONTIER_CHANGE_THRESHOLD", minimum=0, maximum=64),
+        exact=_bool(settings, "FRONTIER_CHANGE_EXACT"),
+        pass_304=_bool(settings, "FRONTIER_RECRAWL_PASS_304"),
+        max_pages=_int(settings, "FRONTIER_HISTORY_MAX_PAGES", minimum=0),
+        retire_after=_int(settings, "FRONTIER_HISTORY_RETIRE_AFTER", minimum=0),
+        quality=quality if isinstance(quality, str) else "callable",
+        quality_callable=None if isinstance(quality, str) else quality,
+    )
+
+
+def _priority_rules(settings: BaseSettings) -> dict[str, int]:
+    raw = _raw(settings, "FRONTIER_PRIORITY_RULES", {})
+    try:
+        rules = settings.getdict("FRONTIER_PRIORITY_RULES") if raw else {}
+        out = {str(host): int(boost) for host, boost in rules.items()}
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        raise FrontierConfigError(
+            "FRONTIER_PRIORITY_RULES must map host suffixes to integer priority boosts, "
+            f'e.g. {{"example.com": 2}}, got {raw!r}'
+        ) from None
+    if any(isinstance(b, bool) for b in rules.values()):
+        raise FrontierConfigError(f"FRONTIER_PRIORITY_RULES boosts must be integers: {raw!r}")
+    return out
+
+
+def _raw(settings: BaseSettings, name: str, default: Any) -> Any:
+    value = settings.get(name)
+    return default if value is None or value == "" else value
+
+
+def _bool(settings: BaseSettings, name: str, default: bool | None = None) -> bool:
+    fallback = DEFAULTS[name] if default is None else default
+    try:
+        return settings.getbool(name, fallback)
+    except ValueError:
+        raise FrontierConfigError(
+            f"{name} must be True or False, got {settings.get(name)!r}"
+        ) from None
+
+
+def _int(
+    settings: BaseSettings,
+    name: str,
+    default: int | None = None,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+) -> int:
+    raw = _raw(settings, name, DEFAULTS.get(name) if default is None else default)
+    try:
+        if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+            raise ValueError
+        value = int(raw)
+    except (TypeError, ValueError, OverflowError):
+        raise FrontierConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise FrontierConfigError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise FrontierConfigError(f"{name} must be <= {maximum}, got {value}")
+    return value
+
+
+def _float(
+    settings: BaseSettings, name: str, default: float | None = None, *,
+    minimum: float | None = None,
+) -> float:
+    raw = _raw(settings, name, DEFAULTS.get(name) if default is None else default)
+    try:
+        if isinstance(raw, bool):
+            raise ValueError
+        value = float(raw)
+    except (TypeError, ValueError, OverflowError):
+        raise FrontierConfigError(f"{name} must be a number, got {raw!r}") from None
+    if math.isnan(value) or math.isinf(value):
+        raise FrontierConfigError(f"{name} must be finite, got {raw!r}")
+    if minimum is not None and value < minimum:
+        raise FrontierConfigError(f"{name} must be >= {minimum}, got {value}")
+    return value

@@ -1,0 +1,90 @@
+"""The spider middleware that keeps each page's change history (incremental recrawl).
+
+Installed by the add-on at order 40, below HttpErrorMiddleware (50), so it sees
+every response -- 304s and error statuses included -- before anything filters
+them. For each response it reports to the scheduler's
+:class:`~scrapy_frontier.core.recrawl.Recrawler`:
+
+* 2xx: an exact digest of the body (BLAKE2b-128) and a 64-bit simhash of the
+  visible text (HTML without tags, scripts and styles; plain text as is; none
+  for binary bodies, which then compare by digest only), plus ETag and
+  Last-Modified for the next conditional GET;
+* 304: a visit with no change;
+* 404 / 410: the page is retired; other 4xx / 5xx: a failed visit.
+
+A 304 is not passed to the callback unless ``FRONTIER_RECRAWL_PASS_304`` is set:
+it raises :class:`NotModified` (an ``HttpError``), which Scrapy's
+HttpErrorMiddleware ignores like any unhandled status (the request's errback,
+if any, sees it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from scrapy.http import HtmlResponse, TextResponse
+from scrapy.spidermiddlewares.httperror import HttpError
+from w3lib.html import remove_tags, remove_tags_with_content, replace_entities
+
+from scrapy_frontier.core.recrawl import Visit
+from scrapy_frontier.scheduler.engine import running_scheduler
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+class NotModified(HttpError):
+    """A 304 answer to a conditional recrawl: the page did not change."""
+
+
+class RecrawlMiddleware:
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> RecrawlMiddleware:
+        return cls(crawler)
+
+    def process_spider_input(self, response: Response, spider: Any = None) -> None:
+        scheduler = running_scheduler(self.crawler)
+        record = getattr(scheduler, "page_visited", None)
+        if record is None or getattr(scheduler, "recrawler", None) is None:
+            return
+        request = response.request
+        if request is None:
+            return
+        record(request, visit_of(response, request))
+        if response.status == 304 and not scheduler.recrawler.settings.pass_304:
+            raise NotModified(response, "Not modified since the last visit")
+
+
+def visit_of(response: Response, request: Request) -> Visit:
+    status = response.status
+    visit = Visit(status=status, depth=int(request.meta.get("depth", 0) or 0))
+    callback = request.callback
+    name = getattr(callback, "__name__", None)
+    if name is not None and getattr(callback, "__self__", None) is not None:
+        visit.callback = name  # a spider method: it can be looked up again next run
+    if 200 <= status < 300:
+        body = response.body
+        visit.digest = hashlib.blake2b(body, digest_size=16).hexdigest()
+        visit.size = len(body)
+        visit.text = visible_text(response)
+        headers = response.headers
+        etag = headers.get(b"ETag")
+        modified = headers.get(b"Last-Modified")
+        visit.etag = None if etag is None else etag.decode("latin-1")
+        visit.last_modified = None if modified is None else modified.decode("latin-1")
+    return visit
+
+
+def visible_text(response: Response) -> str | None:
+    """The text a reader sees: HTML without markup, scripts and styles; None for binary."""
+    if isinstance(response, HtmlResponse):
+        html = remove_tags_with_content(response.text, which_ones=("script", "style", "noscript"))
+        return replace_entities(remove_tags(html))
+    if isinstance(response, TextResponse):
+        return response.text
+    return None
