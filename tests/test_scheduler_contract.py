@@ -1,0 +1,446 @@
+"""The scheduler's contract with Scrapy, on every frontier driver.
+
+Modelled on Scrapy 2.19's own scheduler tests (tests/test_scheduler.py in its
+sdist: the memory / on-disk / close-and-reopen variants, ``MockDownloader`` and
+``crawler.engine = Mock(downloader=MockDownloader())``), but driving the
+scheduler the add-on installs, through Scrapy's public interface only:
+``load_object(settings["SCHEDULER"]).from_crawler(crawler)``, ``open``,
+``enqueue_request``, ``next_request``, ``has_pending_requests``, ``len`` and
+``close``. Every test runs on three drivers (see ``DRIVER_SETTINGS`` in
+tests/contract_helpers.py, the one place that says how each is selected):
+
+* ``memory``: no JOBDIR;
+* ``sqlite``: JOBDIR;
+* ``redis``: FRONTIER_BACKEND="redis" on the test redis-server.
+
+Politeness rests are zero (FRONTIER_MIN_DELAY=0, FRONTIER_DELAY_FACTOR=0), so
+a host is free again as soon as its fetch ended; fetch ends are simulated the
+way Scrapy's downloader middleware chain reports them (the add-on's
+FetchTimingMiddleware, then its spider middlewares: see ``Fetcher``). The Redis
+scheduler hands out what its I/O thread claimed, so requests come out of
+``drain``, which spins the reactor a few ms between empty ``next_request`` calls.
+
+The last test crawls the loopback test web once per driver with real Scrapy.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+from scrapy import Request
+
+from scrapy_frontier.testweb import ServerProcess, audit, read_log
+from scrapy_frontier.testweb.crawl import run_crawl
+from tests.contract_helpers import (
+    ADDON,
+    DRIVERS,
+    Driver,
+    Run,
+    driver_settings,
+    spider_named,
+    urls,
+)
+
+inline_callbacks = pytest_twisted.inlineCallbacks
+
+
+@pytest.fixture(params=DRIVERS)
+def driver(request: pytest.FixtureRequest, tmp_path: Path) -> Driver:
+    name: str = request.param
+    state_dir = tmp_path / "state"
+    if name == "redis":
+        server = request.getfixturevalue("redis_server")
+        prefix: str = request.getfixturevalue("redis_prefix")
+        settings = driver_settings(name, state_dir=state_dir, redis_url=server.url,
+                                   redis_prefix=prefix)
+    else:
+        settings = driver_settings(name, state_dir=state_dir)
+    return Driver(name, settings, state_dir)
+
+
+# Scrapy's tests/test_scheduler.py data.
+_PRIORITIES = [
+    ("http://foo.com/a", -2),
+    ("http://foo.com/d", 1),
+    ("http://foo.com/b", -1),
+    ("http://foo.com/c", 0),
+    ("http://foo.com/e", 2),
+]
+
+Gen = Generator[Any, Any, None]
+
+
+# -- 1. Scrapy's Mock engine -----------------------------------------------------------------
+
+
+@inline_callbacks
+def test_full_cycle_under_scrapys_mock_engine(driver: Driver) -> Gen:
+    """``crawler.engine = Mock(downloader=MockDownloader())``, as in Scrapy's own
+    scheduler tests: every engine attribute is a Mock (``_slot.inprogress`` is not a
+    set, the downloader has no middleware list), and the scheduler must cope."""
+    run = Run(driver, engine="mock")
+    requests = [Request(f"http://{h}.example/{i}") for h in "abc" for i in range(2)]
+    try:
+        yield run.open()
+        assert len(run.scheduler) == 0
+        run.enqueue(*requests)
+        out = yield run.drain(timeout=5.0)
+        assert sorted(urls(out)) == sorted(urls(requests))
+        assert not run.scheduler.has_pending_requests()
+        assert len(run.scheduler) == 0
+    finally:
+        yield run.close()
+
+
+# -- 2. priority order within one host -------------------------------------------------------
+
+
+@inline_callbacks
+def test_higher_priority_first_within_a_host(driver: Driver) -> Gen:
+    """Scrapy's test_dequeue_priorities: one host, so the order is the priority order."""
+    run = Run(driver)
+    try:
+        yield run.open()
+        run.enqueue(*[Request(url, priority=p) for url, p in _PRIORITIES])
+        out = yield run.drain(expect=len(_PRIORITIES))
+        assert [r.priority for r in out] == sorted((p for _, p in _PRIORITIES), reverse=True)
+    finally:
+        yield run.close()
+
+
+@inline_callbacks
+def test_fifo_within_equal_priority_on_a_host(driver: Driver) -> Gen:
+    run = Run(driver)
+    order = [("p0", 0), ("q0", 1), ("p1", 0), ("q1", 1), ("p2", 0), ("q2", 1)]
+    try:
+        yield run.open()
+        run.enqueue(*[Request(f"http://foo.com/{n}", priority=p) for n, p in order])
+        out = yield run.drain(expect=len(order))
+        assert [u.rsplit("/", 1)[1] for u in urls(out)] == ["q0", "q1", "q2", "p0", "p1", "p2"]
+    finally:
+        yield run.close()
+
+
+# -- 3. duplicate filtering -----------------------------------------------------------------
+
+
+@inline_callbacks
+def test_same_url_twice_is_fetched_once(driver: Driver) -> Gen:
+    run = Run(driver)
+    url = "http://a.example/page"
+    try:
+        yield run.open()
+        run.enqueue(Request(url), Request(url))
+        out = yield run.drain()
+        assert urls(out) == [url]
+        run.enqueue(Request(url))  # already fetched in this run
+        out = yield run.drain()
+        assert out == []
+    finally:
+        yield run.close()
+
+
+@inline_callbacks
+def test_dont_filter_is_never_refused_within_a_run(driver: Driver) -> Gen:
+    """Scrapy's contract: a dont_filter request skips the duplicate filter, so it is
+    fetched however often it is enqueued -- with the default FRONTIER_RECRAWL ("due")
+    too, also after the page was fetched (and recorded in the page history) in this run."""
+    run = Run(driver)
+    url = "http://a.example/page"
+    try:
+        yield run.open()
+        run.enqueue(Request(url), Request(url, dont_filter=True))
+        out = yield run.drain()
+        assert urls(out) == [url, url]
+        run.enqueue(Request(url, dont_filter=True), Request(url, dont_filter=True))
+        out = yield run.drain()
+        assert urls(out) == [url, url]
+    finally:
+        yield run.close()
+
+
+@inline_callbacks
+def test_base_dupefilter_turns_deduplication_off(driver: Driver) -> Gen:
+    run = Run(driver, extra={"DUPEFILTER_CLASS": "scrapy.dupefilters.BaseDupeFilter"})
+    url = "http://a.example/page"
+    try:
+        yield run.open()
+        run.enqueue(Request(url), Request(url))
+        out = yield run.drain()
+        assert urls(out) == [url, url]
+        run.enqueue(Request(url))
+        out = yield run.drain()
+        assert urls(out) == [url]
+    finally:
+        yield run.close()
+
+
+# -- 4. priority boost meta -----------------------------------------------------------------
+
+
+@inline_callbacks
+def test_priority_boost_meta_goes_before_equal_priority(driver: Driver) -> Gen:
+    run = Run(driver)
+    try:
+        yield run.open()
+        run.enqueue(
+            Request("http://a.example/plain0"),
+            Request("http://a.example/plain1"),
+            Request("http://a.example/boosted", meta={"frontier_priority_boost": 1}),
+        )
+        out = yield run.drain(expect=3)
+        assert urls(out) == ["http://a.example/boosted", "http://a.example/plain0",
+                             "http://a.example/plain1"]
+    finally:
+        yield run.close()
+
+
+# -- 5. data: and file: URLs ------------------------------------------------------------------
+
+
+@inline_callbacks
+def test_data_and_file_urls_are_handed_out(driver: Driver, tmp_path: Path) -> Gen:
+    page = tmp_path / "files" / "page.html"
+    page.parent.mkdir()
+    page.write_text("<html><body>a file</body></html>")
+    requests = [Request("data:,one"), Request("data:,two"), Request(page.as_uri())]
+    run = Run(driver)
+    try:
+        yield run.open()
+        run.enqueue(*requests)
+        out = yield run.drain()
+        assert sorted(urls(out)) == sorted(urls(requests))
+        assert not run.scheduler.has_pending_requests()
+    finally:
+        yield run.close()
+
+
+# -- 6. requests that cannot be serialized ------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["lambda_callback", "lock_in_meta"])
+@inline_callbacks
+def test_unserializable_request_is_still_handed_out(driver: Driver, kind: str) -> Gen:
+    """Scrapy keeps such requests in memory (test_unserializable_requests); so must
+    every driver, the shared Redis one too (in the worker that enqueued them)."""
+    lock = threading.Lock()
+
+    def callback(response: Any) -> None:
+        return None
+
+    if kind == "lambda_callback":
+        request = Request("http://a.example/odd", callback=lambda response: None)
+    else:
+        request = Request("http://a.example/odd", callback=callback, meta={"lock": lock})
+    plain = Request("http://b.example/plain")
+    run = Run(driver)
+    try:
+        yield run.open()
+        run.enqueue(request, plain)
+        out = yield run.drain()
+        assert sorted(urls(out)) == ["http://a.example/odd", "http://b.example/plain"]
+        odd = next(r for r in out if r.url == "http://a.example/odd")
+        assert odd.callback is request.callback
+        if kind == "lock_in_meta":
+            assert odd.meta["lock"] is lock
+    finally:
+        yield run.close()
+
+
+# -- 7. empty download_slot ------------------------------------------------------------------
+
+
+@inline_callbacks
+def test_empty_download_slot_is_accepted(driver: Driver) -> Gen:
+    requests = [Request("http://a.example/x", meta={"download_slot": ""}),
+                Request("http://b.example/y", meta={"download_slot": ""})]
+    run = Run(driver)
+    try:
+        yield run.open()
+        run.enqueue(*requests)
+        out = yield run.drain()
+        assert sorted(urls(out)) == sorted(urls(requests))
+    finally:
+        yield run.close()
+
+
+# -- 8. len() and has_pending_requests() ---------------------------------------------------
+
+
+@inline_callbacks
+def test_len_and_pending_count_requests_waiting_locally(driver: Driver) -> Gen:
+    """Scrapy's test_length, checked at once after enqueue_request (for Redis: before any
+    I/O round landed) and again once everything came out."""
+    run = Run(driver)
+    requests = [Request("http://a.example/0"), Request("http://a.example/1"),
+                Request("http://b.example/0")]
+    try:
+        yield run.open()
+        sched = run.scheduler
+        assert len(sched) == 0
+        run.enqueue(*requests)
+        assert sched.has_pending_requests()
+        assert len(sched) == len(requests)
+        out = yield run.drain()
+        assert sorted(urls(out)) == sorted(urls(requests))
+        assert len(sched) == 0
+        assert not sched.has_pending_requests()
+    finally:
+        yield run.close()
+
+
+# -- 9. close and reopen ---------------------------------------------------------------------
+
+
+@inline_callbacks
+def test_close_and_reopen_on_the_same_state(driver: Driver) -> Gen:
+    """Scrapy's on-disk variant (reopen = True): what was queued but not handed out
+    comes out after a reopen on the same JOBDIR / Redis keys; memory starts empty.
+    Three full cycles in one process: none may find the state "in use"."""
+    requests = [Request(f"http://{h}.example/{i}") for h in "ab" for i in range(2)]
+    first = Run(driver)
+    try:
+        yield first.open()
+        first.enqueue(*requests)
+        out = yield first.drain(expect=1)
+        assert len(out) == 1
+    finally:
+        yield first.close()
+    fetched = out[0].url
+    left = sorted(u for u in urls(requests) if u != fetched)
+
+    second = Run(driver)
+    try:
+        yield second.open()
+        second.enqueue(Request(fetched))  # fetched in the first run
+        out = yield second.drain()
+        if driver.persistent:
+            assert sorted(urls(out)) == left
+        else:
+            assert urls(out) == [fetched]
+        assert len(second.scheduler) == 0
+        assert not second.scheduler.has_pending_requests()
+    finally:
+        yield second.close()
+
+    third = Run(driver)
+    try:
+        yield third.open()
+        third.enqueue(Request("http://c.example/new"))
+        out = yield third.drain()
+        assert urls(out) == ["http://c.example/new"]
+    finally:
+        yield third.close()
+
+
+# -- 10. start requests and the page history ----------------------------------------------------
+
+
+def _start_request(url: str) -> Request:
+    # What Scrapy 2.19's StartSpiderMiddleware sets on requests from Spider.start().
+    return Request(url, dont_filter=True, meta={"is_start_request": True})
+
+
+@inline_callbacks
+def test_start_request_for_a_page_fetched_this_run_is_handed_out(driver: Driver) -> Gen:
+    run = Run(driver)
+    url = "http://a.example/start"
+    try:
+        yield run.open()
+        run.enqueue(Request(url))
+        out = yield run.drain()
+        assert urls(out) == [url]
+        run.enqueue(_start_request(url))
+        out = yield run.drain()
+        assert urls(out) == [url]
+    finally:
+        yield run.close()
+
+
+@inline_callbacks
+def test_start_request_not_due_is_skipped_in_a_later_run(driver: Driver) -> Gen:
+    """Second run on persistent state, default recrawl: a start request for a page the
+    first run fetched, not due yet, is not handed out; an ordinary dont_filter request
+    for such a page is. Memory keeps no history: both are handed out."""
+    start_url, other_url = "http://a.example/start", "http://a.example/other"
+    first = Run(driver)
+    try:
+        yield first.open()
+        first.enqueue(Request(start_url), Request(other_url))
+        out = yield first.drain()
+        assert sorted(urls(out)) == sorted([start_url, other_url])
+    finally:
+        yield first.close()
+
+    second = Run(driver)
+    try:
+        yield second.open()
+        second.enqueue(_start_request(start_url), Request(other_url, dont_filter=True))
+        out = yield second.drain()
+        if driver.persistent:
+            assert urls(out) == [other_url]
+        else:
+            assert sorted(urls(out)) == sorted([start_url, other_url])
+    finally:
+        yield second.close()
+
+
+# -- 11. two spiders on one state -----------------------------------------------------------
+
+
+@inline_callbacks
+def test_another_spiders_state_is_refused_by_name(driver: Driver) -> Gen:
+    """One JOBDIR / FRONTIER_REDIS_KEY belongs to one spider: another spider's open
+    fails with an error naming both. (Memory shares nothing: both open.)"""
+    first = Run(driver, spidercls=spider_named("contract_alpha"))
+    try:
+        yield first.open()
+        first.enqueue(Request("http://a.example/x"))
+        out = yield first.drain()
+        assert urls(out) == ["http://a.example/x"]
+    finally:
+        yield first.close()
+
+    second = Run(driver, spidercls=spider_named("contract_beta"))
+    error: BaseException | None = None
+    try:
+        try:
+            yield second.open()
+        except Exception as exc:  # noqa: BLE001 - inspected below
+            error = exc
+    finally:
+        yield second.close()
+    if driver.persistent:
+        assert error is not None, "another spider's state was opened without an error"
+        message = str(error)
+        assert "contract_alpha" in message and "contract_beta" in message, message
+    else:
+        assert error is None, error
+
+
+# -- 12. a real crawl per driver ----------------------------------------------------------
+
+
+@pytest.mark.crawl
+def test_crawl_is_complete_without_duplicates_and_polite(driver: Driver, tmp_path: Path) -> None:
+    log = tmp_path / "server.jsonl"
+    web_args = ["--shape", "wide", "--hosts", "4", "--pages", "10", "--latency", "0.005",
+                "0.01", "--seed", "21"]
+    # The default 10 x fetch-time rest (no minimum), so that short gaps mean something.
+    settings = {"ADDONS": ADDON, "FRONTIER_MIN_DELAY": 0.0, **driver.settings}
+    with ServerProcess(web_args, log_path=str(log)) as web:
+        result = run_crawl(web.start_urls, settings, allowed_domains=web.allowed_domains,
+                           workdir=tmp_path / "crawl", timeout=60)
+    assert result.returncode == 0, result.output[-3000:]
+    report = audit(read_log(log), expected=web.expected, min_delay=0.0, factor=10.0)
+    assert len(web.expected) == 40
+    assert report.coverage == 1.0, report.summary()
+    assert report.duplicates == 0, report.summary()
+    assert report.overlaps == 0, report.summary()
+    assert report.short_gaps == 0, report.summary()
+    assert result.stats.get("finish_reason") == "finished", result.stats
