@@ -55,3 +55,11 @@ class RedisFrontierUnavailable(RedisFrontierError):
 
 class RedisFrontierDataError(RedisFrontierError):
     """The keys under the frontier's prefix hold data the frontier did not write."""
+
+
+class HostlessURL(FrontierError, ValueError):
+    """A network URL without a host: it cannot be fetched politely (or at all)."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"{url!r} has no host to be polite to ({reason})")
+        self.reason = reason

@@ -8,16 +8,12 @@ from urllib.parse import urlsplit
 
 from scrapy import Request
 
+from scrapy_frontier.errors import HostlessURL
+
 #: Schemes that never contact a host; each gets one pseudo-host key ("data:").
 HOSTLESS_SCHEMES = frozenset({"data", "file", "about"})
 
-
-class HostlessURL(ValueError):
-    """A network URL without a host: it cannot be fetched politely (or at all)."""
-
-    def __init__(self, url: str, reason: str) -> None:
-        super().__init__(f"{url!r} has no host to be polite to ({reason})")
-        self.reason = reason
+__all__ = ["HOSTLESS_SCHEMES", "PLAIN_URL", "HostlessURL", "host_key", "url_host_key"]
 
 
 # scheme://[userinfo@]host[:port] followed by /, ?, # or the end. Anything else

@@ -142,7 +142,8 @@ def _scheduler_with(table: dict[str, str], deferred: bool = False) -> tuple[Any,
     sched, clock, _ = make_scheduler({"FRONTIER_IP_POLITENESS": True})
     reactor = _FakeReactor(table, deferred)
     assert sched.driver._resolver is not None
-    sched.driver._resolver = HostResolver(sched.driver._on_group, timeout=1.0, reactor=reactor)
+    sched.driver._resolver = HostResolver(sched.driver._on_group, timeout=1.0,
+                                          reactor=reactor)
     return sched, clock, reactor
 
 
@@ -195,7 +196,8 @@ def test_ip_groups_are_looked_up_again_after_a_restart(tmp_path: Any) -> None:
     settings = {"FRONTIER_IP_POLITENESS": True, "JOBDIR": str(tmp_path / "job")}
     table = {"b.example": "10.0.0.1", "c.example": "10.0.0.1"}
     sched, _, _ = make_scheduler(settings)
-    sched.driver._resolver = HostResolver(sched.driver._on_group, timeout=1.0, reactor=_FakeReactor(table))
+    sched.driver._resolver = HostResolver(sched.driver._on_group, timeout=1.0,
+                                          reactor=_FakeReactor(table))
     for host in ("b", "c"):
         for i in range(2):
             sched.enqueue_request(Request(f"http://{host}.example/{i}"))

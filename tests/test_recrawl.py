@@ -262,7 +262,16 @@ def test_middleware_hides_304_from_the_callback_unless_asked() -> None:
 
     seen: list[int] = []
     rc, _ = make_recrawler()
-    scheduler = SimpleNamespace(recrawler=rc, page_visited=lambda req, v: seen.append(v.status))
+
+    class FakeScheduler:  # the middleware looks for a frontier scheduler's methods
+        recrawler = rc
+
+        def fetch_finished(self, *args: Any) -> None: ...
+
+        def page_visited(self, request: Request, visit: Any) -> None:
+            seen.append(visit.status)
+
+    scheduler = FakeScheduler()
     crawler = SimpleNamespace(engine=SimpleNamespace(_slot=SimpleNamespace(scheduler=scheduler)))
     mw = RecrawlMiddleware(crawler)  # type: ignore[arg-type]
     request = Request("http://a.example/")

@@ -127,9 +127,7 @@ class FrontierScheduler:
     def open(self, spider: Spider) -> Deferred[None] | None:
         self.spider = spider
         self._closed = False
-        from scrapy_frontier.downloadermiddlewares import FetchTimingMiddleware
-
-        if self.engine.has_downloader_middleware(FetchTimingMiddleware) is False:
+        if self.engine.has_downloader_middleware(TIMING_MIDDLEWARE) is False:
             self._use_signals()
         robots_parsed = getattr(signals, "robots_parsed", None)
         if robots_parsed is not None:

@@ -32,17 +32,18 @@ def running_engine(crawler: Crawler) -> Any:
 
 
 def running_scheduler(crawler: Crawler) -> Any:
-    """The running engine's scheduler, or None (no engine or no spider open yet)."""
+    """The running frontier scheduler, or None (no engine or spider yet, another
+    scheduler, or an engine that is a ``Mock``)."""
     engine = running_engine(crawler)
     if engine is None:
         return None
-    try:
-        scheduler = engine.scheduler  # public since Scrapy 2.19
-    except AttributeError:
-        scheduler = None
-    if scheduler is None:
-        scheduler = getattr(getattr(engine, "_slot", None), "scheduler", None)
-    return scheduler
+    # ``engine.scheduler`` is public since Scrapy 2.19; ``_slot.scheduler`` before.
+    for candidate in (getattr(engine, "scheduler", None),
+                      getattr(getattr(engine, "_slot", None), "scheduler", None)):
+        # A class attribute, so that a Mock's made-up attributes do not count.
+        if callable(getattr(type(candidate), "fetch_finished", None)):
+            return candidate
+    return None
 
 
 class EngineAdapter:
@@ -94,12 +95,14 @@ class EngineAdapter:
         except Exception:  # noqa: BLE001 -- a Mock or a foreign engine
             logger.debug("engine.close_spider_async(%r) failed", reason, exc_info=True)
 
-    def has_downloader_middleware(self, cls: type) -> bool | None:
-        """Whether a downloader middleware of ``cls`` is installed; None if unknown."""
+    def has_downloader_middleware(self, path: str) -> bool | None:
+        """Whether a downloader middleware of class ``path`` (or a subclass) is
+        installed; None if this engine cannot tell. By name: no import needed."""
         engine = running_engine(self.crawler)
         manager = getattr(getattr(engine, "downloader", None), "middleware", None)
         middlewares = getattr(manager, "middlewares", None)
         if not isinstance(middlewares, list | tuple):
             self._fallback("engine.downloader.middleware", type(middlewares).__name__)
             return None
-        return any(isinstance(mw, cls) for mw in middlewares)
+        return any(f"{c.__module__}.{c.__qualname__}" == path
+                   for mw in middlewares for c in type(mw).__mro__)

@@ -1,0 +1,133 @@
+"""The package's layers, checked from its source: no import cycles, a pure core."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import scrapy_frontier
+
+ROOT = Path(scrapy_frontier.__file__).parent
+PKG = "scrapy_frontier"
+#: What the core must never import: it is plain Python with an injected clock.
+IMPURE = ("scrapy", "twisted", "sqlite3", "redis", "w3lib")
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = path
+    return mods
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module name ``path`` imports, at any depth (lazy imports included)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    return names
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        for name in _imports(path):
+            while name and name not in mods:
+                name = name.rpartition(".")[0]
+            # Importing a.b.c runs a/__init__ and a/b/__init__ first.
+            while name and name != PKG:
+                if name != mod and not mod.startswith(name + "."):
+                    edges[mod].add(name)
+                name = name.rpartition(".")[0]
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    comp.append(member)
+                    if member == node:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_no_import_cycles() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_core_imports_no_scrapy_twisted_sqlite_or_redis() -> None:
+    for mod, path in _modules().items():
+        if mod == f"{PKG}.core" or mod.startswith(f"{PKG}.core."):
+            bad = {n for n in _imports(path) if n.split(".")[0] in IMPURE}
+            bad |= {n for n in _imports(path)
+                    if n.startswith(PKG) and not n.startswith(f"{PKG}.core")}
+            assert not bad, f"{mod} imports {sorted(bad)}"
+
+
+def test_one_meta_key_module_and_one_error_module() -> None:
+    """``frontier_*`` meta keys are defined in meta.py only; errors in errors.py only."""
+    for mod, path in _modules().items():
+        text = path.read_text()
+        if mod != f"{PKG}.meta":
+            assert '_META = "frontier_' not in text, f"{mod} defines a meta key"
+        if mod != f"{PKG}.errors":
+            tree = ast.parse(text)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ClassDef):
+                    bases = {getattr(b, "id", getattr(b, "attr", "")) for b in node.bases}
+                    assert not bases & {"Exception", "RuntimeError", "ValueError"} or (
+                        mod.startswith(f"{PKG}.testweb")), f"{mod} defines {node.name}"
+
+
+def test_lua_scripts_ship_as_package_data() -> None:
+    from scrapy_frontier.backends.redis.lua import lua_source
+
+    for name in ("prelude", "push", "claim", "complete", "expire", "retire", "wakeup",
+                 "history_claim_due"):
+        assert "return" in lua_source(name)
+    assert "redis.call('TIME')" in lua_source("prelude")
