@@ -130,6 +130,44 @@ def test_three_workers_one_killed_share_one_polite_crawl(redis_server: RedisServ
 
 
 @pytest.mark.crawl
+def test_three_workers_of_an_ordinary_spider_fetch_each_start_url_once(
+        redis_server: RedisServer, tmp_path: Path) -> None:
+    """Scrapy's default start(): start_urls as dont_filter requests, from every worker."""
+    log = tmp_path / "server.jsonl"
+    web_args = ["--shape", "wide", "--hosts", "12", "--pages", "3", "--latency", "0.01", "0.03",
+                "--seed", "3"]
+    name = f"starts{next(_names)}"
+    with ServerProcess(web_args, log_path=str(log)) as web:
+        settings = {**BASE_SETTINGS, **_settings(redis_server, name,
+                                                 FRONTIER_REDIS_IDLE_GRACE=2.0)}
+        spec = tmp_path / "crawl.json"
+        spec.write_text(json.dumps({"start_urls": web.start_urls, "default_start": True,
+                                    "allowed_domains": web.allowed_domains,
+                                    "settings": settings}))
+        outs = [tmp_path / f"worker{i}.json" for i in range(3)]
+        procs = [_worker(spec, out) for out in outs]
+        try:
+            codes = [p.wait(timeout=180) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                if p.stdout is not None:
+                    p.stdout.close()
+        entries = read_log(log)
+    assert codes == [0, 0, 0], codes
+    report = audit(entries, expected=web.expected, min_delay=0.0)
+    print(report.summary())
+    assert report.coverage == 1.0, report.summary()
+    assert report.duplicates == 0, report.summary()
+    assert report.overlaps == 0 and report.short_gaps == 0, report.summary()
+    stats = [json.loads(out.read_text()) for out in outs]
+    # Every worker started all of them; all but one copy of each were skipped.
+    skipped = sum(s.get("frontier/start/skipped", 0) for s in stats)
+    assert skipped == 2 * len(web.start_urls), skipped
+
+
+@pytest.mark.crawl
 def test_a_redis_restart_mid_crawl_loses_nothing(tmp_path: Path) -> None:
     """Redis (with AOF persistence) is killed and restarted while a worker crawls: the
     worker logs the outage, keeps its requests, reconnects and finishes the crawl."""

@@ -105,8 +105,14 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
     class TestWebSpider(scrapy.Spider):
         name = "testweb"
         allowed_domains = domains
+        start_urls = spec["start_urls"]
 
         async def start(self) -> Any:
+            if spec.get("default_start"):
+                # Scrapy's own start(): start_urls as Request(url, dont_filter=True).
+                async for request in super().start():
+                    yield request
+                return
             for url in start_urls:
                 yield scrapy.Request(url)
 

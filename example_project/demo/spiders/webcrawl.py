@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +30,10 @@ class WebCrawlSpider(scrapy.Spider):
                 break
             time.sleep(0.1)
         info = json.loads(path.read_text().splitlines()[0])
+        # Scrapy's own start() turns these into dont_filter requests; several workers
+        # on one Redis frontier still fetch each of them once.
         self.start_urls = info["start_urls"]
         self.allowed_domains = info["allowed_domains"]
-
-    async def start(self) -> AsyncIterator[scrapy.Request]:
-        for url in self.start_urls:
-            yield scrapy.Request(url)
 
     def parse(self, response: Any) -> Any:
         yield {"url": response.url, "title": response.css("title::text").get()}

@@ -291,18 +291,30 @@ class RedisFrontier:
 
     def push_many(self, entries: Iterable[tuple[str, int, bytes]]) -> list[bool]:
         """Queue many items in one atomic script call; one bool per entry."""
+        return [x == 1 for x in self.push_unseen((h, lv, item, None) for h, lv, item in entries)]
+
+    def push_unseen(
+        self, entries: Iterable[tuple[str, int, bytes, tuple[str, int, bool] | None]]
+    ) -> list[int]:
+        """Queue items, each tested against and added to a seen set in the same atomic
+        script: ``(host, level, item, seen)`` with ``seen`` None or ``(set key, member,
+        test)``. Returns per entry 1 (queued), 0 (refused: retired host) or 2 (in the
+        seen set already: not queued)."""
         args: list[Any] = []
-        for host, level, item in entries:
+        for host, level, item, seen in entries:
             self._check_host(host)
             if not 1 <= level <= self.levels:
                 raise ValueError(f"level must be in 1..{self.levels}, got {level}")
             if not isinstance(item, bytes | bytearray | memoryview):
                 raise TypeError(f"items must be bytes, got {type(item).__name__}")
-            args += [host, level, bytes(item)]
+            if seen is None:
+                args += [host, level, bytes(item), "", 0, 0]
+            else:
+                key, member, test = seen
+                args += [host, level, bytes(item), key, member, 2 if test else 1]
         if not args:
             return []
-        out = self._run(self._push, "pushing URLs", *args)
-        return [bool(x) for x in out]
+        return [int(x) for x in self._run(self._push, "pushing URLs", *args)]
 
     @staticmethod
     def _check_host(host: str) -> None:

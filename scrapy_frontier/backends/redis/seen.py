@@ -56,7 +56,8 @@ class RedisSeenSet:
         self.bits = guard(client, prefix, "opening the seen set", setup)
         self.buckets = 1 << self.bits
 
-    def _bucket(self, fp: int) -> tuple[str, int]:
+    def bucket(self, fp: int) -> tuple[str, int]:
+        """(the set key, the member) that hold ``fp``."""
         fp &= 0xFFFF_FFFF_FFFF_FFFF
         bucket = fp >> (64 - self.bits) if self.bits else 0
         signed = fp - (1 << 64) if fp >= 1 << 63 else fp
@@ -81,7 +82,7 @@ class RedisSeenSet:
         def run(chunk: list[int]) -> list[Any]:
             pipe = self.client.pipeline(transaction=False)
             for fp in chunk:
-                getattr(pipe, command)(*self._bucket(fp))
+                getattr(pipe, command)(*self.bucket(fp))
             return pipe.execute()  # type: ignore[no-any-return]
 
         for i in range(0, len(fps), self.batch):
@@ -90,7 +91,7 @@ class RedisSeenSet:
         return out
 
     def __contains__(self, fp: int) -> bool:
-        key, member = self._bucket(fp)
+        key, member = self.bucket(fp)
         return bool(guard(self.client, self.prefix, "testing a fingerprint",
                            lambda: self.client.sismember(key, member)))
 

@@ -419,33 +419,41 @@ class RedisDriver:
         recrawler = self.recrawler
         duplicates = skipped = 0
         if rnd.pushes:
+            # A first look saves sending known duplicates; the push script tests again,
+            # atomically with the push (another worker may push the same URL meanwhile).
             tested = [p.fp for p in rnd.pushes if p.dedupe]
             known = dict(zip(tested, seen.contains_many(tested), strict=True)) if tested else {}
-            fresh: list[tuple[str, int, bytes]] = []
-            fresh_fps: list[int] = []
-            batch_fps: set[int] = set()
+            fresh: list[tuple[str, int, bytes, tuple[str, int, bool] | None]] = []
+            starts: list[bool] = []
             for p in rnd.pushes:
-                if p.dedupe:
-                    was_seen = known.get(p.fp, False) or p.fp in batch_fps
-                    if p.start:
-                        admitted = not was_seen
-                        if recrawler is not None:
-                            admitted = recrawler.admit_start(p.fp, was_seen, shared=True)[0]
-                        if not admitted:
-                            skipped += 1
-                            continue
-                    elif was_seen:
+                test = p.dedupe
+                if p.dedupe and known.get(p.fp, False):
+                    if not p.start:
                         duplicates += 1
                         continue
-                if p.mark:
-                    batch_fps.add(p.fp)
-                    fresh_fps.append(p.fp)
-                fresh.append((p.host, p.level, p.item))
+                    admitted = False
+                    if recrawler is not None:
+                        admitted = recrawler.admit_start(p.fp, True, shared=True)[0]
+                    if not admitted:
+                        skipped += 1
+                        continue
+                    test = False  # a start URL due for a recrawl: queued although seen
+                elif p.start and recrawler is not None:
+                    admitted = recrawler.admit_start(p.fp, False, shared=True)[0]
+                    if not admitted:
+                        skipped += 1
+                        continue
+                mark = p.mark or p.dedupe
+                fresh.append((p.host, p.level, p.item,
+                              (*seen.bucket(p.fp), test) if mark else None))
+                starts.append(p.start)
             if fresh:
-                remote.push_many(fresh)
-            if fresh_fps:
-                # Seen only once queued: a crash in between gives a repeat, not a loss.
-                seen.add_many(fresh_fps)
+                for start, outcome in zip(starts, remote.push_unseen(fresh), strict=True):
+                    if outcome == 2:  # another worker queued it since the first look
+                        if start:
+                            skipped += 1
+                        else:
+                            duplicates += 1
         for host, rest in rnd.min_rests:
             remote.set_min_rest(host, rest)
         for host in rnd.retire:
