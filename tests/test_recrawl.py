@@ -136,16 +136,23 @@ def test_first_visit_then_due_gate_and_feed_claims() -> None:
     rc, clock = make_recrawler()
     rec, changed = rc.visited(1, "http://a.example/1", page(WORDS, etag='"a"'))
     assert not changed and rec.next_due == clock.now + DAY
-    assert rc.admit(1) == (False, rc.store.get(1))  # not due yet
-    assert rc.admit(2) == (True, None)  # unknown page: new
-    clock.advance(DAY + 1)
+    # The start gate. Same run: a start request is never refused in one process
+    # (Scrapy's dont_filter), but on a shared frontier another worker started it.
+    assert rc.admit_start(1, True, shared=False)[0]
+    assert not rc.admit_start(1, True, shared=True)[0]
+    clock.advance(1)
+    later = Recrawler(rc.settings, rc.store, clock=clock)  # a later run, before it is due
+    assert later.admit_start(1, True, shared=False) == (False, rc.store.get(1))
+    assert later.admit_start(2, False, shared=False) == (True, None)  # unknown page: new
+    assert later.admit_start(2, True, shared=False) == (False, None)  # seen: queued already
+    clock.advance(DAY)
     rc2 = Recrawler(rc.settings, rc.store, clock=clock)  # next run
     assert not rc2.exhausted
     due = rc2.take_due(10)
     assert [r.fp for r in due] == [1]
     assert rc2.take_due(10) == [] and rc2.exhausted  # handed out once
     # The feed claimed it: a start URL (dont_filter) for the same page is not let through.
-    admitted, _ = rc2.admit(1)
+    admitted, _ = rc2.admit_start(1, True, shared=False)
     assert not admitted
     assert rc2.counters["recrawl/fed"] == 1 and rc2.counters["recrawl/not_due"] == 1
 
@@ -202,7 +209,8 @@ def test_gone_and_repeated_failures_retire_a_page() -> None:
         assert rec.retired is None
     rec = rc.failed(2, "u2", None)  # a download error counts too
     assert rec.retired == "failures"
-    assert rc.admit(1)[0] is False and rc.admit(2)[0] is False
+    assert rc.admit_start(1, True, shared=False)[0] is False  # retired pages: never
+    assert rc.admit_start(2, True, shared=False)[0] is False
     assert rc.counters["history/retired/gone"] == 1
     assert rc.counters["history/retired/failures"] == 1
     assert rc.counters["recrawl/filtered_retired"] == 2

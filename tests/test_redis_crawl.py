@@ -62,6 +62,15 @@ def _worker(spec: Path, out: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def _reap(procs: list[subprocess.Popen[str]]) -> None:
+    """Kill the workers still running and close their pipes."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        if p.stdout is not None:
+            p.stdout.close()
+
+
 def _leases_of_stopped_worker(client: Any, prefix: str, proc: subprocess.Popen[str]) -> int:
     """SIGSTOP ``proc`` and return how many leases it holds (0: let it run and retry).
 
@@ -107,11 +116,7 @@ def test_three_workers_one_killed_share_one_polite_crawl(redis_server: RedisServ
             procs[1].send_signal(signal.SIGKILL)
             codes = [p.wait(timeout=180) for p in procs]
         finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                if p.stdout is not None:
-                    p.stdout.close()
+            _reap(procs)
         entries = read_log(log)
         expired = int(client.hget(f"{name}:frontier:stats", "expired") or 0)
     assert held >= 1, "never caught the worker holding a lease"
@@ -149,11 +154,7 @@ def test_three_workers_of_an_ordinary_spider_fetch_each_start_url_once(
         try:
             codes = [p.wait(timeout=180) for p in procs]
         finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                if p.stdout is not None:
-                    p.stdout.close()
+            _reap(procs)
         entries = read_log(log)
     assert codes == [0, 0, 0], codes
     report = audit(entries, expected=web.expected, min_delay=0.0)

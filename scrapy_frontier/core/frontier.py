@@ -636,7 +636,9 @@ class Frontier(Generic[T]):
     ) -> None:
         hs = self._hosts[lease.host]
         hs.lease = None
-        hs.last_fetch = fetch_seconds
+        # As the Redis frontier keeps it (tests/test_lua_parity.py): never negative, and
+        # only while the host owns a back queue (forgotten below when it gives it up).
+        hs.last_fetch = max(0.0, fetch_seconds)
         if self.group_hosts:
             self._release_group(hs.key, fetch_seconds, now)
         rest = max(
@@ -652,6 +654,7 @@ class Frontier(Generic[T]):
             return
         # Back queue empty: the host gives up its back queue (Mercator refill).
         hs.active = False
+        hs.last_fetch = None
         self.store.back_close(hs.key)
         self._active -= 1
         self.stats.releases += 1

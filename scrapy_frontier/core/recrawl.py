@@ -10,8 +10,8 @@ records into requests.
   update the page's record and its next due time (a refresh predictor from
   :mod:`scrapy_frontier.core.refresh`, clamped to [FRONTIER_RECRAWL_MIN,
   FRONTIER_RECRAWL_MAX]).
-* **the due gate** -- :meth:`admit` tells whether a request for a known URL may be
-  fetched now (its page is due, not retired).
+* **the start gate** -- :meth:`admit_start` tells whether a start request for a known
+  URL may be fetched now (its page is due, not retired, not started elsewhere).
 * **the feed** -- :meth:`take_due` hands out due pages in due order, once each.
 
 A page is *eligible* from a tenth of its interval before its due time (see
@@ -167,21 +167,6 @@ class Recrawler:
         self.counters[key] = self.counters.get(key, 0) + n
 
     # -- the due gate and the feed ---------------------------------------------------------
-
-    def admit(self, fp: int) -> tuple[bool, PageRecord | None]:
-        """May a request for page ``fp`` be fetched now? Claims it if so."""
-        record = self.store.get(fp)
-        if record is None:
-            return True, None
-        if record.retired is not None:
-            self._count("recrawl/filtered_retired")
-            return False, record
-        now = self.clock()
-        if record.eligible > now:
-            self._count("recrawl/not_due")
-            return False, record
-        self._claim(record, now)
-        return True, record
 
     def admit_start(self, fp: int, seen: bool, *, shared: bool) -> tuple[bool, PageRecord | None]:
         """May a start request for page ``fp`` (``dont_filter``) be fetched now?

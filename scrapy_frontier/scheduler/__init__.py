@@ -106,6 +106,7 @@ class FrontierScheduler:
         self._timer: Timer | None = None
         self._timer_at: float | None = None
         self._feed_at = 0.0
+        self._check_leases_at = 0.0
         self._closed = False
         self._failed = False
         self.uses_signals = False
@@ -335,16 +336,18 @@ class FrontierScheduler:
             self.driver.ack(flight.ticket)
 
     def _expire_leases(self, now: float) -> None:
-        if not len(self.inflight):
-            return
-        if self.uses_signals:
+        if self.uses_signals and len(self.inflight):
             # Signals miss requests that never reached the downloader (e.g. robots.txt
             # IgnoreRequest): a lease whose request the engine no longer tracks is over.
             in_progress = self.engine.in_progress()
             if in_progress is not None:
                 for flight in self.inflight.untracked(in_progress):
                     self.fetch_finished(flight.request)
-        for flight in self.inflight.expired(now):
+        if now < self._check_leases_at:
+            return
+        # Once a second at most: leases last minutes, and this runs on every call.
+        self._check_leases_at = now + 1.0
+        for flight in self.inflight.expired(now, keep=self.driver.needs_ack):
             self.stats.inc_value("frontier/lease_expired")
             logger.warning(
                 "No end was reported for %s within %.0f s (FRONTIER_LEASE_TIMEOUT); "
@@ -387,7 +390,7 @@ class FrontierScheduler:
     ) -> None:
         if self._closed:
             return
-        flight = self.inflight.end(ticket)
+        flight = self.inflight.end(ticket, keep=self.driver.needs_ack)
         if flight is None:
             return  # a late report, or one already made: never release a host twice
         now = self.clock()
@@ -395,7 +398,9 @@ class FrontierScheduler:
         # or an IgnoreRequest before the downloader).
         duration = 0.0 if started is None else max(0.0, now - started)
         host = flight.host
-        rest, failures = self.rules.outcome_rest(host, response, exception)
+        rest, failures = 0.0, 0
+        if response is not None or exception is not None:
+            rest, failures = self.rules.outcome_rest(host, response, exception)
         robots_end = self.rules.robots_rest_end(host, take=True)
         if robots_end is not None:
             rest = max(rest, robots_end - now)

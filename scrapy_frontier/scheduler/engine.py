@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("scrapy_frontier.engine")
 
+_UNSET = object()
+
 
 def running_engine(crawler: Crawler) -> Any:
     """``crawler.engine``, or None before the crawl has created it."""
@@ -52,6 +54,8 @@ class EngineAdapter:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self._noted: set[str] = set()
+        self._slot_seen: object = _UNSET
+        self._inprogress: Collection[Request] | None = None
 
     def _fallback(self, what: str, why: str) -> None:
         if what not in self._noted:
@@ -64,11 +68,17 @@ class EngineAdapter:
     def in_progress(self) -> Collection[Request] | None:
         """The requests the engine still works on (downloading, or their callback's output
         not queued yet), or None if this engine cannot tell."""
-        inprogress = getattr(self._slot(), "inprogress", None)
+        slot = self._slot()
+        if slot is self._slot_seen:  # the hot path: one engine slot per crawl
+            return self._inprogress
+        self._slot_seen = slot
+        inprogress = getattr(slot, "inprogress", None)
         if isinstance(inprogress, set | frozenset | dict):
-            return inprogress
-        self._fallback("engine._slot.inprogress", type(inprogress).__name__)
-        return None
+            self._inprogress = inprogress
+        else:
+            self._fallback("engine._slot.inprogress", type(inprogress).__name__)
+            self._inprogress = None
+        return self._inprogress
 
     def wake(self) -> bool:
         """Make the engine ask for requests soon, without waiting for its heartbeat."""

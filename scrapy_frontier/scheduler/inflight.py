@@ -56,14 +56,23 @@ class InFlight:
         flight = self._out.get(ticket)  # type: ignore[call-overload]
         return None if flight is None else flight.host
 
-    def end(self, ticket: int) -> Flight | None:
-        """The fetch of ``ticket`` ended; None if it was unknown or had ended already."""
+    def end(self, ticket: int, *, keep: bool = True) -> Flight | None:
+        """The fetch of ``ticket`` ended; None if it was unknown or had ended already.
+
+        ``keep``: wait for the engine before acknowledging (a store that can lose
+        nothing); without it the lease is over now.
+        """
         flight = self._out.pop(ticket, None)
-        if flight is not None:
+        if flight is not None and keep:
             self._ended[ticket] = flight
         return flight
 
-    def expired(self, now: float) -> list[Flight]:
+    def next_deadline(self) -> float | None:
+        for flight in self._out.values():
+            return flight.deadline
+        return None
+
+    def expired(self, now: float, *, keep: bool = True) -> list[Flight]:
         """Leases whose end was never reported within the lease timeout (ended now)."""
         out: list[Flight] = []
         while self._out:
@@ -71,7 +80,7 @@ class InFlight:
             if flight.deadline > now:
                 break
             out.append(flight)
-            self.end(ticket)
+            self.end(ticket, keep=keep)
         return out
 
     def untracked(self, in_progress: Collection[Request]) -> list[Flight]:

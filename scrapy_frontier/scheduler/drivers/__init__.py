@@ -83,6 +83,9 @@ class Driver(Protocol):
     #: State outlives the process (resumes, other workers): start requests go through
     #: the start gate.
     persistent: bool
+    #: Acknowledge a fetched URL only once the engine is done with its request (so a
+    #: crash cannot lose the links it found); False: nothing to lose, ack at fetch end.
+    needs_ack: bool
 
     def open(self, spider: Spider) -> Deferred[None] | None: ...
 

@@ -62,6 +62,7 @@ class LocalDriver:
         self.clock = context.clock
         self.name = "sqlite" if config.state_dir else "memory"
         self.persistent = config.state_dir is not None
+        self.needs_ack = self.persistent
         self.frontier: Frontier[Request] = self._new_frontier(None)
         self.store: SQLiteStore[Request] | None = None
         self._seen_store: SQLiteFingerprintStore | None = None

@@ -140,6 +140,7 @@ class RedisDriver:
     name = "redis"
     shared_seen: ClassVar[bool] = True
     persistent = True
+    needs_ack = True
 
     def __init__(self, context: DriverContext, *, client: Any = None) -> None:
         self.ctx = context
