@@ -39,11 +39,20 @@ class Addon:
 RECRAWL_MIDDLEWARE_PATH = "scrapy_frontier.spidermiddlewares.RecrawlMiddleware"
 
 
+#: Paths of the components before the layout by layer; still importable.
+_OLD_PATHS = {
+    MIDDLEWARE_PATH: "scrapy_frontier.middleware.FetchTimingMiddleware",
+    "scrapy_frontier.spidermiddlewares.RecrawlMiddleware":
+        "scrapy_frontier.recrawl_middleware.RecrawlMiddleware",
+}
+
+
 def _add_component(settings: Settings, name: str, path: str, order: int) -> None:
-    """Add a component unless the project already lists it (even as None)."""
+    """Add a component unless the project already lists it (even as None, or by its
+    old path)."""
     components = settings[name]
     if isinstance(components, BaseSettings):
-        if path not in components:
+        if path not in components and _OLD_PATHS.get(path) not in components:
             components.set(path, order, "addon")
     else:  # pragma: no cover - settings built from a plain dict
         settings.set(name, {**(components or {}), path: order}, "addon")

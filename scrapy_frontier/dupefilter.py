@@ -86,7 +86,7 @@ class FrontierDupeFilter(BaseDupeFilter):
         cache = make_cache(policy, size, rng=random.Random(config.seed))
         store: FingerprintStore
         path: Path | None = None
-        if config.state_dir is None or config.backend == "redis":
+        if config.state_dir is None or config.backend in ("memory", "redis"):
             store = MemoryFingerprintStore()
         else:
             directory = Path(config.state_dir)

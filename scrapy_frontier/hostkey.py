@@ -47,7 +47,10 @@ def host_key(request: Request) -> str:
     """
     slot = request.meta.get("download_slot")
     if slot is not None:
-        return str(slot)
+        key = str(slot)
+        if "\0" in key:  # the shared frontier separates host and request with NUL
+            raise HostlessURL(request.url, "bad_download_slot")
+        return key
     return url_host_key(request.url)
 
 

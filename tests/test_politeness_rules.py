@@ -471,3 +471,21 @@ def test_failing_host_backs_off_then_is_retired_without_affecting_others(
     assert stats.get("frontier/retired_requests/refused") is None
     assert stats["frontier/enqueued"] == stats["frontier/dequeued"] + 5
     assert "Retired host" in result.output and "dropped" in result.output
+
+
+@pytest.mark.parametrize(
+    "value", [b"\xb2", "\u00b2\u00b3", b"1e9", b"-5", b"\xff\xfe", b"Mon, 99 Foo"])
+def test_garbage_retry_after_is_treated_as_absent(value: bytes | str) -> None:
+    assert parse_retry_after(value, time.time()) is None
+
+
+def test_infinite_and_huge_robots_delays_are_capped_not_ignored() -> None:
+    from types import SimpleNamespace
+
+    rate = SimpleNamespace(requests=1, seconds=int("9" * 400))
+    parser = SimpleNamespace(crawl_delay=lambda agent: float("inf"),
+                             rp=SimpleNamespace(request_rate=lambda agent: rate))
+    assert robots_delay(parser, "*") == float("inf")
+    sched, _, _ = make_scheduler({"FRONTIER_MAX_CRAWL_DELAY": 7.0})
+    sched._on_robots_parsed(parser, Request("http://slow.example/robots.txt"))
+    assert sched.driver.frontier.min_rest("slow.example") == 7.0

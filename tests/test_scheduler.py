@@ -247,6 +247,14 @@ def test_priority_maps_to_levels_and_higher_goes_first_within_host() -> None:
         ("FRONTIER_BACK_QUEUES", "many"),
         ("FRONTIER_PRIORITY_BIAS", 0.5),
         ("FRONTIER_MIN_DELAY", float("nan")),
+        ("FRONTIER_FRONT_QUEUES", 1100),
+        ("FRONTIER_PRIORITY_BIAS", 1e300),
+        ("FRONTIER_REDIS_PREFETCH", "lots"),
+        ("FRONTIER_REDIS_KEY", 5),
+        ("FRONTIER_REDIS_KEY", "%(worker)s:frontier:"),
+        ("FRONTIER_QUALITY", "no.such.module.quality"),
+        ("FRONTIER_BACKEND", "cassandra"),
+        ("FRONTIER_BACKEND", "sqlite"),  # without JOBDIR or FRONTIER_PATH
     ],
 )
 def test_bad_settings_give_clear_errors(name: str, value: Any) -> None:
@@ -356,3 +364,49 @@ def test_fast_host_key_agrees_with_urllib(
     else:
         with pytest.raises(HostlessURL):
             url_host_key(url)
+
+
+def test_ip_politeness_is_refused_on_redis_at_startup() -> None:
+    from scrapy.settings import Settings
+
+    with pytest.raises(FrontierConfigError, match="FRONTIER_IP_POLITENESS.*redis"):
+        FrontierConfig.from_settings(
+            Settings({"FRONTIER_BACKEND": "redis", "FRONTIER_IP_POLITENESS": True}))
+
+
+def test_backend_names_and_the_legacy_embedded_name(tmp_path: Any) -> None:
+    from scrapy.settings import Settings
+
+    def backend(**kw: Any) -> str:
+        return FrontierConfig.from_settings(Settings(kw)).backend
+
+    assert backend() == "memory"
+    assert backend(JOBDIR=str(tmp_path)) == "sqlite"
+    assert backend(FRONTIER_BACKEND="embedded") == "memory"
+    assert backend(FRONTIER_BACKEND="embedded", JOBDIR=str(tmp_path)) == "sqlite"
+    assert backend(FRONTIER_BACKEND="Redis") == "redis"
+    assert backend(FRONTIER_BACKEND="my.pkg.Driver") == "my.pkg.Driver"
+
+
+def test_a_non_integer_priority_boost_is_ignored_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sched, _, crawler = make_scheduler()
+    with caplog.at_level(logging.WARNING, logger="scrapy_frontier"):
+        assert sched.enqueue_request(Request("http://a.example/", meta={
+            "frontier_priority_boost": "x"}))
+        assert sched.enqueue_request(Request("http://a.example/2", meta={
+            "frontier_priority_boost": None}))
+    assert crawler.stats.get_value("frontier/rejected/bad_boost") == 2
+    assert sum("frontier_priority_boost" in r.getMessage() for r in caplog.records) == 1
+    assert sched.next_request() is not None
+
+
+def test_memory_backend_writes_nothing_even_with_jobdir(tmp_path: Any) -> None:
+    sched, _, _ = make_scheduler({"FRONTIER_BACKEND": "memory", "JOBDIR": str(tmp_path)})
+    sched.enqueue_request(Request("http://a.example/"))
+    assert sched.next_request() is not None
+    sched.close("finished")
+    assert sched.driver.name == "memory"
+    # (Scrapy's own RFPDupeFilter, used here, keeps JOBDIR/requests.seen.)
+    assert not list(tmp_path.glob("*.sqlite*"))

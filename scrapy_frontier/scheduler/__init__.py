@@ -226,7 +226,9 @@ class FrontierScheduler:
             if (ticket is None and self.driver.persistent and START_META in meta
                     and not meta.get(RECRAWL_META) and not meta.get(FORCE_META)):
                 fp = self.fp64(request) if fp is None else fp
-                start = fp not in self._own_starts
+                # One process fetches a start URL listed twice twice, as Scrapy does;
+                # a shared frontier fetches it once, however many workers list it.
+                start = self._shared_seen or fp not in self._own_starts
                 self._own_starts.add(fp)
             if start:
                 if self._shared_seen:

@@ -60,8 +60,11 @@ class LocalDriver:
         self.ctx = context
         self.config = config = context.config
         self.clock = context.clock
-        self.name = "sqlite" if config.state_dir else "memory"
-        self.persistent = config.state_dir is not None
+        self.name = "sqlite" if config.backend == "sqlite" else "memory"
+        #: Where the SQLite files live; None: everything in memory (FRONTIER_BACKEND
+        #: "memory" even with JOBDIR set).
+        self.state_dir = config.state_dir if self.name == "sqlite" else None
+        self.persistent = self.state_dir is not None
         self.needs_ack = self.persistent
         self.frontier: Frontier[Request] = self._new_frontier(None)
         self.store: SQLiteStore[Request] | None = None
@@ -97,13 +100,13 @@ class LocalDriver:
     # -- opening and closing -----------------------------------------------------------
 
     def open(self, spider: Spider) -> None:
-        if self.config.state_dir:
+        if self.state_dir:
             self._open_store(spider)
 
     def _open_store(self, spider: Spider) -> None:
-        assert self.config.state_dir is not None
+        assert self.state_dir is not None
         stats = self.ctx.stats
-        path = Path(self.config.state_dir) / STATE_FILE
+        path = Path(self.state_dir) / STATE_FILE
         store: SQLiteStore[Request] = SQLiteStore(
             path, levels=self.config.front_queues, spider=spider.name, codec=request_codec(spider)
         )
@@ -142,8 +145,8 @@ class LocalDriver:
 
     def open_history(self) -> HistoryStore:
         settings = self.config.recrawl
-        if self.config.state_dir:
-            path = Path(self.config.state_dir) / HISTORY_FILE
+        if self.state_dir:
+            path = Path(self.state_dir) / HISTORY_FILE
             store = SQLiteHistoryStore(path)
             logger.info("Page history: %s (%d pages), recrawl mode %r", path, len(store),
                         settings.mode)

@@ -200,6 +200,7 @@ class RedisDriver:
             front_queues=config.front_queues, priority_bias=config.priority_bias,
             back_queues=config.back_queues, back_queues_max=config.back_queues_max,
             policy=config.policy, lease_timeout=config.lease_timeout, spider=spider.name,
+            rng=random.Random(config.seed),
         )
         self.seen = RedisSeenSet(client, seen_key, expected=config.redis.seen_expected)
         self._codec = request_codec(spider)
