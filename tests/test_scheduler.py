@@ -112,6 +112,7 @@ def test_late_report_does_not_release_twice() -> None:
         sched.enqueue_request(Request(f"http://a.example/{i}"))
     req = sched.next_request()
     assert req is not None
+    crawler.engine._slot.inprogress.add(req)  # still downloading, as far as the engine knows
     clock.advance(5.0)
     assert sched.next_request() is None  # lease expired now; host rests
     assert crawler.stats.get_value("frontier/lease_expired") == 1
@@ -410,3 +411,23 @@ def test_memory_backend_writes_nothing_even_with_jobdir(tmp_path: Any) -> None:
     assert sched.driver.name == "memory"
     # (Scrapy's own RFPDupeFilter, used here, keeps JOBDIR/requests.seen.)
     assert not list(tmp_path.glob("*.sqlite*"))
+
+
+def test_a_lease_the_engine_dropped_without_a_reported_end_is_released() -> None:
+    """A download handler that returns something that is not a Response: the engine
+    drops the request, nothing reports the fetch's end (Scrapy's
+    test_download_wrong_type hung on Redis for that)."""
+    sched, clock, crawler = make_scheduler()
+    for i in range(2):
+        sched.enqueue_request(Request(f"http://a.example/{i}"))
+    req = sched.next_request()
+    assert req is not None
+    inprogress = crawler.engine._slot.inprogress
+    inprogress.add(req)
+    clock.advance(2.0)
+    assert sched.next_request() is None  # the engine still works on it: the host is busy
+    inprogress.discard(req)
+    clock.advance(1.0)
+    nxt = sched.next_request()  # released (no fetch time seen: FRONTIER_MIN_DELAY=0 here)
+    assert nxt is not None and nxt.url == "http://a.example/1"
+    assert crawler.stats.get_value("frontier/lease_expired") is None

@@ -131,16 +131,29 @@ def test_fifo_within_equal_priority_on_a_host(driver: Driver) -> Gen:
 
 @inline_callbacks
 def test_same_url_twice_is_fetched_once(driver: Driver) -> Gen:
+    """And each refused copy is dropped the way Scrapy's engine drops it: either
+    ``enqueue_request`` says False (the engine then sends request_dropped), or, where the
+    seen test runs later (the shared seen set of Redis), the scheduler sends it."""
+    from scrapy import signals
+
     run = Run(driver)
     url = "http://a.example/page"
+    dropped: list[Request] = []
     try:
         yield run.open()
-        run.enqueue(Request(url), Request(url))
+        run.crawler.signals.connect(lambda request, spider: dropped.append(request),
+                                    signal=signals.request_dropped, weak=False)
+        copies = [Request(url), Request(url)]
+        accepted = run.enqueue(*copies)
         out = yield run.drain()
         assert urls(out) == [url]
-        run.enqueue(Request(url))  # already fetched in this run
+        late = Request(url)
+        accepted += run.enqueue(late)  # already fetched in this run
         out = yield run.drain()
         assert out == []
+        refused = [r for r, ok in zip([*copies, late], accepted, strict=True) if not ok]
+        assert len(refused) + len(dropped) == 2
+        assert not set(map(id, refused)) & set(map(id, dropped))
     finally:
         yield run.close()
 

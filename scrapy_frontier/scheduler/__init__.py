@@ -338,17 +338,25 @@ class FrontierScheduler:
             self.driver.ack(flight.ticket)
 
     def _expire_leases(self, now: float) -> None:
-        if self.uses_signals and len(self.inflight):
-            # Signals miss requests that never reached the downloader (e.g. robots.txt
-            # IgnoreRequest): a lease whose request the engine no longer tracks is over.
-            in_progress = self.engine.in_progress()
-            if in_progress is not None:
-                for flight in self.inflight.untracked(in_progress):
-                    self.fetch_finished(flight.request)
-        if now < self._check_leases_at:
+        """End the leases whose fetch end was never reported.
+
+        A lease whose request the engine no longer works on is over (the middleware
+        never saw it end: a robots.txt IgnoreRequest in signals mode, a download handler
+        that returned something that is not a Response); one past its deadline too.
+        """
+        if not len(self.inflight):
             return
-        # Once a second at most: leases last minutes, and this runs on every call.
+        if not self.uses_signals and now < self._check_leases_at:
+            return
+        # Once a second at most with the middleware (it reports nearly every end).
         self._check_leases_at = now + 1.0
+        in_progress = self.engine.in_progress()
+        if in_progress is not None:
+            # Signals mode: any lease; else only leases out for a second (a request the
+            # engine has not taken yet is not orphaned).
+            before = now if self.uses_signals else now - 1.0
+            for flight in self.inflight.untracked(in_progress, before):
+                self.fetch_finished(flight.request)
         for flight in self.inflight.expired(now, keep=self.driver.needs_ack):
             self.stats.inc_value("frontier/lease_expired")
             logger.warning(

@@ -83,10 +83,12 @@ class InFlight:
             self.end(ticket, keep=keep)
         return out
 
-    def untracked(self, in_progress: Collection[Request]) -> list[Flight]:
-        """Leases whose request the engine no longer works on (e.g. dropped before the
-        downloader by robots.txt): their fetch is over, whatever reported it."""
-        return [f for f in self._out.values() if f.request not in in_progress]
+    def untracked(self, in_progress: Collection[Request], before: float) -> list[Flight]:
+        """Leases handed out before ``before`` whose request the engine no longer works on
+        (e.g. dropped before the downloader by robots.txt): their fetch is over, whatever
+        reported it. (The engine tracks a request from the moment it takes it.)"""
+        return [f for f in self._out.values()
+                if f.handed_at < before and f.request not in in_progress]
 
     def acknowledgeable(self, in_progress: Collection[Request] | None) -> list[Flight]:
         """Ended leases the engine is done with (all of them when it cannot tell);

@@ -30,8 +30,10 @@ its local lists, and retries with a doubling pause (up to 30 s).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -89,6 +91,9 @@ class _Pushed:
     level: int
     item: bytes
     """8 bytes of fingerprint, then the encoded request."""
+    request: Request | None = None
+    """Kept until the round lands: a duplicate found there is dropped as Scrapy drops it
+    (the request_dropped signal, the dupe filter's log)."""
 
 
 @dataclass
@@ -132,6 +137,8 @@ class _Answer:
     """Lease ticket -> (ETag, Last-Modified) of the page's last full response."""
     due: list[PageRecord] = field(default_factory=list)
     starts_skipped: int = 0
+    dropped: list[int] = field(default_factory=list)
+    """Indexes (in the round's pushes) of duplicates and skipped start requests."""
 
 
 class RedisDriver:
@@ -178,6 +185,8 @@ class RedisDriver:
         self._due: list[PageRecord] = []
         self._want_due = 0
         self._closed = False
+        self._spider: Spider | None = None
+        self._shutdown_trigger: Any = None
         # Requests that cannot be serialized: polite within this process only.
         self.local: Frontier[Request] = Frontier(
             front_queues=self.config.front_queues, priority_bias=self.config.priority_bias,
@@ -190,6 +199,7 @@ class RedisDriver:
     # -- opening and closing -----------------------------------------------------------
 
     def open(self, spider: Spider) -> None:
+        self._spider = spider
         config = self.config
         client = (self._client if self._client is not None
                   else redis_from_settings(self.ctx.crawler.settings))
@@ -205,7 +215,13 @@ class RedisDriver:
         self.seen = RedisSeenSet(client, seen_key, expected=config.redis.seen_expected)
         self._codec = request_codec(spider)
         self._pool = ThreadPool(minthreads=1, maxthreads=1, name="scrapy-frontier-redis")
+        # Daemon, and stopped with the reactor: a crawl that dies before close() (an
+        # exception in open, say) must not keep the interpreter alive. Every round is one
+        # atomic script or pipeline per step, so a round cut short is sent again.
+        self._pool.threadFactory = _daemon_thread  # type: ignore[assignment]
         self._pool.start()
+        self._shutdown_trigger = _reactor().addSystemEventTrigger(
+            "during", "shutdown", self._stop_pool)
         self._stall.start()
         self._poll = LoopingCall(self._tick)
         self._poll.start(0.5, now=True)
@@ -261,7 +277,7 @@ class RedisDriver:
                 redis_log.error("Could not hand the worker's state back to Redis at close "
                                 "(%s): its leases will expire and their requests be fetched "
                                 "again", result.getErrorMessage())
-            pool.stop()
+            self._stop_pool()
 
         d = waiting.addBoth(send_final)
         d.addBoth(report)
@@ -286,6 +302,7 @@ class RedisDriver:
         self._next.pushes.append(_Pushed(
             fp, item.dedupe, item.mark, item.start, item.host, item.level,
             fp.to_bytes(8, "big", signed=True) + data,
+            item.request if item.dedupe else None,
         ))
         self._kick()
         return True
@@ -420,6 +437,7 @@ class RedisDriver:
         assert remote is not None and seen is not None
         recrawler = self.recrawler
         duplicates = skipped = 0
+        dropped: list[int] = []
         if rnd.pushes:
             # A first look saves sending known duplicates; the push script tests again,
             # atomically with the push (another worker may push the same URL meanwhile).
@@ -427,31 +445,38 @@ class RedisDriver:
             known = dict(zip(tested, seen.contains_many(tested), strict=True)) if tested else {}
             fresh: list[tuple[str, int, bytes, tuple[str, int, bool] | None]] = []
             starts: list[bool] = []
-            for p in rnd.pushes:
+            indexes: list[int] = []
+            for index, p in enumerate(rnd.pushes):
                 test = p.dedupe
                 if p.dedupe and known.get(p.fp, False):
                     if not p.start:
                         duplicates += 1
+                        dropped.append(index)
                         continue
                     admitted = False
                     if recrawler is not None:
                         admitted = recrawler.admit_start(p.fp, True, shared=True)[0]
                     if not admitted:
                         skipped += 1
+                        dropped.append(index)
                         continue
                     test = False  # a start URL due for a recrawl: queued although seen
                 elif p.start and recrawler is not None:
                     admitted = recrawler.admit_start(p.fp, False, shared=True)[0]
                     if not admitted:
                         skipped += 1
+                        dropped.append(index)
                         continue
                 mark = p.mark or p.dedupe
                 fresh.append((p.host, p.level, p.item,
                               (*seen.bucket(p.fp), test) if mark else None))
                 starts.append(p.start)
+                indexes.append(index)
             if fresh:
-                for start, outcome in zip(starts, remote.push_unseen(fresh), strict=True):
+                outcomes = remote.push_unseen(fresh)
+                for start, index, outcome in zip(starts, indexes, outcomes, strict=True):
                     if outcome == 2:  # another worker queued it since the first look
+                        dropped.append(index)
                         if start:
                             skipped += 1
                         else:
@@ -475,6 +500,7 @@ class RedisDriver:
         answer = _Answer(leases, duplicates, front + back + held == 0, front + back, held,
                          remote.next_wakeup() if len(leases) < rnd.want else None)
         answer.starts_skipped = skipped
+        answer.dropped = dropped
         if recrawler is not None:
             for lease in leases:
                 record = recrawler.store.get(int.from_bytes(lease.item[:8], "big", signed=True))
@@ -505,9 +531,7 @@ class RedisDriver:
         self._backoff = 0.0
         if answer.duplicates:
             self._count("duplicates", answer.duplicates)
-            count = getattr(self.ctx.dupefilter, "count_filtered", None)
-            if count is not None:
-                count(answer.duplicates)
+        self._dropped(sent, answer.dropped)
         if answer.starts_skipped:
             self.stats.inc_value("frontier/start/skipped", answer.starts_skipped)
         self._validators.update(answer.validators)
@@ -527,6 +551,31 @@ class RedisDriver:
         if answer.wakeup is not None and answer.wakeup < 0.5:
             self._wake_at(answer.wakeup)
         self._kick()
+
+    def _stop_pool(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None and pool.started:
+            pool.stop()
+        trigger, self._shutdown_trigger = self._shutdown_trigger, None
+        if trigger is not None:
+            with contextlib.suppress(ValueError, KeyError):  # already fired
+                _reactor().removeSystemEventTrigger(trigger)
+
+    def _dropped(self, sent: _Round, indexes: list[int]) -> None:
+        """Requests the round refused: dropped as Scrapy's engine drops a request its
+        scheduler refuses (request_dropped), duplicates logged by the dupe filter."""
+        from scrapy import signals
+
+        crawler = self.ctx.crawler
+        for index in indexes:
+            pushed = sent.pushes[index]
+            request = pushed.request
+            if request is None:
+                continue
+            if not pushed.start:
+                self.ctx.dupefilter.log(request, self._spider)  # type: ignore[arg-type]
+            crawler.signals.send_catch_log(signal=signals.request_dropped, request=request,
+                                           spider=self._spider)
 
     def _wake_at(self, seconds: float) -> None:
         """A resting host becomes ready before the next poll: claim then."""
@@ -575,6 +624,12 @@ class RedisDriver:
         set_value("frontier/redis/in_flight", self._remote_in_flight)
         set_value("frontier/reactor/stall_max_ms", round(1000 * self._stall.worst, 1))
         set_value("frontier/reactor/stalls_over_100ms", self._stall.over)
+
+
+def _daemon_thread(*args: Any, **kwargs: Any) -> threading.Thread:
+    thread = threading.Thread(*args, **kwargs)
+    thread.daemon = True
+    return thread
 
 
 def _reactor() -> Any:
