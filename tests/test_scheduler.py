@@ -108,11 +108,12 @@ def test_redirect_copy_loses_the_old_lease() -> None:
 
 def test_late_report_does_not_release_twice() -> None:
     sched, clock, crawler = make_scheduler({"FRONTIER_LEASE_TIMEOUT": 5})
+    # An engine that cannot tell what it works on (as a Mock): only the timeout helps.
+    crawler.engine._slot.inprogress = None
     for i in range(2):
         sched.enqueue_request(Request(f"http://a.example/{i}"))
     req = sched.next_request()
     assert req is not None
-    crawler.engine._slot.inprogress.add(req)  # still downloading, as far as the engine knows
     clock.advance(5.0)
     assert sched.next_request() is None  # lease expired now; host rests
     assert crawler.stats.get_value("frontier/lease_expired") == 1
@@ -431,3 +432,27 @@ def test_a_lease_the_engine_dropped_without_a_reported_end_is_released() -> None
     nxt = sched.next_request()  # released (no fetch time seen: FRONTIER_MIN_DELAY=0 here)
     assert nxt is not None and nxt.url == "http://a.example/1"
     assert crawler.stats.get_value("frontier/lease_expired") is None
+
+
+def test_a_lease_whose_fetch_still_runs_is_extended_not_released(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """FRONTIER_LEASE_TIMEOUT below the fetch time must not let a second fetch overlap."""
+    sched, clock, crawler = make_scheduler({"FRONTIER_LEASE_TIMEOUT": 5})
+    for i in range(2):
+        sched.enqueue_request(Request(f"http://a.example/{i}"))
+    req = sched.next_request()
+    assert req is not None
+    crawler.engine._slot.inprogress.add(req)  # still downloading
+    with caplog.at_level(logging.WARNING, logger="scrapy_frontier"):
+        for _ in range(3):
+            clock.advance(5.0)
+            assert sched.next_request() is None  # the host stays busy
+    assert crawler.stats.get_value("frontier/lease_extended") == 3
+    assert crawler.stats.get_value("frontier/lease_expired") is None
+    assert sum("FRONTIER_LEASE_TIMEOUT" in r.getMessage() for r in caplog.records) == 1
+    finish(sched, clock, req, 0.1)
+    crawler.engine._slot.inprogress.discard(req)
+    clock.advance(1.0)
+    nxt = sched.next_request()
+    assert nxt is not None and nxt.url == "http://a.example/1"

@@ -22,7 +22,12 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy_frontier.core.prioritizer import PriorityMapper
 from scrapy_frontier.core.recrawl_priority import HostRules
 from scrapy_frontier.dupefilter import FrontierDupeFilter
-from scrapy_frontier.errors import HistoryStoreError, RedisFrontierError, StoreError
+from scrapy_frontier.errors import (
+    FrontierError,
+    HistoryStoreError,
+    RedisFrontierError,
+    StoreError,
+)
 from scrapy_frontier.fingerprint import Fingerprinter64
 from scrapy_frontier.hostkey import HostlessURL, host_key
 from scrapy_frontier.meta import (
@@ -114,13 +119,27 @@ class FrontierScheduler:
         self._dequeued = 0
         self._completed = 0
         self._bad_boosts = 0
+        self._warned_lease = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
-        config = FrontierConfig.from_settings(crawler.settings)
-        driver_cls = load_driver(config.driver_path)
-        df = build_from_crawler(load_object(crawler.settings["DUPEFILTER_CLASS"]), crawler)
+        try:
+            config = FrontierConfig.from_settings(crawler.settings)
+            driver_cls = load_driver(config.driver_path)
+            df = build_from_crawler(load_object(crawler.settings["DUPEFILTER_CLASS"]), crawler)
+        except FrontierError as exc:
+            # One clear line before Scrapy's tracebacks.
+            logger.error("scrapy-frontier cannot start: %s", exc)
+            raise
         _warn_about_stacked_delays(crawler)
+        if config.lease_timeout < crawler.settings.getfloat("DOWNLOAD_TIMEOUT", 180.0):
+            logger.warning(
+                "FRONTIER_LEASE_TIMEOUT (%s s) is below DOWNLOAD_TIMEOUT (%s s): a fetch that "
+                "runs longer keeps its lease (extended) in this process, but on Redis another "
+                "worker may fetch from the host meanwhile. Leave FRONTIER_LEASE_TIMEOUT unset "
+                "(DOWNLOAD_TIMEOUT + 60 s) or raise it.",
+                config.lease_timeout, crawler.settings.get("DOWNLOAD_TIMEOUT"),
+            )
         return cls(crawler, config, df, driver_cls=driver_cls)
 
     # -- opening and closing -----------------------------------------------------------
@@ -136,10 +155,16 @@ class FrontierScheduler:
         self.stats.set_value("frontier/backend", self.driver.name)
         self.stats.set_value("frontier/back_queues/floor", self.config.back_queues)
         self.stats.set_value("frontier/back_queues/max", self.config.back_queues_max)
-        self.driver.open(spider)
         mode = self.config.recrawl.mode
-        if mode != "off":
-            self.recrawl = RecrawlHooks.with_store(self.config.recrawl, self.driver.open_history())
+        try:
+            self.driver.open(spider)
+            if mode != "off":
+                self.recrawl = RecrawlHooks.with_store(self.config.recrawl,
+                                                       self.driver.open_history())
+        except FrontierError as exc:
+            logger.error("scrapy-frontier cannot start: %s", exc)
+            raise
+        if self.recrawl is not None:
             self.driver.attach_recrawler(self.recrawl.recrawler)
             if mode == "continuous":
                 self.crawler.signals.connect(self._on_spider_idle, signal=signals.spider_idle)
@@ -358,12 +383,28 @@ class FrontierScheduler:
             for flight in self.inflight.untracked(in_progress, before):
                 self.fetch_finished(flight.request)
         for flight in self.inflight.expired(now, keep=self.driver.needs_ack):
+            if in_progress is not None and flight.request in in_progress:
+                # Still downloading (FRONTIER_LEASE_TIMEOUT below the fetch time): the
+                # host stays busy, or a second fetch would overlap this one.
+                self.inflight.renew(flight, now)
+                self._lease_extended(flight)
+                continue
             self.stats.inc_value("frontier/lease_expired")
             logger.warning(
                 "No end was reported for %s within %.0f s (FRONTIER_LEASE_TIMEOUT); "
                 "releasing host %r", flight.request, self.config.lease_timeout, flight.host,
             )
             self.driver.release(flight.ticket, now - flight.handed_at, 0.0)
+
+    def _lease_extended(self, flight: Any) -> None:
+        self.stats.inc_value("frontier/lease_extended")
+        if not self._warned_lease:
+            self._warned_lease = True
+            logger.warning(
+                "%s is still being fetched after FRONTIER_LEASE_TIMEOUT (%.0f s): its lease is "
+                "extended. Set FRONTIER_LEASE_TIMEOUT above DOWNLOAD_TIMEOUT (the default is "
+                "DOWNLOAD_TIMEOUT + 60 s).", flight.request, self.config.lease_timeout,
+            )
 
     # -- fetch ends ----------------------------------------------------------------------
 

@@ -83,6 +83,13 @@ class InFlight:
             self.end(ticket, keep=keep)
         return out
 
+    def renew(self, flight: Flight, now: float) -> None:
+        """Keep ``flight`` out for another lease timeout (its fetch is still running),
+        even if :meth:`expired` just returned it."""
+        self._ended.pop(flight.ticket, None)
+        self._out[flight.ticket] = flight  # re-inserted last: deadlines stay in order
+        flight.deadline = now + self.lease_timeout
+
     def untracked(self, in_progress: Collection[Request], before: float) -> list[Flight]:
         """Leases handed out before ``before`` whose request the engine no longer works on
         (e.g. dropped before the downloader by robots.txt): their fetch is over, whatever
