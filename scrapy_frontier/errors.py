@@ -57,6 +57,11 @@ class RedisFrontierDataError(RedisFrontierError):
     """The keys under the frontier's prefix hold data the frontier did not write."""
 
 
+class RedisFrontierGone(RedisFrontierError):
+    """The frontier's keys vanished while it ran (Redis restarted empty, or they were
+    deleted): what they held cannot be known, so the crawl must not go on as if finished."""
+
+
 class HostlessURL(FrontierError, ValueError):
     """A network URL without a host: it cannot be fetched politely (or at all)."""
 

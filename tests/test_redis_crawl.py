@@ -211,6 +211,43 @@ def test_a_redis_restart_mid_crawl_loses_nothing(tmp_path: Path) -> None:
 
 
 @pytest.mark.crawl
+def test_a_redis_restarted_without_persistence_stops_the_crawl(tmp_path: Path) -> None:
+    """The shared state vanished mid-crawl: the worker stops and says so; it never
+    reports "finished" with pages never fetched."""
+    log = tmp_path / "server.jsonl"
+    web_args = ["--shape", "wide", "--hosts", "4", "--pages", "12", "--latency", "0.05", "0.1",
+                "--seed", "6"]
+    server = RedisServer().start()
+    try:
+        with ServerProcess(web_args, log_path=str(log)) as web:
+            settings = {**BASE_SETTINGS, **_settings(server, "vanish",
+                                                      FRONTIER_REDIS_IDLE_GRACE=2.0)}
+            spec = tmp_path / "crawl.json"
+            spec.write_text(json.dumps({"start_urls": web.start_urls,
+                                        "allowed_domains": web.allowed_domains,
+                                        "settings": settings}))
+            out = tmp_path / "worker.json"
+            proc = _worker(spec, out)
+            try:
+                time.sleep(3.0)
+                port = server.port
+                server.kill()
+                server.start(port=port)  # empty: no persistence
+                output, _ = proc.communicate(timeout=120)
+            finally:
+                _reap([proc])
+            entries = read_log(log)
+    finally:
+        server.stop()
+    report = audit(entries, expected=web.expected, min_delay=0.0)
+    print(report.summary())
+    assert report.coverage < 1.0, "the crawl was meant to be cut short"
+    stats = json.loads(out.read_text())
+    assert stats["finish_reason"] == "frontier_redis_error", output[-3000:]
+    assert "restarted without persistence" in output
+
+
+@pytest.mark.crawl
 def test_scrapy_redis_redis_spider_feeds_the_shared_frontier(redis_server: RedisServer,
                                                             tmp_path: Path) -> None:
     """scrapy-redis's RedisSpider reads its start URLs from a Redis list; with the

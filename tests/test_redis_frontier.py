@@ -255,3 +255,25 @@ def test_front_queue_choice_is_biased(redis_client: redis.Redis, redis_prefix: s
     share = levels[1:].count(2) / len(levels[1:])
     assert 0.65 < share < 0.85, share
     f.check()
+
+
+def test_a_redis_restarted_empty_is_noticed_and_nothing_is_written() -> None:
+    from scrapy_frontier.errors import RedisFrontierGone
+    from tests.redis_server import RedisServer
+
+    server = RedisServer().start()  # no persistence
+    try:
+        client = server.client()
+        frontier = RedisFrontier(client, "gone:frontier:")
+        frontier.push_many([("a.example", 1, b"x"), ("b.example", 1, b"y")])
+        port = server.port
+        server.kill()
+        server.start(port=port)
+        with pytest.raises(RedisFrontierGone, match="gone.*restarted without persistence"):
+            frontier.pop()
+        with pytest.raises(RedisFrontierGone):
+            frontier.push("c.example", 1, b"z")
+        assert client.dbsize() == 0  # nothing written into the empty Redis
+        client.close()
+    finally:
+        server.stop()

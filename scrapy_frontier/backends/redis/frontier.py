@@ -68,11 +68,11 @@ from typing import Any, NamedTuple, TypeVar
 import redis
 from redis.commands.core import Script
 
-from scrapy_frontier.backends.redis.connection import guard, text
+from scrapy_frontier.backends.redis.connection import describe, guard, text
 from scrapy_frontier.backends.redis.lua import load_script
 from scrapy_frontier.core.frontier import check_shape
 from scrapy_frontier.core.politeness import DelayPolicy
-from scrapy_frontier.errors import RedisFrontierDataError
+from scrapy_frontier.errors import RedisFrontierDataError, RedisFrontierGone
 
 FORMAT = "scrapy-frontier/redis"
 VERSION = 1
@@ -194,10 +194,23 @@ class RedisFrontier:
 
     def _run(self, script: Script, doing: str, *args: Any) -> Any:
         argv = [*self._head, self._rng.randrange(1, 2147483646), *args]
-        return guard(
-            self.client, self.prefix, doing,
-            lambda: script(keys=[self.key("meta")], args=argv, client=self.client),
-        )
+        try:
+            return guard(
+                self.client, self.prefix, doing,
+                lambda: script(keys=[self.key("meta")], args=argv, client=self.client),
+            )
+        except RedisFrontierDataError as exc:
+            if "FRONTIER_GONE" not in str(exc.__cause__):
+                raise
+            raise RedisFrontierGone(
+                f"The frontier's keys under {self.prefix!r} are gone from "
+                f"{describe(self.client)} while {doing}: Redis restarted without persistence "
+                "(or the keys were deleted), so the queued URLs and leases it held are lost "
+                "there. The crawl stops instead of reporting an empty frontier as finished. "
+                "Turn on Redis persistence (appendonly yes) for crawls that must survive a "
+                "restart; to crawl again, start the crawl anew (its seen set and history may "
+                "be gone too)."
+            ) from exc
 
     def _call(self, doing: str, fn: Callable[[], R]) -> R:
         return guard(self.client, self.prefix, doing, fn)

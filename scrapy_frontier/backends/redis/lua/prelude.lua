@@ -2,6 +2,12 @@
 -- ARGV[1..12] is the same head for every script (RedisFrontier._head);
 -- op-specific arguments start at ARGV[13].
 local P = ARGV[1]
+-- The meta hash is written when a frontier is first opened: without it the state is gone
+-- (Redis restarted without persistence, or the keys were deleted). Changing nothing then
+-- is what lets the workers stop and say so instead of "finishing" an empty frontier.
+if redis.call('EXISTS', P .. 'meta') == 0 then
+  return redis.error_reply('FRONTIER_GONE the frontier under ' .. P .. ' has no meta key')
+end
 local F = tonumber(ARGV[2])
 local B = tonumber(ARGV[3])
 local BMAX = tonumber(ARGV[4])
