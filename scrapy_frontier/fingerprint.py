@@ -67,3 +67,11 @@ def fast_fingerprint(request: Request) -> bytes | None:
         return None
     doc = '{"body": "", "headers": {}, "method": "GET", "url": "' + url + '"}'
     return hashlib.sha1(doc.encode()).digest()  # noqa: S324 -- Scrapy's digest, not security
+
+
+def occurrence_key(fp: int, n: int) -> int:
+    """A 64-bit key for the ``n``-th repeat (n >= 1) of a start URL of fingerprint ``fp``
+    in one worker: the shared seen set then lets through as many copies as one spider
+    lists, however many workers list them."""
+    data = (fp & 0xFFFF_FFFF_FFFF_FFFF).to_bytes(8, "big") + n.to_bytes(8, "big")
+    return fingerprint64(hashlib.blake2b(data, digest_size=8, person=b"frontier-start").digest())

@@ -380,6 +380,21 @@ def test_start_request_for_a_page_fetched_this_run(driver: Driver) -> Gen:
 
 
 @inline_callbacks
+def test_a_start_url_listed_twice_is_fetched_twice(driver: Driver) -> Gen:
+    """Scrapy's test_start_dupes: dont_filter start requests are all fetched (on a shared
+    frontier too: a second worker listing them would add nothing, see the crawl tests)."""
+    run = Run(driver)
+    url = "http://a.example/twice"
+    try:
+        yield run.open()
+        run.enqueue(_start_request(url), _start_request(url), _start_request(url))
+        out = yield run.drain()
+        assert urls(out) == [url] * 3
+    finally:
+        yield run.close()
+
+
+@inline_callbacks
 def test_start_request_not_due_is_skipped_in_a_later_run(driver: Driver) -> Gen:
     """Second run on persistent state, default recrawl: a start request for a page the
     first run fetched, not due yet, is not handed out; an ordinary dont_filter request

@@ -28,7 +28,7 @@ from scrapy_frontier.errors import (
     RedisFrontierError,
     StoreError,
 )
-from scrapy_frontier.fingerprint import Fingerprinter64
+from scrapy_frontier.fingerprint import Fingerprinter64, occurrence_key
 from scrapy_frontier.hostkey import HostlessURL, host_key
 from scrapy_frontier.meta import (
     BOOST_META,
@@ -107,7 +107,8 @@ class FrontierScheduler:
         self._shared_seen = self.driver.shared_seen
         # Start requests of this run already let through (Scrapy fetches a start URL
         # listed twice twice); their fingerprints only.
-        self._own_starts: set[int] = set()
+        # (On a shared frontier: how often each was listed, see occurrence_key.)
+        self._own_starts: dict[int, int] = {}
         self._timer: Timer | None = None
         self._timer_at: float | None = None
         self._feed_at = 0.0
@@ -247,14 +248,19 @@ class FrontierScheduler:
         meta = request.meta
         fp: int | None = self.fp64(request) if self._frontier_df or self._shared_seen else None
         dedupe = mark = start = False
+        key: int | None = None
         if request.dont_filter:
             if (ticket is None and self.driver.persistent and START_META in meta
                     and not meta.get(RECRAWL_META) and not meta.get(FORCE_META)):
                 fp = self.fp64(request) if fp is None else fp
-                # One process fetches a start URL listed twice twice, as Scrapy does;
-                # a shared frontier fetches it once, however many workers list it.
-                start = self._shared_seen or fp not in self._own_starts
-                self._own_starts.add(fp)
+                # A spider that lists a start URL twice fetches it twice, as with Scrapy;
+                # N workers of that spider on a shared frontier fetch it twice too, not 2N
+                # times: the n-th copy of a worker is gated on a key of its own.
+                seen_before = self._own_starts.get(fp, 0)
+                self._own_starts[fp] = seen_before + 1
+                start = self._shared_seen or not seen_before
+                if self._shared_seen and seen_before:
+                    key = occurrence_key(fp, seen_before)
             if start:
                 if self._shared_seen:
                     dedupe = mark = True  # the driver's start gate, on the shared seen set
@@ -281,7 +287,7 @@ class FrontierScheduler:
         if self.host_rules.rules or BOOST_META in meta:
             priority += self.host_rules.boost(host) + self._boost(request)
         item = Push(request, host, self.mapper.level(priority), fp, dedupe=dedupe, mark=mark,
-                    start=start)
+                    start=start, key=key)
         if self.driver.push(item):
             self._enqueued += 1
             return True

@@ -48,6 +48,9 @@ class Push:
     start: bool = False
     """A start request on a shared frontier: the driver applies the start gate (see
     :meth:`scrapy_frontier.core.recrawl.Recrawler.admit_start`)."""
+    key: int | None = None
+    """The seen-set member to test and mark, when it is not ``fp`` (a start URL listed
+    again by the same spider: the page history is not asked then)."""
 
 
 @dataclass(slots=True)

@@ -84,6 +84,9 @@ MAX_BACKLOG = 50_000
 @dataclass(slots=True)
 class _Pushed:
     fp: int
+    """The request's fingerprint (its page history), and the first 8 bytes of ``item``."""
+    key: int
+    """The seen-set member: ``fp``, or an occurrence key (see Push.key)."""
     dedupe: bool
     mark: bool
     start: bool
@@ -266,7 +269,7 @@ class RedisDriver:
             self._finished.clear()
             self._held.clear()
             for lease in self._buffer:
-                final.pushes.append(_Pushed(0, False, False, False, lease.host, lease.level,
+                final.pushes.append(_Pushed(0, 0, False, False, False, lease.host, lease.level,
                                             lease.item))
                 final.completions.append((lease, 0.0, 0.0))
             self._buffer.clear()
@@ -300,7 +303,8 @@ class RedisDriver:
             return self.local.push(item.host, item.level, item.request)
         fp = item.fp if item.fp is not None else 0
         self._next.pushes.append(_Pushed(
-            fp, item.dedupe, item.mark, item.start, item.host, item.level,
+            fp, fp if item.key is None else item.key, item.dedupe, item.mark, item.start,
+            item.host, item.level,
             fp.to_bytes(8, "big", signed=True) + data,
             item.request if item.dedupe else None,
         ))
@@ -441,35 +445,35 @@ class RedisDriver:
         if rnd.pushes:
             # A first look saves sending known duplicates; the push script tests again,
             # atomically with the push (another worker may push the same URL meanwhile).
-            tested = [p.fp for p in rnd.pushes if p.dedupe]
+            tested = [p.key for p in rnd.pushes if p.dedupe]
             known = dict(zip(tested, seen.contains_many(tested), strict=True)) if tested else {}
             fresh: list[tuple[str, int, bytes, tuple[str, int, bool] | None]] = []
             starts: list[bool] = []
             indexes: list[int] = []
             for index, p in enumerate(rnd.pushes):
                 test = p.dedupe
-                if p.dedupe and known.get(p.fp, False):
-                    if not p.start:
-                        duplicates += 1
+                history = p.start and p.key == p.fp and recrawler is not None
+                if p.dedupe and known.get(p.key, False):
+                    if not history:
+                        skipped += p.start
+                        duplicates += not p.start
                         dropped.append(index)
                         continue
-                    admitted = False
-                    if recrawler is not None:
-                        admitted = recrawler.admit_start(p.fp, True, shared=True)[0]
-                    if not admitted:
+                    assert recrawler is not None
+                    if not recrawler.admit_start(p.fp, True, shared=True)[0]:
                         skipped += 1
                         dropped.append(index)
                         continue
                     test = False  # a start URL due for a recrawl: queued although seen
-                elif p.start and recrawler is not None:
-                    admitted = recrawler.admit_start(p.fp, False, shared=True)[0]
-                    if not admitted:
+                elif history:
+                    assert recrawler is not None
+                    if not recrawler.admit_start(p.fp, False, shared=True)[0]:
                         skipped += 1
                         dropped.append(index)
                         continue
                 mark = p.mark or p.dedupe
                 fresh.append((p.host, p.level, p.item,
-                              (*seen.bucket(p.fp), test) if mark else None))
+                              (*seen.bucket(p.key), test) if mark else None))
                 starts.append(p.start)
                 indexes.append(index)
             if fresh:
