@@ -144,6 +144,21 @@ def test_corrupt_state_stops_the_crawl_naming_the_file(tmp_path: Path) -> None:
     assert state.read_bytes() == b"garbage" * 1000
 
 
+def test_another_programs_database_as_state_stops_the_crawl_unchanged(tmp_path: Path) -> None:
+    state = tmp_path / "job" / STATE_FILE
+    state.parent.mkdir(parents=True)
+    db = sqlite3.connect(state)
+    with db:
+        db.execute("CREATE TABLE users(id INTEGER PRIMARY KEY, name TEXT)")
+        db.execute("INSERT INTO users(name) VALUES ('ada')")
+    db.close()
+    before = state.read_bytes()
+    with pytest.raises(StoreError, match="not a scrapy-frontier state file") as info:
+        make_scheduler(job(tmp_path))
+    assert str(state) in str(info.value)
+    assert state.read_bytes() == before
+
+
 def test_state_of_another_spider_is_refused(tmp_path: Path) -> None:
     sched, _, _ = make_scheduler(job(tmp_path))
     sched.close("finished")

@@ -428,6 +428,62 @@ def test_truncated_file_is_refused(tmp_path: Path) -> None:
     _unchanged_after_error(path, r"is truncated \(\d+ bytes, its header says \d+\)")
 
 
+#: Run after a script that leaves its store's connection in ``conn`` with rows in the
+#: WAL: a checkpoint fails part-way, as on a full disk (RLIMIT_FSIZE makes writes past
+#: the file's size fail), after writing page 1; then the process dies without closing.
+#: The main file is left shorter than its header says, the -wal holds the rest.
+CHECKPOINT_CUT_SHORT = """
+import resource, signal, sqlite3
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+limit = max(os.path.getsize(sys.argv[1]), 4096)
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+try:
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+except sqlite3.Error:
+    os._exit(0)  # no close: closing would checkpoint again
+sys.exit("the checkpoint was not cut short")
+"""
+
+
+def cut_short_checkpoint(path: Path, script: str) -> None:
+    """Run ``script`` + :data:`CHECKPOINT_CUT_SHORT` on ``path``; check the state it leaves."""
+    subprocess.run([sys.executable, "-c", "import os, sys\n" + script + CHECKPOINT_CUT_SHORT,
+                    str(path)], check=True, timeout=120)
+    header = path.read_bytes()[:100]
+    page_size, pages = int.from_bytes(header[16:18], "big"), int.from_bytes(header[28:32], "big")
+    assert path.stat().st_size < pages * page_size
+    assert Path(f"{path}-wal").stat().st_size > 0
+
+
+def test_file_cut_short_by_a_checkpoint_is_replayed_from_its_wal(tmp_path: Path) -> None:
+    # Issue 13: after a full disk every rerun was refused as "truncated", though the
+    # -wal held the missing pages and SQLite replays it on open.
+    path = tmp_path / "seen.sqlite"
+    cut_short_checkpoint(path, (
+        "from scrapy_frontier.backends.sqlite.seen import SQLiteFingerprintStore\n"
+        "store = SQLiteFingerprintStore(sys.argv[1], batch_size=1000)\n"
+        "store.add_many(range(0, 40000 * 7919, 7919))\n"
+        "store.flush()\n"
+        "conn = store._conn\n"
+    ))
+    with SQLiteFingerprintStore(path) as store:
+        assert len(store) == 40000
+        assert all(store.contains(fp) for fp in range(0, 40000 * 7919, 7919))
+        assert not store.contains(1)
+    with SQLiteFingerprintStore(path) as store:  # and checkpointed whole at close
+        assert len(store) == 40000 and store.contains(7919 * 39999)
+
+
+def test_truncated_file_is_refused_with_an_empty_wal(tmp_path: Path) -> None:
+    path = tmp_path / "seen.sqlite"
+    with SQLiteFingerprintStore(path, batch_size=1000) as store:
+        store.add_many(range(20000))
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    Path(f"{path}-wal").write_bytes(b"")  # an empty -wal holds no missing pages
+    _unchanged_after_error(path, r"is truncated \(\d+ bytes, its header says \d+\)")
+
+
 def test_corrupt_pages_are_reported_on_use(tmp_path: Path) -> None:
     path = tmp_path / "seen.sqlite"
     with SQLiteFingerprintStore(path, batch_size=1000) as store:

@@ -24,6 +24,7 @@ from scrapy_frontier.core import FakeClock, Frontier
 from scrapy_frontier.core.store import MemoryQueueStore
 from scrapy_frontier.errors import StoreError
 from tests.test_core_statemachine import FrontierMachine
+from tests.test_seen import cut_short_checkpoint
 
 INT_CODEC: Codec[Any] = Codec(pickle.dumps, pickle.loads)
 
@@ -198,6 +199,73 @@ def test_truncated_file_is_refused(tmp_path: Path) -> None:
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(StoreError):
         sqlite_store(path).recover()
+
+
+def test_file_cut_short_by_a_checkpoint_is_replayed_from_its_wal(tmp_path: Path) -> None:
+    path = tmp_path / "f.sqlite"
+    cut_short_checkpoint(path, (
+        "import pickle\n"
+        "from scrapy_frontier.backends.sqlite.queue import SQLiteStore\n"
+        "from scrapy_frontier.codec import Codec\n"
+        "store = SQLiteStore(sys.argv[1], levels=4, spider='t',\n"
+        "                    codec=Codec(pickle.dumps, pickle.loads))\n"
+        "for i in range(3000):\n"
+        "    store.front_append(1 + i % 4, f'h{i}', i)\n"
+        "store.flush()\n"
+        "conn = store._db\n"
+    ))
+    store = sqlite_store(path)
+    store.recover()
+    assert store.front_count() == 3000
+    assert sorted(item for _, _, item in store.front_items()) == list(range(3000))
+    store.close()
+
+
+def _foreign_database(path: Path) -> tuple[bytes, int]:
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("CREATE TABLE users(id INTEGER PRIMARY KEY, name TEXT)")
+        db.execute("INSERT INTO users(name) VALUES ('ada')")
+    db.close()
+    return path.read_bytes(), path.stat().st_mtime_ns
+
+
+def test_foreign_sqlite_database_is_refused_unchanged(tmp_path: Path) -> None:
+    # Issue 13: it was adopted, the schema written into it, the queue taken as empty.
+    path = tmp_path / "f.sqlite"
+    before, mtime = _foreign_database(path)
+    with pytest.raises(StoreError, match=r"not a scrapy-frontier state file \(tables: users\)"
+                       r".*move it, or point FRONTIER_PATH / JOBDIR elsewhere") as info:
+        sqlite_store(path)
+    assert str(path) in str(info.value)
+    assert path.read_bytes() == before and path.stat().st_mtime_ns == mtime
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.sqlite"]
+
+
+def test_foreign_meta_table_is_refused_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "f.sqlite"
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT)")
+        db.execute("INSERT INTO meta VALUES ('format', 'someone/else')")
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="holds format 'someone/else'"):
+        sqlite_store(path)
+    assert path.read_bytes() == before
+
+
+def test_empty_sqlite_database_gets_the_schema(tmp_path: Path) -> None:
+    path = tmp_path / "f.sqlite"
+    sqlite3.connect(path).execute("PRAGMA user_version = 7").connection.close()
+    assert path.stat().st_size > 0
+    store = sqlite_store(path)
+    store.front_append(1, "h", 1)
+    store.close()
+    again = sqlite_store(path)
+    again.recover()
+    assert again.front_count() == 1
+    again.close()
 
 
 def test_foreign_spider_and_version_are_refused(tmp_path: Path) -> None:

@@ -75,6 +75,12 @@ class SQLiteFile:
         page_size = int.from_bytes(header[16:18], "big")
         page_size = 65536 if page_size == 1 else page_size
         pages = int.from_bytes(header[28:32], "big")
+        # A checkpoint cut short (full disk, crash) leaves the file shorter than its
+        # header says while the -wal file still holds the missing pages: SQLite
+        # replays them on open, and real damage shows in the checks that follow.
+        wal = path.with_name(path.name + "-wal")
+        if wal.is_file() and wal.stat().st_size > 0:
+            return
         # The in-header page count is valid when the change counter matches
         # "version-valid-for" (SQLite file format, section 1.3.7).
         if header[24:28] == header[92:96] and pages and size < pages * page_size:
@@ -85,11 +91,16 @@ class SQLiteFile:
                 f"or move it away to start with an empty {self.what}.",
             )
 
-    def check_meta(self, conn: sqlite3.Connection, table: str) -> dict[str, Any]:
-        """The ``frontier_meta`` of an existing file, after checking format and version."""
+    def check_tables(self, conn: sqlite3.Connection, meta: str = "frontier_meta", *,
+                     empty_ok: bool = False) -> set[str]:
+        """The tables of an existing file, after checking it has our ``meta`` table.
+
+        Reads only, so run it before anything writes: another program's database is
+        refused unchanged. ``empty_ok``: a database without tables may get the schema.
+        """
         tables = {row[0] for row in conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if "frontier_meta" not in tables:
+        if meta not in tables and not (empty_ok and not tables):
             raise self.error(
                 self.path,
                 f"is an SQLite database, but not a scrapy-frontier {self.what} "
@@ -97,6 +108,11 @@ class SQLiteFile:
                 "Another program's file is in the way: move it, or point FRONTIER_PATH / "
                 "JOBDIR elsewhere. Nothing was changed in it.",
             )
+        return tables
+
+    def check_meta(self, conn: sqlite3.Connection, table: str) -> dict[str, Any]:
+        """The ``frontier_meta`` of an existing file, after checking format and version."""
+        tables = self.check_tables(conn)
         meta = dict(conn.execute("SELECT key, value FROM frontier_meta").fetchall())
         if meta.get("format") != self.fmt:
             raise self.error(

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from scrapy_frontier.backends.sqlite.files import SQLiteFile
 from scrapy_frontier.codec import Codec
 from scrapy_frontier.errors import StoreError, Unserializable
 
@@ -92,6 +93,8 @@ class SQLiteStore(Generic[T]):
         self.volatile = 0  # items kept in memory only because they cannot be encoded
         self.volatile_lost = 0
         self._volatile: dict[int, T] = {}
+        self._file = SQLiteFile(self.path, _file_error, fmt=FORMAT, version=VERSION,
+                                what="state file")
         self._db = self._connect(spider)
         self._next_id = 1 + max(
             self._db.execute("SELECT COALESCE(MAX(id), 0) FROM front").fetchone()[0],
@@ -131,6 +134,10 @@ class SQLiteStore(Generic[T]):
             # write-through, one transaction per request, that is most of the
             # cost of a commit. Set before WAL mode, or SQLite uses the -shm file.
             db.execute("PRAGMA locking_mode=EXCLUSIVE")
+            if not fresh:
+                # Before the pragmas and the schema below write to it: another
+                # program's database is refused unchanged.
+                self._check_foreign(db)
             if fresh:
                 # Small pages: a write-through commit writes about five pages to
                 # the WAL (front, back and their indexes, the host's rest); 1 KiB
@@ -181,9 +188,6 @@ class SQLiteStore(Generic[T]):
                     [("format", FORMAT), ("version", str(VERSION)), ("spider", spider)],
                 )
             return db
-        if meta.get("format") != FORMAT:
-            db.close()
-            raise StoreError(f"{path} is not a scrapy-frontier state file. Use another JOBDIR.")
         if meta.get("version") not in READABLE_VERSIONS:
             db.close()
             raise StoreError(
@@ -208,6 +212,22 @@ class SQLiteStore(Generic[T]):
                 VERSION,
             )
         return db
+
+    def _check_foreign(self, db: sqlite3.Connection) -> None:
+        """Refuse a database with tables but no scrapy-frontier ``meta`` (reads only)."""
+        try:
+            if "meta" not in self._file.check_tables(db, "meta", empty_ok=True):
+                return  # no tables: it gets the schema
+            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            if meta and meta.get("format") != FORMAT:
+                raise _file_error(
+                    self.path, f"holds format {meta.get('format')!r}, not {FORMAT!r}",
+                    "It is not a scrapy-frontier state file: move it, or point FRONTIER_PATH / "
+                    "JOBDIR elsewhere. Nothing was changed in it.",
+                )
+        except StoreError:
+            db.close()
+            raise
 
     def _count_front(self) -> None:
         self._fsize = [0] * self.levels
@@ -550,6 +570,10 @@ class SQLiteStore(Generic[T]):
 
 
 _Entry = tuple[int, int, bytes | None]
+
+
+def _file_error(path: Path, problem: str, advice: str) -> StoreError:
+    return StoreError(f"the frontier state {path} {problem}. {advice}")
 
 
 @contextlib.contextmanager
