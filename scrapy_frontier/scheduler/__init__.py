@@ -685,8 +685,10 @@ class FrontierScheduler:
         set_value = self.stats.set_value
         if self._enqueued:
             set_value("frontier/enqueued", self._enqueued)
+            set_value("scheduler/enqueued", self._enqueued)  # Scrapy's name, for dashboards
         if self._dequeued:
             set_value("frontier/dequeued", self._dequeued)
+            set_value("scheduler/dequeued", self._dequeued)
         if self._completed:
             set_value("frontier/completed", self._completed)
         set_value("frontier/queued", len(self.driver))

@@ -315,10 +315,17 @@ class SQLiteStore(Generic[T]):
     def _encode(self, item: T, row: int) -> bytes | None:
         try:
             return self.codec.encode(item)
-        except Unserializable:
+        except Unserializable as exc:
             # Documented fallback: kept in memory, lost on a crash (frontier/volatile).
             self._volatile[row] = item
             self.volatile += 1
+            if self.volatile == 1:
+                logger.warning(
+                    "Unable to serialize request %s (%s): it is kept in memory only, so a "
+                    "stop or a crash loses it (counted in frontier/volatile; no more such "
+                    "requests are logged). Use spider methods as callbacks and picklable meta.",
+                    item, exc,
+                )
             return None
 
     def _decode(self, row: int, data: bytes | None) -> T:

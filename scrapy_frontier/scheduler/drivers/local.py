@@ -73,6 +73,7 @@ class LocalDriver:
         # Ticket -> the store's handle of a URL fetched but not acknowledged yet.
         self._tokens: dict[int, object] = {}
         self._dirty = False
+        self._pushed = 0
         self._last_flush = 0.0
         # Per-IP politeness: the hostname to look up for keys that are not one
         # (download_slot overrides), and the resolver.
@@ -189,6 +190,7 @@ class LocalDriver:
         if self._resolver is not None and "download_slot" in item.request.meta:
             self._remember_slot_hostname(item.host, item.request)
         queued = self.frontier.push(item.host, item.level, item.request)
+        self._pushed += queued
         if self.store is not None:
             self._maybe_flush()
         return queued
@@ -256,6 +258,14 @@ class LocalDriver:
         set_value("frontier/hosts/tracked", frontier.tracked_hosts)
         set_value("frontier/back_queues/active", frontier.active_back_queues)
         set_value("frontier/politeness_hold_seconds", round(st.politeness_hold_seconds, 3))
+        # Scrapy's own scheduler stats, for dashboards that read them.
+        volatile = self.store.volatile if self.store is not None else self._pushed
+        if self._pushed:
+            set_value("scheduler/enqueued/memory", volatile)
+            if self.store is not None:
+                set_value("scheduler/enqueued/disk", self._pushed - volatile)
+        if self.store is not None and volatile:
+            set_value("scheduler/unserializable", volatile)
         if st.held_dispatches:
             set_value("frontier/dispatch_lateness_ms/mean",
                       round(1000 * st.dispatch_lateness_seconds / st.held_dispatches, 3))

@@ -186,6 +186,7 @@ class RedisDriver:
         self.counters: dict[str, int] = {}
         self._validators: dict[int, tuple[str | None, str | None]] = {}
         self._due: list[PageRecord] = []
+        self._pushed = 0
         self._want_due = 0
         self._closed = False
         self._spider: Spider | None = None
@@ -295,13 +296,14 @@ class RedisDriver:
             self._count("redis/unserializable")
             if self.counters["redis/unserializable"] == 1:
                 logger.warning(
-                    "%s cannot be serialized for the shared frontier (%s): it stays in this "
+                    "Unable to serialize request %s for the shared frontier (%s): it stays in this "
                     "worker's memory (polite within this worker only, lost if it dies; "
                     "counted in frontier/redis/unserializable). Use spider methods as "
                     "callbacks and picklable meta.", item.request, exc,
                 )
             return self.local.push(item.host, item.level, item.request)
         fp = item.fp if item.fp is not None else 0
+        self._pushed += 1
         self._next.pushes.append(_Pushed(
             fp, fp if item.key is None else item.key, item.dedupe, item.mark, item.start,
             item.host, item.level,
@@ -625,6 +627,13 @@ class RedisDriver:
         for key, value in self.counters.items():
             set_value(f"frontier/{key}", value)
         set_value("frontier/redis/queued", self._remote_queued)
+        # Scrapy's own scheduler stats, for dashboards that read them.
+        unserializable = self.counters.get("redis/unserializable", 0)
+        if self._pushed:
+            set_value("scheduler/enqueued/redis", self._pushed)
+        if unserializable:
+            set_value("scheduler/enqueued/memory", unserializable)
+            set_value("scheduler/unserializable", unserializable)
         set_value("frontier/redis/in_flight", self._remote_in_flight)
         set_value("frontier/reactor/stall_max_ms", round(1000 * self._stall.worst, 1))
         set_value("frontier/reactor/stalls_over_100ms", self._stall.over)
