@@ -78,3 +78,33 @@ def test_sigkill_at_random_points_loses_nothing(tmp_path: Path, seed: int) -> No
     assert report.duplicates <= in_flight_at_kills, (report.summary(), in_flight_at_kills)
     # A restart does not burst a host: rests survive the kill.
     assert report.overlaps == 0 and report.short_gaps == 0, report.summary()
+
+
+def test_a_full_disk_stops_the_crawl_promptly_and_a_rerun_loses_nothing(tmp_path: Path) -> None:
+    """JOBDIR fills up mid-crawl: the crawl stops cleanly at the first failed write; once
+    there is room again, the same command resumes with full coverage, repeating no more
+    than the requests that were in flight."""
+    settings = settings_for(tmp_path)
+    log = tmp_path / "server.jsonl"
+    web_args = ["--shape", "wide", "--hosts", "8", "--pages", "60", "--latency", "0.005", "0.01",
+                "--seed", "8"]
+    with ServerProcess(web_args, log_path=str(log)) as web:
+        full = run_crawl(web.start_urls, settings, workdir=tmp_path / "run1",
+                         file_size_limit=48_000)
+        assert full.returncode == 0, full.output[-3000:]
+        assert full.stats["finish_reason"] == "frontier_store_error", full.stats
+        errors = full.output.count(" ERROR: ")
+        fetched_first = len(read_log(log))
+        again = run_crawl(web.start_urls, settings, workdir=tmp_path / "run2")
+        assert again.returncode == 0, again.output[-3000:]
+    assert again.stats["finish_reason"] == "finished", again.output[-3000:]
+    assert fetched_first < len(web.expected)  # the full disk did cut the first run short
+    assert errors <= 10, full.output[-3000:]  # a clean stop, not a flood of write errors
+    entries = read_log(log)
+    report = audit(entries, expected=web.expected, min_delay=0.0)
+    print(report.summary(), "in flight:", again.stats.get("frontier/recovered_leases"))
+    assert report.coverage == 1.0, report.summary()
+    # Repeats: the requests in flight at the stop, and at most one fetch per download slot
+    # (CONCURRENT_REQUESTS = 16) that ended after the last write that succeeded.
+    assert report.duplicates <= again.stats.get("frontier/recovered_leases", 0) + 16
+    assert report.overlaps == 0, report.summary()

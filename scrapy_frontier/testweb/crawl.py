@@ -53,6 +53,7 @@ def run_crawl(
     workdir: Path | None = None,
     kill_after: float | None = None,
     cwd: Path | None = None,
+    file_size_limit: int | None = None,
 ) -> CrawlResult:
     """Crawl ``start_urls`` in a fresh process; follow every link found.
 
@@ -61,6 +62,8 @@ def run_crawl(
     not followed.
 
     ``kill_after`` SIGKILLs the crawl after that many seconds (crash tests).
+    ``file_size_limit`` makes every write past that many bytes in one file fail, as on a
+    full disk (fault tests).
     """
     tmp = Path(workdir or tempfile.mkdtemp(prefix="frontier-crawl-"))
     tmp.mkdir(parents=True, exist_ok=True)
@@ -72,6 +75,7 @@ def run_crawl(
                 "start_urls": list(start_urls),
                 "allowed_domains": list(allowed_domains),
                 "settings": {**BASE_SETTINGS, **settings},
+                "file_size_limit": file_size_limit,
             }
         )
     )
@@ -99,6 +103,15 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
 
     spec = json.loads(Path(spec_path).read_text())
     start_urls: list[str] = spec["start_urls"]
+    limit = spec.get("file_size_limit")
+    if limit:
+        # A full disk, as the crawl sees it: writes past ``limit`` bytes in any file fail
+        # (EFBIG) instead of killing the process (SIGXFSZ ignored).
+        import resource
+        import signal
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (int(limit), int(limit)))
     # Doc-tree hosts link to the real web: stay on loopback.
     domains: list[str] = spec.get("allowed_domains") or []
 
