@@ -57,6 +57,19 @@ class RedisFrontierDataError(RedisFrontierError):
     """The keys under the frontier's prefix hold data the frontier did not write."""
 
 
+class RedisFrontierFull(RedisFrontierError):
+    """Redis refused a write because it reached ``maxmemory``: nothing stored was dropped."""
+
+
+class RedisFrontierSettingsError(RedisFrontierError):
+    """REDIS_URL / REDIS_PARAMS do not lead to a Redis the frontier can use (not a Redis,
+    no such database, a read-only replica, missing permissions); retrying cannot help."""
+
+
+class RedisFrontierAuthError(RedisFrontierSettingsError):
+    """Redis refused the connection: it needs a password, or the one given is wrong."""
+
+
 class HostlessURL(FrontierError, ValueError):
     """A network URL without a host: it cannot be fetched politely (or at all)."""
 
