@@ -62,6 +62,19 @@ class RedisFrontierGone(RedisFrontierError):
     deleted): what they held cannot be known, so the crawl must not go on as if finished."""
 
 
+class RedisFrontierFull(RedisFrontierError):
+    """Redis refused a write because it reached ``maxmemory``: nothing stored was dropped."""
+
+
+class RedisFrontierSettingsError(RedisFrontierError):
+    """REDIS_URL / REDIS_PARAMS do not lead to a Redis the frontier can use (not a Redis,
+    no such database, a read-only replica, missing permissions); retrying cannot help."""
+
+
+class RedisFrontierAuthError(RedisFrontierSettingsError):
+    """Redis refused the connection: it needs a password, or the one given is wrong."""
+
+
 class HostlessURL(FrontierError, ValueError):
     """A network URL without a host: it cannot be fetched politely (or at all)."""
 

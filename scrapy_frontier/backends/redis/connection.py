@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import redis
 
-from scrapy_frontier.errors import RedisFrontierDataError, RedisFrontierUnavailable
+from scrapy_frontier.errors import (
+    RedisFrontierAuthError,
+    RedisFrontierDataError,
+    RedisFrontierError,
+    RedisFrontierFull,
+    RedisFrontierSettingsError,
+    RedisFrontierUnavailable,
+)
 
 R = TypeVar("R")
 
 UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+#: The errors ``guard`` turns into frontier errors; others (DataError: a bad argument) are bugs.
+HANDLED = (*UNAVAILABLE, redis.exceptions.ResponseError, redis.exceptions.InvalidResponse)
+#: First bytes of every RESP2/RESP3 reply.
+_RESP_TYPES = b"+-:$*_,#!=(%~>|"
+_PROBE_TIMEOUT = 2.0
 
 
 def describe(client: redis.Redis) -> str:
@@ -22,23 +36,162 @@ def describe(client: redis.Redis) -> str:
     return f"Redis at {kw.get('host', '?')}:{kw.get('port', '?')}/{kw.get('db', 0)}"
 
 
+def _address(client: redis.Redis) -> str:
+    kw = client.connection_pool.connection_kwargs
+    if "path" in kw:
+        return f"unix:{kw['path']}"
+    return f"{kw.get('host', '?')}:{kw.get('port', '?')}"
+
+
 def guard(client: redis.Redis, prefix: str, doing: str, fn: Callable[[], R]) -> R:
     """Run one Redis call, turning connection and data errors into frontier errors."""
     try:
         return fn()
-    except UNAVAILABLE as exc:
-        raise RedisFrontierUnavailable(
-            f"{describe(client)} did not answer while {doing} ({type(exc).__name__}: {exc}). "
+    except HANDLED as exc:
+        raise frontier_error(client, prefix, doing, exc) from exc
+
+
+def frontier_error(client: redis.Redis, prefix: str, doing: str,
+                   exc: redis.exceptions.RedisError) -> RedisFrontierError:
+    """The frontier error for ``exc``, raised by ``client`` while ``doing``.
+
+    Only RedisFrontierUnavailable is worth retrying: the others need a person to
+    change a setting (or Redis's configuration) first.
+    """
+    where = describe(client)
+    if isinstance(exc, redis.exceptions.AuthenticationError):
+        return RedisFrontierAuthError(
+            f"{where} refused the connection while {doing}: it needs a password, or the one "
+            f"given is wrong ({exc}). Set it in REDIS_URL (redis://:PASSWORD@host:port/db, or "
+            "redis://USER:PASSWORD@host:port/db for an ACL user) or in REDIS_PARAMS "
+            '({"password": ..., "username": ...}), then run the same command again.'
+        )
+    if isinstance(exc, redis.exceptions.InvalidResponse) or (
+        isinstance(exc, redis.exceptions.ConnectionError)
+        and not isinstance(exc, redis.exceptions.BusyLoadingError)
+        and _speaks_redis(client) is False
+    ):
+        return _not_redis(client, doing, exc)
+    if isinstance(exc, UNAVAILABLE):
+        return RedisFrontierUnavailable(
+            f"{where} did not answer while {doing} ({type(exc).__name__}: {exc}). "
             "Nothing was removed on this side; retry once Redis is back (the queued and "
             "leased URLs are whatever Redis persisted)."
-        ) from exc
-    except redis.exceptions.ResponseError as exc:
-        raise RedisFrontierDataError(
-            f"{describe(client)} refused an operation on keys under {prefix!r} while {doing}: "
-            f"{exc}. A key there holds data the frontier did not write; check it with "
-            f"RedisFrontier.check(), or delete the keys under {prefix!r} (or pick another "
-            "prefix) and start again."
-        ) from exc
+        )
+    message = str(exc)
+    if isinstance(exc, redis.exceptions.OutOfMemoryError) or "OOM command not allowed" in message:
+        return _full(client, doing, exc)
+    if "DB index is out of range" in message or "invalid DB index" in message:
+        return _no_database(client, exc)
+    if isinstance(exc, redis.exceptions.ReadOnlyError):
+        return RedisFrontierSettingsError(
+            f"{where} is a read-only replica: it refused a write while {doing} ({exc}). Point "
+            "REDIS_URL at the primary, then run the same command again; nothing was written."
+        )
+    if isinstance(exc, redis.exceptions.NoPermissionError):
+        return RedisFrontierSettingsError(
+            f"{where} refused a command while {doing}: the Redis user lacks the permission "
+            f"({exc}). The frontier needs reads, writes and EVALSHA on the keys under "
+            f"{prefix!r} (and its seen set and page history): grant them with ACL SETUSER or "
+            "connect as another user (REDIS_URL, REDIS_PARAMS), then run the same command again."
+        )
+    if "WRONGTYPE" in message:
+        return RedisFrontierDataError(
+            f"{where} refused an operation on keys under {prefix!r} while {doing}: {exc}. A "
+            "key there holds data the frontier did not write (another program uses that "
+            "prefix); RedisFrontier.check() names it. Pick another FRONTIER_REDIS_KEY prefix, "
+            "or move the other data away (RENAME its keys, or another database), then start "
+            "again."
+        )
+    return RedisFrontierError(
+        f"{where} refused a command while {doing}: {exc}. The refused call changed nothing; "
+        "Redis's log may say more. Fix what the error names, then run the same command again."
+    )
+
+
+def _speaks_redis(client: redis.Redis) -> bool | None:
+    """Whether the server at the client's address answers PING in RESP; None: no answer."""
+    pool = client.connection_pool
+    if issubclass(pool.connection_class, redis.connection.SSLConnection):
+        return None  # a raw probe would speak plain text to a TLS port
+    kw = pool.connection_kwargs
+    sock: socket.socket | None = None
+    try:
+        if "path" in kw:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(_PROBE_TIMEOUT)
+            sock.connect(kw["path"])
+        else:
+            sock = socket.create_connection((kw.get("host", "localhost"), kw.get("port", 6379)),
+                                            timeout=_PROBE_TIMEOUT)
+        sock.sendall(b"PING\r\n")
+        first = sock.recv(1)
+    except OSError:
+        return None
+    finally:
+        if sock is not None:
+            sock.close()
+    if not first:
+        return None
+    return first in _RESP_TYPES
+
+
+def _not_redis(client: redis.Redis, doing: str,
+               exc: redis.exceptions.RedisError) -> RedisFrontierSettingsError:
+    return RedisFrontierSettingsError(
+        f"the server at {_address(client)} does not speak the Redis protocol (is REDIS_URL "
+        f"pointing at another service?): it answered unlike Redis while {doing} "
+        f"({type(exc).__name__}: {exc}). Set REDIS_URL (or REDIS_HOST / REDIS_PORT) to the "
+        "Redis server's address, then run the same command again."
+    )
+
+
+def _full(client: redis.Redis, doing: str, exc: redis.exceptions.RedisError) -> RedisFrontierFull:
+    memory: dict[str, Any] = {}
+    try:
+        memory = dict(client.info("memory"))
+    except redis.exceptions.RedisError:
+        with contextlib.suppress(redis.exceptions.RedisError):
+            config: dict[Any, Any] = dict(client.config_get("maxmemory*"))
+            memory = {text(k): text(v) for k, v in config.items()}
+    limit = memory.get("maxmemory_human") or memory.get("maxmemory")
+    policy = memory.get("maxmemory_policy") or memory.get("maxmemory-policy")
+    used = memory.get("used_memory_human")
+    state = (f"maxmemory {limit} reached" if limit else "maxmemory reached") + (
+        f" with {used} used" if used else "") + (
+        f", policy {policy}" if policy else "; see maxmemory and maxmemory-policy")
+    evicting = policy is not None and policy != "noeviction"
+    keep = ("Keep the policy at noeviction: an evicting policy drops keys, the frontier's "
+            "among them." if evicting else
+            "Do not switch to an evicting policy: it would drop the frontier's keys.")
+    return RedisFrontierFull(
+        f"Redis is out of memory ({state}): {describe(client)} refused a write while {doing} "
+        f"({exc}). Nothing stored was lost: the frontier keeps what it had, and the refused "
+        "command changed nothing. Raise maxmemory (CONFIG SET maxmemory <bytes>, and in "
+        f"redis.conf to keep it), then run the same command again to resume. {keep}"
+    )
+
+
+def _no_database(client: redis.Redis, exc: redis.exceptions.RedisError) -> RedisFrontierError:
+    kw = client.connection_pool.connection_kwargs
+    db = kw.get("db", 0)
+    count = "fewer"
+    pool = redis.ConnectionPool(connection_class=client.connection_pool.connection_class,
+                                **{**kw, "db": 0})
+    try:
+        config: dict[Any, Any] = dict(redis.Redis(connection_pool=pool).config_get("databases"))
+        found = {text(k): text(v) for k, v in config.items()}
+        if found.get("databases", "").isdigit():
+            count = found["databases"]
+    except redis.exceptions.RedisError:
+        pass  # CONFIG may be disabled (managed Redis): the message names the setting
+    finally:
+        pool.disconnect()
+    return RedisFrontierSettingsError(
+        f"Redis at {_address(client)} has no database {db} (it has {count}: `databases` in "
+        "redis.conf); pick one in REDIS_URL (redis://host:port/DB, DB from 0) or REDIS_DB, "
+        f"then run the same command again. Redis said: {exc}"
+    )
 
 
 def text(value: bytes | str) -> str:
@@ -76,16 +229,22 @@ def redis_from_settings(settings: Any) -> redis.Redis:
 
 
 def wait_for_redis(client: redis.Redis, timeout: float = 10.0) -> None:
-    """Block until ``client`` answers PING (bounded), else raise RedisFrontierUnavailable."""
+    """Block until ``client`` answers PING (bounded), else raise RedisFrontierUnavailable.
+
+    A Redis that answers with a refusal (a password is needed, no such database, not a
+    Redis at all) raises its frontier error at once: waiting cannot help.
+    """
     deadline = time.monotonic() + timeout
     for _ in range(10_000):
         try:
             client.ping()
             return
-        except UNAVAILABLE as exc:
+        except HANDLED as exc:
+            error = frontier_error(client, "", "answering PING", exc)
+            if not isinstance(error, RedisFrontierUnavailable):
+                raise error from exc
             if time.monotonic() > deadline:
                 raise RedisFrontierUnavailable(
                     f"{describe(client)} did not answer PING within {timeout} s: {exc}"
                 ) from exc
             time.sleep(0.05)
-

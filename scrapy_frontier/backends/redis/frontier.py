@@ -72,7 +72,7 @@ from scrapy_frontier.backends.redis.connection import describe, guard, text
 from scrapy_frontier.backends.redis.lua import load_script
 from scrapy_frontier.core.frontier import check_shape
 from scrapy_frontier.core.politeness import DelayPolicy
-from scrapy_frontier.errors import RedisFrontierDataError, RedisFrontierGone
+from scrapy_frontier.errors import RedisFrontierDataError, RedisFrontierError, RedisFrontierGone
 
 FORMAT = "scrapy-frontier/redis"
 VERSION = 1
@@ -199,7 +199,7 @@ class RedisFrontier:
                 self.client, self.prefix, doing,
                 lambda: script(keys=[self.key("meta")], args=argv, client=self.client),
             )
-        except RedisFrontierDataError as exc:
+        except RedisFrontierError as exc:
             if "FRONTIER_GONE" not in str(exc.__cause__):
                 raise
             raise RedisFrontierGone(
@@ -235,7 +235,7 @@ class RedisFrontier:
                     raise RedisFrontierDataError(
                         f"Redis key {self.key(name)!r} is a {got}, the frontier keeps a {kind} "
                         f"there: the prefix {self.prefix!r} is used by something else. Pick "
-                        "another prefix or delete that key."
+                        "another FRONTIER_REDIS_KEY prefix, or move that key away (RENAME)."
                     )
             meta = {text(k): text(v) for k, v in client.hgetall(meta_key).items()}
             if not meta:
@@ -248,7 +248,7 @@ class RedisFrontier:
                     raise RedisFrontierDataError(
                         f"keys under {self.prefix!r} exist (e.g. {text(found[0])!r}) but "
                         f"{meta_key!r} does not mark them as a scrapy-frontier frontier. Pick "
-                        "another prefix, or delete those keys if they are left over."
+                        "another FRONTIER_REDIS_KEY prefix, or move those keys away if they are left over."
                     )
                 client.hsetnx(meta_key, "format", FORMAT)
                 client.hsetnx(meta_key, "version", str(VERSION))
@@ -269,19 +269,19 @@ class RedisFrontier:
                 raise RedisFrontierDataError(
                     f"{meta_key!r} says format {meta.get('format')!r}, not {FORMAT!r}: the keys "
                     f"under {self.prefix!r} were not written by scrapy-frontier. Pick another "
-                    "prefix or delete them."
+                    "FRONTIER_REDIS_KEY prefix; nothing was changed under this one."
                 )
             if meta.get("version") != str(VERSION):
                 raise RedisFrontierDataError(
                     f"{meta_key!r} says version {meta.get('version')!r}; this scrapy-frontier "
                     f"reads version {VERSION}. Finish the crawl with the version that wrote it, "
-                    f"or delete the keys under {self.prefix!r} to start afresh."
+                    "or start a new crawl under another FRONTIER_REDIS_KEY prefix."
                 )
             if meta.get("levels") != str(self.levels):
                 raise RedisFrontierDataError(
                     f"{meta_key!r} was created with {meta.get('levels')} front queues, this "
                     f"frontier has {self.levels}: set FRONTIER_FRONT_QUEUES={meta.get('levels')} "
-                    f"or delete the keys under {self.prefix!r}."
+                    "to continue it, or use another FRONTIER_REDIS_KEY prefix for a new crawl."
                 )
 
         self._call("checking the frontier's keys", check)

@@ -54,7 +54,7 @@ class RedisHistoryStore:
         if kind not in ("none", "hash"):
             raise RedisFrontierDataError(
                 f"Redis key {meta!r} is a {kind}, not the page history's marker: pick another "
-                "FRONTIER_REDIS_HISTORY_KEY or delete the key."
+                "FRONTIER_REDIS_HISTORY_KEY, or move that key away (RENAME)."
             )
         self.client.hsetnx(meta, "format", FORMAT)
         self.client.hsetnx(meta, "version", VERSION)
@@ -63,7 +63,7 @@ class RedisHistoryStore:
             raise RedisFrontierDataError(
                 f"{meta!r} says format {got.get('format')!r} version {got.get('version')!r}; "
                 f"this scrapy-frontier writes {FORMAT!r} version {VERSION}: pick another "
-                "FRONTIER_REDIS_HISTORY_KEY or delete the keys under it."
+                "FRONTIER_REDIS_HISTORY_KEY; nothing was changed under this one."
             )
 
     def _decode(self, fp: int, raw: Any) -> PageRecord:
@@ -71,8 +71,9 @@ class RedisHistoryStore:
             return PageRecord.from_json(fp, text(raw))
         except ValueError as exc:
             raise RedisFrontierDataError(
-                f"{self.key('pages')!r} field {fp}: {exc}; delete the field (the page is then "
-                "new to the crawl) or the keys under the prefix."
+                f"{self.key('pages')!r} field {fp}: {exc}. A newer scrapy-frontier may have "
+                "written it: finish the crawl with that version, or copy the field away "
+                "(HGET) and look at it."
             ) from None
 
     # -- the store -------------------------------------------------------------------------

@@ -41,7 +41,7 @@ class RedisSeenSet:
             if kind not in ("none", "hash"):
                 raise RedisFrontierDataError(
                     f"Redis key {meta!r} is a {kind}, not the seen set's marker hash: pick "
-                    "another prefix or delete it."
+                    "another FRONTIER_REDIS_SEEN_KEY prefix, or move that key away (RENAME)."
                 )
             client.hsetnx(meta, "format", SEEN_FORMAT)
             client.hsetnx(meta, "bits", str(bits))
@@ -49,7 +49,7 @@ class RedisSeenSet:
             if got.get("format") != SEEN_FORMAT:
                 raise RedisFrontierDataError(
                     f"{meta!r} says format {got.get('format')!r}, not {SEEN_FORMAT!r}: pick "
-                    "another prefix or delete the keys under it."
+                    "another FRONTIER_REDIS_SEEN_KEY prefix; nothing was changed under this one."
                 )
             return int(got["bits"])
 

@@ -1,0 +1,264 @@
+"""Redis refusals as frontier errors with safe, specific advice (issue 13, items 5 and 8).
+
+Each case runs against a real redis-server on 127.0.0.1 (or a real HTTP server posing
+as one): out of memory, a password needed or wrong, REDIS_URL at another service or at
+a database that does not exist, a read-only replica, a user without permissions, and
+keys of the wrong type. Only "Redis did not answer" is retried; the others stop the crawl.
+"""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import redis
+from scrapy.settings import Settings
+from twisted.python.failure import Failure
+
+from scrapy_frontier.backends.redis.connection import redis_from_settings, wait_for_redis
+from scrapy_frontier.backends.redis.frontier import RedisFrontier
+from scrapy_frontier.errors import (
+    RedisFrontierAuthError,
+    RedisFrontierDataError,
+    RedisFrontierError,
+    RedisFrontierFull,
+    RedisFrontierSettingsError,
+    RedisFrontierUnavailable,
+)
+from scrapy_frontier.scheduler.drivers.redis import RedisDriver
+from tests.redis_server import REDIS_SERVER, RedisServer, free_port
+
+DESTRUCTIVE = ("delete", "flush", " del ", "unlink")
+
+
+def _safe(message: str) -> None:
+    lowered = message.lower()
+    for word in DESTRUCTIVE:
+        assert word not in lowered, f"advises a destructive action ({word!r}): {message}"
+
+
+@pytest.fixture
+def extra_server(tmp_path: Path) -> Iterator[Any]:
+    """Start redis-servers with extra arguments (127.0.0.1, free port, no persistence)."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(*args: str) -> int:
+        port = free_port()
+        proc = subprocess.Popen(
+            [REDIS_SERVER, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(tmp_path),
+             "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
+             "--logfile", str(tmp_path / f"redis-{port}.log"), *args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(proc)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, (tmp_path / f"redis-{port}.log").read_text()
+            try:  # a plain connect: redis-py's own retries would back off for seconds
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return port
+            except OSError:
+                time.sleep(0.02)
+        raise AssertionError(f"redis-server on {port} did not start")
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def _client(url: str, **settings: Any) -> redis.Redis:
+    return redis_from_settings(Settings({"REDIS_URL": url, **settings}))
+
+
+# -- 1. out of memory ------------------------------------------------------------------------
+
+
+def test_out_of_memory_is_full_with_safe_advice_and_loses_nothing(extra_server: Any) -> None:
+    port = extra_server("--maxmemory-policy", "noeviction")
+    client = _client(f"redis://127.0.0.1:{port}/0")
+    prefix = "oom:frontier:"
+    frontier = RedisFrontier(client, prefix, front_queues=4)
+    used = int(client.info("memory")["used_memory"])
+    client.config_set("maxmemory", used + 200_000)
+    pushed: list[bytes] = []
+    with pytest.raises(RedisFrontierFull) as info:
+        for i in range(10_000):
+            item = b"%06d" % i + b"x" * 2000
+            assert frontier.push(f"h{i}.example", 1 + i % 4, item)
+            pushed.append(item)
+    assert pushed, "the first push already failed: the test proves nothing"
+    exc = info.value
+    assert not isinstance(exc, RedisFrontierUnavailable)
+    assert not isinstance(exc, RedisFrontierDataError)
+    message = str(exc)
+    assert "Redis is out of memory (maxmemory" in message
+    assert "policy noeviction" in message
+    assert "CONFIG SET maxmemory" in message and "redis.conf" in message
+    assert "run the same command again" in message
+    assert "Nothing stored was lost" in message
+    _safe(message)
+
+    client.config_set("maxmemory", 0)
+    again = RedisFrontier(client, prefix, front_queues=4)
+    assert len(again) == len(pushed)
+    got: list[bytes] = []
+    for _ in range(len(pushed) + 1):
+        lease = again.pop()
+        if lease is None:
+            break
+        got.append(lease.item)
+    assert sorted(got) == sorted(pushed)
+    client.close()
+
+
+# -- 2. a password needed ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("auth", ["", ":wrong@", "someone:wrong@"])
+def test_a_password_needed_or_wrong_is_an_auth_error_not_an_outage(
+        extra_server: Any, auth: str) -> None:
+    port = extra_server("--requirepass", "secret")
+    client = _client(f"redis://{auth}127.0.0.1:{port}/0")
+    with pytest.raises(RedisFrontierAuthError) as info:
+        RedisFrontier(client, "auth:frontier:")
+    assert not isinstance(info.value, RedisFrontierUnavailable)
+    assert isinstance(info.value, RedisFrontierSettingsError)
+    message = str(info.value)
+    assert "refused the connection" in message and "needs a password" in message
+    assert "redis://:PASSWORD@host:port/db" in message and "REDIS_PARAMS" in message
+    assert "did not answer" not in message
+    _safe(message)
+    started = time.monotonic()
+    with pytest.raises(RedisFrontierAuthError):
+        wait_for_redis(client, timeout=10)
+    assert time.monotonic() - started < 5, "waited for a Redis that refuses, not one away"
+    client.close()
+    # The advice works, both ways.
+    for good in (_client(f"redis://:secret@127.0.0.1:{port}/0"),
+                 _client(f"redis://127.0.0.1:{port}/0", REDIS_PARAMS={"password": "secret"})):
+        assert len(RedisFrontier(good, "auth:frontier:")) == 0
+        good.close()
+
+
+# -- 3. not a Redis, no such database ----------------------------------------------------------
+
+
+class _Quiet(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def http_port() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield int(server.server_address[1])
+    server.shutdown()
+    server.server_close()
+
+
+def test_redis_url_at_an_http_server_says_it_is_not_redis(http_port: int) -> None:
+    client = _client(f"redis://127.0.0.1:{http_port}/0")
+    with pytest.raises(RedisFrontierSettingsError) as info:
+        RedisFrontier(client, "http:frontier:")
+    message = str(info.value)
+    assert (f"at 127.0.0.1:{http_port} does not speak the Redis protocol "
+            "(is REDIS_URL pointing at another service?)") in message
+    assert not isinstance(info.value, RedisFrontierUnavailable)
+    _safe(message)
+    with pytest.raises(RedisFrontierSettingsError, match="does not speak the Redis protocol"):
+        wait_for_redis(client, timeout=10)
+    client.close()
+
+
+def test_redis_url_at_a_missing_database_names_the_count(redis_server: RedisServer) -> None:
+    client = _client(f"redis://127.0.0.1:{redis_server.port}/999")
+    with pytest.raises(RedisFrontierSettingsError) as info:
+        RedisFrontier(client, "db:frontier:")
+    message = str(info.value)
+    assert "has no database 999 (it has 16: `databases` in redis.conf)" in message
+    assert "pick one in REDIS_URL" in message
+    _safe(message)
+    client.close()
+
+
+# -- more refusals that no retry can fix -------------------------------------------------------
+
+
+def test_a_read_only_replica_says_so(extra_server: Any) -> None:
+    port = extra_server("--replicaof", "127.0.0.1", str(free_port()))
+    client = _client(f"redis://127.0.0.1:{port}/0")
+    with pytest.raises(RedisFrontierSettingsError, match="read-only replica.*primary") as info:
+        RedisFrontier(client, "ro:frontier:")
+    _safe(str(info.value))
+    client.close()
+
+
+def test_a_user_without_permissions_says_so(redis_server: RedisServer) -> None:
+    admin = redis_server.client()
+    admin.execute_command("ACL", "SETUSER", "reader", "on", ">pw", "~*", "+@read", "+@connection")
+    try:
+        client = _client(f"redis://reader:pw@127.0.0.1:{redis_server.port}/0")
+        with pytest.raises(RedisFrontierSettingsError, match="lacks the permission") as info:
+            RedisFrontier(client, "acl:frontier:")
+        assert "ACL SETUSER" in str(info.value)
+        _safe(str(info.value))
+        client.close()
+    finally:
+        admin.execute_command("ACL", "DELUSER", "reader")
+        admin.close()
+
+
+# -- 4. keys of the wrong type -----------------------------------------------------------------
+
+
+def test_wrong_type_keys_advise_another_prefix_not_deletion(redis_client: redis.Redis,
+                                                           redis_prefix: str) -> None:
+    frontier = RedisFrontier(redis_client, redis_prefix, front_queues=4)
+    redis_client.set(redis_prefix + "ready", "someone else's")
+    with pytest.raises(RedisFrontierDataError) as info:
+        frontier.push("a.example", 1, b"x")
+    message = str(info.value)
+    assert "WRONGTYPE" in message and redis_prefix in message
+    assert "Pick another FRONTIER_REDIS_KEY prefix, or move the other data away" in message
+    _safe(message)
+
+
+# -- the driver: retry an outage, stop on everything else --------------------------------------
+
+
+@pytest.mark.parametrize("exc", [
+    RedisFrontierFull("full"), RedisFrontierAuthError("password"),
+    RedisFrontierSettingsError("not redis"), RedisFrontierDataError("wrong type"),
+    RedisFrontierError("other"),
+])
+def test_the_driver_stops_on_refusals(exc: RedisFrontierError) -> None:
+    failed: list[tuple[str, BaseException]] = []
+    stats = SimpleNamespace(inc_value=lambda *a, **k: None)
+    fake = SimpleNamespace(_sending=None, _next=None, _closed=False, stats=stats,
+                           ctx=SimpleNamespace(fail=lambda r, e: failed.append((r, e))))
+    RedisDriver._round_failed(fake, Failure(exc))  # type: ignore[arg-type]
+    assert failed == [("frontier_redis_error", exc)]
+
+
+def test_the_driver_retries_an_outage() -> None:
+    failed: list[tuple[str, BaseException]] = []
+    stats = SimpleNamespace(inc_value=lambda *a, **k: None)
+    fake = SimpleNamespace(_sending=None, _next=SimpleNamespace(pushes=[]), _closed=False,
+                           stats=stats, _outage_since=None, _backoff=0.0, _retry_at=0.0,
+                           ctx=SimpleNamespace(fail=lambda r, e: failed.append((r, e))))
+    RedisDriver._round_failed(fake, Failure(RedisFrontierUnavailable("away")))  # type: ignore[arg-type]
+    assert failed == [] and fake._retry_at > 0
