@@ -17,8 +17,11 @@ for tests; :class:`~scrapy_frontier.backends.sqlite.history.SQLiteHistoryStore` 
 from __future__ import annotations
 
 import json
+import math
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Protocol
 
 from scrapy_frontier.core.refresh import PageHistory
@@ -152,12 +155,91 @@ class HistoryStore(Protocol):
     def close(self) -> None: ...
 
 
+class SortedKeys:
+    """A set of distinct, totally ordered tuples kept in order, for the stores' indexes.
+
+    Sorted chunks of at most ``2 * load`` keys and each chunk's largest key: adding,
+    removing and finding the first key after a given one bisect the chunk maxima, then
+    one chunk (O(log n) comparisons, plus a move of at most one chunk in memory).
+    """
+
+    def __init__(self, load: int = 512) -> None:
+        self._load = load
+        self._chunks: list[list[tuple[Any, ...]]] = []
+        self._maxes: list[tuple[Any, ...]] = []
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def add(self, key: tuple[Any, ...]) -> None:
+        """Add ``key`` (not in the set yet)."""
+        self._len += 1
+        maxes = self._maxes
+        if not maxes:
+            self._chunks.append([key])
+            maxes.append(key)
+            return
+        i = bisect_left(maxes, key)
+        if i == len(maxes):
+            i -= 1
+            chunk = self._chunks[i]
+            chunk.append(key)
+            maxes[i] = key
+        else:
+            chunk = self._chunks[i]
+            insort(chunk, key)
+        if len(chunk) > 2 * self._load:
+            half = self._load
+            self._chunks[i:i + 1] = [chunk[:half], chunk[half:]]
+            maxes[i:i + 1] = [chunk[half - 1], chunk[-1]]
+
+    def remove(self, key: tuple[Any, ...]) -> None:
+        """Remove ``key`` (in the set)."""
+        i = bisect_left(self._maxes, key)
+        if i == len(self._maxes):
+            raise KeyError(key)
+        chunk = self._chunks[i]
+        j = bisect_left(chunk, key)
+        if chunk[j] != key:
+            raise KeyError(key)
+        del chunk[j]
+        self._len -= 1
+        if not chunk:
+            del self._chunks[i]
+            del self._maxes[i]
+        elif j == len(chunk):
+            self._maxes[i] = chunk[-1]
+
+    def first(self) -> tuple[Any, ...] | None:
+        return self._chunks[0][0] if self._chunks else None
+
+    def after(self, key: tuple[Any, ...]) -> Iterator[tuple[Any, ...]]:
+        """The keys greater than ``key``, in order (do not change the set meanwhile)."""
+        i = bisect_right(self._maxes, key)
+        if i == len(self._chunks):
+            return
+        chunk = self._chunks[i]
+        yield from islice(chunk, bisect_right(chunk, key), None)
+        for chunk in islice(self._chunks, i + 1, None):
+            yield from chunk
+
+
 class MemoryHistoryStore:
-    """A :class:`HistoryStore` in a dict (due queries sort; fine for small histories)."""
+    """A :class:`HistoryStore` in a dict, with in-memory indexes.
+
+    As a durable store, it indexes a record as it was when put: the due order by
+    ``(eligible, fp)`` of the pages not retired, and the eviction order by
+    ``(weight, -fp)`` of all pages. No query looks at more records than it returns.
+    """
 
     def __init__(self) -> None:
         self._records: dict[int, PageRecord] = {}
         self._json: dict[int, str] = {}
+        self._due_key: dict[int, tuple[float, int]] = {}
+        self._weight_key: dict[int, tuple[float, int]] = {}
+        self._due = SortedKeys()
+        self._weights = SortedKeys()
 
     def get(self, fp: int) -> PageRecord | None:
         # A copy, as a durable store would give: callers change what they get.
@@ -165,29 +247,56 @@ class MemoryHistoryStore:
         return None if text is None else PageRecord.from_json(fp, text)
 
     def put(self, record: PageRecord) -> None:
-        self._json[record.fp] = record.to_json()
-        self._records[record.fp] = record
+        fp = record.fp
+        self._json[fp] = record.to_json()
+        self._records[fp] = record
+        due_key = None if record.retired is not None else (record.eligible, fp)
+        old = self._due_key.get(fp)
+        if old != due_key:
+            if old is not None:
+                self._due.remove(old)
+                del self._due_key[fp]
+            if due_key is not None:
+                self._due.add(due_key)
+                self._due_key[fp] = due_key
+        weight_key = (record.weight, -fp)
+        old = self._weight_key.get(fp)
+        if old != weight_key:
+            if old is not None:
+                self._weights.remove(old)
+            self._weights.add(weight_key)
+            self._weight_key[fp] = weight_key
 
     def due(self, after: tuple[float, int], until: float, limit: int) -> list[PageRecord]:
-        keys = sorted(
-            (r.eligible, fp)
-            for fp, r in self._records.items()
-            if r.retired is None and after < (r.eligible, fp) and r.eligible <= until
-        )
-        return [PageRecord.from_json(fp, self._json[fp]) for _, fp in keys[:limit]]
+        out: list[PageRecord] = []
+        if limit <= 0:
+            return out
+        for eligible, fp in self._due.after(after):
+            if eligible > until:
+                break
+            out.append(PageRecord.from_json(fp, self._json[fp]))
+            if len(out) >= limit:
+                break
+        return out
 
     def next_due(self) -> float | None:
-        dues = [r.eligible for r in self._records.values() if r.retired is None]
-        return min(dues) if dues else None
+        first = self._due.first()
+        return None if first is None else float(first[0])
 
     def evict(self, keep: int) -> int:
         extra = len(self._records) - keep
         if extra <= 0:
             return 0
-        victims = sorted(self._records.values(), key=lambda r: (r.weight, -r.fp))[:extra]
-        for r in victims:
-            del self._records[r.fp]
-            del self._json[r.fp]
+        victims = list(islice(self._weights.after((-math.inf, -math.inf)), extra))
+        for key in victims:
+            fp = -key[1]
+            self._weights.remove(key)
+            del self._weight_key[fp]
+            due_key = self._due_key.pop(fp, None)
+            if due_key is not None:
+                self._due.remove(due_key)
+            del self._records[fp]
+            del self._json[fp]
         return len(victims)
 
     def scan(self) -> Iterator[PageRecord]:

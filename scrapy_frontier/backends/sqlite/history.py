@@ -29,6 +29,12 @@ from scrapy_frontier.errors import HistoryStoreError
 FORMAT = "scrapy-frontier/history"
 VERSION = 1
 STORE_NAME = "history.sqlite"
+#: Both due queries are a SEARCH of the ``pages_due`` index (tests check the plans).
+DUE_QUERY = (
+    "SELECT fp, data FROM pages WHERE retired = 0 AND (eligible, fp) > (?, ?) "
+    "AND eligible <= ? ORDER BY eligible, fp LIMIT ?"
+)
+NEXT_DUE_QUERY = "SELECT MIN(eligible) FROM pages WHERE retired = 0"
 
 
 class SQLiteHistoryStore(WALFileStore):
@@ -121,12 +127,10 @@ class SQLiteHistoryStore(WALFileStore):
         self.flush()
         due, fp = after
         try:
-            rows = self._conn.execute(
-                "SELECT fp, data FROM pages WHERE retired = 0 AND eligible <= ? "
-                "AND (eligible > ? OR (eligible = ? AND fp > ?)) "
-                "ORDER BY eligible, fp LIMIT ?",
-                (until, due, due, fp, limit),
-            ).fetchall()
+            # A row value, so the cursor is a range bound on the pages_due index: the
+            # query seeks to it and reads only the rows it returns (an OR of the two
+            # cases read every row before the cursor, or sorted the whole due range).
+            rows = self._conn.execute(DUE_QUERY, (due, fp, until, limit)).fetchall()
         except sqlite3.Error as exc:
             raise self._error(exc, "due query failed") from exc
         return [self._decode(fp, data) for fp, data in rows]
@@ -134,8 +138,7 @@ class SQLiteHistoryStore(WALFileStore):
     def next_due(self) -> float | None:
         self.flush()
         try:
-            row = self._conn.execute(
-                "SELECT MIN(eligible) FROM pages WHERE retired = 0").fetchone()
+            row = self._conn.execute(NEXT_DUE_QUERY).fetchone()
         except sqlite3.Error as exc:
             raise self._error(exc, "due query failed") from exc
         return None if row is None or row[0] is None else float(row[0])
