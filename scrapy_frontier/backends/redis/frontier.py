@@ -248,7 +248,8 @@ class RedisFrontier:
                     raise RedisFrontierDataError(
                         f"keys under {self.prefix!r} exist (e.g. {text(found[0])!r}) but "
                         f"{meta_key!r} does not mark them as a scrapy-frontier frontier. Pick "
-                        "another FRONTIER_REDIS_KEY prefix, or move those keys away if they are left over."
+                        "another FRONTIER_REDIS_KEY prefix, or move those keys away if they are "
+                        "left over."
                     )
                 client.hsetnx(meta_key, "format", FORMAT)
                 client.hsetnx(meta_key, "version", str(VERSION))
