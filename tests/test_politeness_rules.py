@@ -443,6 +443,29 @@ def test_retry_after_429_and_503_block_the_host_until_then(tmp_path: Path) -> No
 
 
 @pytest.mark.crawl
+def test_a_garbage_retry_after_is_treated_as_absent_in_a_crawl(tmp_path: Path) -> None:
+    """A 429 whose Retry-After cannot be parsed: the usual back-off, the response is not
+    lost, the host's lease is released and the rest of its pages are crawled."""
+    web_args = ["--shape", "wide", "--hosts", "2", "--pages", "5", "--latency", "0.005", "0.01",
+                "--cross-links", "0"]
+    settings = {"ADDONS": FRONTIER_ADDON, "FRONTIER_MIN_DELAY": 0.0, "RETRY_ENABLED": True,
+                "RETRY_TIMES": 2, "RETRY_HTTP_CODES": [429], "FRONTIER_BACKOFF_BASE": 0.3}
+    result, entries, web = _crawl(tmp_path, web_args, settings, [(0, "/garbage-retry-after/1")])
+    report = audit(entries, expected=web.expected, min_delay=0.0)
+    assert report.coverage == 1.0 and report.overlaps == 0, report.summary()
+    host = web.info["hosts"][0]["address"]
+    seq = _host_entries(entries, host)
+    assert [e.status for e in seq if e.path == "/garbage-retry-after/1"] == [429, 200]
+    i = next(k for k, e in enumerate(seq) if e.status == 429)
+    assert seq[i + 1].start - seq[i].end >= 0.3  # backed off as for any 429
+    stats = result.stats
+    assert stats.get("frontier/retry_after/honoured") is None
+    assert stats["frontier/backoff/count"] == 1
+    assert stats.get("frontier/lease_expired") is None
+    assert "Traceback" not in result.output, result.output[-3000:]
+
+
+@pytest.mark.crawl
 def test_failing_host_backs_off_then_is_retired_without_affecting_others(
     tmp_path: Path,
 ) -> None:

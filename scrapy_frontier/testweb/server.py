@@ -320,6 +320,16 @@ class TestWebServer:
             status, ctype, body = 200, "text/plain", self._robots(index).encode("utf-8")
         elif index in self.failing_hosts:
             status, ctype, body = 503, "text/plain", b"down\n"
+        elif raw_path.startswith("/garbage-retry-after/") and not query:
+            # 429 with a Retry-After no parser can read (Latin-1 superscript two: it passes
+            # str.isdigit() and fails float()), then 200.
+            key = (index, raw_path)
+            self._flaky_hits[key] = self._flaky_hits.get(key, 0) + 1
+            if self._flaky_hits[key] > 1:
+                status, ctype, body = 200, "text/html", b"<html><title>ok</title></html>"
+            else:
+                status, ctype, body = 429, "text/plain", b"slow down\n"
+                headers.append((b"Retry-After", b"\xb2"))
         elif raw_path.startswith(("/ratelimit/", "/unavailable/")) and not query:
             # First request to each such path: 429 with "Retry-After: 1" (/ratelimit/) or 503
             # with an HTTP-date Retry-After 1 to 2 s ahead (/unavailable/); then 200.
