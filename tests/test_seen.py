@@ -510,6 +510,27 @@ def test_read_only_directory_check_runs_even_as_root(
     assert not (tmp_path / "seen.sqlite").exists()
 
 
+def test_an_io_error_in_a_read_only_place_is_reported_as_read_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A JOBDIR on a read-only filesystem: SQLite says "disk I/O error" (or "unable to
+    open"); the message must say read-only. (As root, pretend the permission check says
+    no: root writes anywhere but on a read-only mount.)"""
+    import sqlite3
+
+    from scrapy_frontier.backends.sqlite.files import SQLiteFile
+
+    path = tmp_path / "seen.sqlite"
+    file = SQLiteFile(path, SeenStoreError, fmt="x", version=1, what="seen-set")
+    monkeypatch.setattr(os, "access", lambda *args, **kwargs: False)
+    for text in ("disk I/O error", "unable to open database file"):
+        error = file.classify(sqlite3.OperationalError(text), "opening it", "nothing is lost")
+        assert "read-only" in str(error) and "writable" in str(error), error
+    monkeypatch.undo()
+    error = file.classify(sqlite3.OperationalError("disk I/O error"), "opening it", "-")
+    assert "read-only" not in str(error)  # a writable place: some other I/O trouble
+
+
 def test_missing_directory_or_a_file_in_the_way_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SeenStoreError, match="does not exist"):
         SQLiteFingerprintStore(tmp_path / "nowhere" / "seen.sqlite")

@@ -134,6 +134,13 @@ class SQLiteFile:
                              "Restore it from a backup, or move it away.")
         return meta
 
+    def _writable(self) -> bool:
+        """Whether SQLite can write here: the file (if any) and its directory (for -wal)."""
+        parent = self.path.parent
+        if not os.access(parent, os.W_OK | os.X_OK):
+            return False
+        return not self.path.exists() or os.access(self.path, os.W_OK)
+
     def classify(self, exc: sqlite3.Error, doing: str, kept: str) -> Exception:
         """The error for an SQLite failure while ``doing``; ``kept`` says what survives."""
         text = str(exc).lower()
@@ -144,7 +151,8 @@ class SQLiteFile:
                 path, f"{doing}: the disk is full ({describe(exc)})",
                 f"Free some space and run the crawl again; {kept}.",
             )
-        if "readonly" in text or "read-only" in text:
+        if ("readonly" in text or "read-only" in text
+                or (("disk i/o" in text or "unable to open" in text) and not self._writable())):
             return self.error(
                 path, f"{doing}: it is read-only ({describe(exc)})",
                 "Make the file and its directory writable, or point FRONTIER_PATH / JOBDIR "
