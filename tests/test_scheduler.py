@@ -456,3 +456,21 @@ def test_a_lease_whose_fetch_still_runs_is_extended_not_released(
     clock.advance(1.0)
     nxt = sched.next_request()
     assert nxt is not None and nxt.url == "http://a.example/1"
+
+
+def test_scrapys_own_queue_settings_are_said_to_be_ignored(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from scrapy.utils.test import get_crawler
+
+    lifo = "scrapy.squeues.LifoMemoryQueue"
+    crawler = get_crawler(_Spider, {"ADDONS": {"scrapy_frontier.Addon": 0},
+                                    "SCHEDULER_START_MEMORY_QUEUE": lifo})
+    with caplog.at_level(logging.WARNING, logger="scrapy_frontier"):
+        FrontierScheduler.from_crawler(crawler)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("SCHEDULER_START_MEMORY_QUEUE: ignored" in m for m in messages), messages
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="scrapy_frontier"):
+        FrontierScheduler.from_crawler(get_crawler(_Spider, {}))
+    assert not any("ignored by scrapy-frontier" in r.getMessage() for r in caplog.records)

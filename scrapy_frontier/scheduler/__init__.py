@@ -705,8 +705,23 @@ def _sample_urls(requests: list[Request], limit: int = 10) -> str:
     return f": {urls}" + (f" and {more} more" if more > 0 else "")
 
 
+#: Scrapy's own scheduler's queue settings: the frontier has its own queues.
+_SCRAPY_QUEUE_SETTINGS = (
+    "SCHEDULER_PRIORITY_QUEUE", "SCHEDULER_MEMORY_QUEUE", "SCHEDULER_DISK_QUEUE",
+    "SCHEDULER_START_MEMORY_QUEUE", "SCHEDULER_START_DISK_QUEUE",
+)
+
+
 def _warn_about_stacked_delays(crawler: Crawler) -> None:
     settings = crawler.settings
+    ignored = [name for name in _SCRAPY_QUEUE_SETTINGS
+               if (settings.getpriority(name) or 0) > 0]  # set by the project or a spider
+    if ignored:
+        logger.warning(
+            "%s: ignored by scrapy-frontier, whose front queues are FIFO within each priority "
+            "level for start and other requests alike (Request.priority still applies).",
+            ", ".join(ignored),
+        )
     if settings.getfloat("DOWNLOAD_DELAY") > 0:
         logger.warning(
             "DOWNLOAD_DELAY=%s adds Scrapy's own per-slot delay on top of the frontier's "
