@@ -159,3 +159,14 @@ def test_redirects_and_retries_reenter_and_obey_their_hosts_politeness(tmp_path:
     assert ("/flaky/1", 503) in statuses and ("/flaky/1", 200) in statuses
     assert result.stats["retry/count"] == 1
     assert result.stats.get("frontier/lease_expired") is None
+
+
+def test_a_startup_error_is_one_clear_line_first(tmp_path: Path) -> None:
+    result = run_crawl(["http://127.0.0.1:9/"], {"ADDONS": FRONTIER_ADDON,
+                                                 "FRONTIER_FRONT_QUEUES": 0},
+                       workdir=tmp_path / "crawl", timeout=60)
+    errors = [line for line in result.output.splitlines() if " ERROR: " in line]
+    assert errors, result.output[-2000:]
+    assert "scrapy-frontier cannot start: FRONTIER_FRONT_QUEUES must be >= 1" in errors[0]
+    assert result.output.index("cannot start") < result.output.find("Traceback") or (
+        "Traceback" not in result.output)
