@@ -13,8 +13,11 @@ Every row starts with a format byte:
   bare pickled ``Request.to_dict``, whose first byte is pickle's PROTO opcode.
   Still read, so that a crawl started with an older release can be resumed.
 
-Any other first byte is refused with a :class:`StoreError`: a newer release
-wrote the row, and guessing would rebuild the wrong request.
+Any other first byte is refused with an :class:`UndecodableRow`: the row is
+corrupt (a newer state version is refused when the file is opened), and guessing
+would rebuild the wrong request. So is a row that does not unpickle. A callback
+the spider no longer has is a plain :class:`StoreError`: the spider's code
+changed, which concerns every row that names it, not one.
 
 Rebuilding a request normally runs ``Request.__init__``, which passes the URL
 through ``w3lib.url.safe_url_string`` again -- most of the cost of a dequeue.
@@ -32,6 +35,7 @@ from __future__ import annotations
 import inspect
 import logging
 import pickle
+import pickletools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -40,7 +44,7 @@ from scrapy import Request
 from scrapy.http.headers import Headers
 from scrapy.utils.request import request_from_dict
 
-from scrapy_frontier.errors import StoreError, Unserializable
+from scrapy_frontier.errors import MissingCallback, StoreError, UndecodableRow, Unserializable
 from scrapy_frontier.hostkey import PLAIN_URL
 
 logger = logging.getLogger("scrapy_frontier.codec")
@@ -138,7 +142,15 @@ def request_codec(spider: Any) -> Codec[Any]:
         try:
             return getattr(spider, name)
         except AttributeError:
-            raise ValueError(f"Method {name!r} not found in: {spider}") from None
+            raise MissingCallback(f"Method {name!r} not found in: {spider}") from None
+
+    def from_dict(d: dict[str, Any]) -> Any:
+        # Checked first so that a missing method is told apart from a corrupt row.
+        for key in ("callback", "errback"):
+            name = d.get(key)
+            if isinstance(name, str) and not hasattr(spider, name):
+                raise MissingCallback(f"Method {name!r} not found in: {spider}")
+        return request_from_dict(d, spider=spider)
 
     def construct(fields: tuple[Any, ...]) -> Request:
         (url, cb, eb, method, headers, body, cookies, meta, encoding, priority, dont_filter,
@@ -186,21 +198,47 @@ def request_codec(spider: Any) -> Codec[Any]:
             if tag == COMPACT:
                 return decode_compact(data)
             if tag == FULL:
-                return request_from_dict(pickle.loads(memoryview(data)[1:]), spider=spider)
+                return from_dict(pickle.loads(memoryview(data)[1:]))
             if tag == LEGACY:
-                return request_from_dict(pickle.loads(data), spider=spider)
-        except Exception as exc:
+                return from_dict(pickle.loads(data))
+        except MissingCallback as exc:
             raise StoreError(
                 f"cannot rebuild a saved request ({exc}). Was the spider's code changed (a "
                 "callback renamed or removed)? Restore it, or start with a new JOBDIR."
             ) from exc
-        raise StoreError(
+        except Exception as exc:
+            raise UndecodableRow(
+                f"cannot rebuild a saved request ({type(exc).__name__}: {exc}): its bytes are "
+                "corrupt, or its meta holds a value that pickles but does not unpickle"
+            ) from exc
+        raise UndecodableRow(
             f"a saved request has format byte {tag!r}, which this scrapy-frontier does not "
-            "know: a newer release wrote it. Resume the crawl with that release, or start "
-            "with a new JOBDIR."
+            "know: the row is corrupt, or a newer release wrote it"
         )
 
     return Codec(encode, decode)
+
+
+def saved_url(data: bytes) -> str | None:
+    """The URL of a saved request that cannot be rebuilt, if its bytes still show it.
+
+    Reads the pickle's opcodes without running them, so a value that fails to
+    unpickle does not hide the URL: the first string of a compact row, the value
+    after the ``"url"`` key of a full or version-1 row.
+    """
+    compact = data[:1] == _COMPACT_TAG
+    body = memoryview(data)[1:] if data[:1] in (_COMPACT_TAG, _FULL_TAG) else data
+    previous = None
+    try:
+        for op, arg, _ in pickletools.genops(bytes(body)):
+            if not isinstance(arg, str) or "UNICODE" not in op.name:
+                continue
+            if compact or previous == "url":
+                return arg if "://" in arg else None
+            previous = arg
+    except Exception:  # noqa: BLE001 -- corrupt bytes: no URL to show
+        return None
+    return None
 
 
 def _fill_matches_init(

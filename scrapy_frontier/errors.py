@@ -21,6 +21,15 @@ class StoreError(FrontierError, RuntimeError):
     """The frontier's state cannot be used; the message names it and says what to do."""
 
 
+class UndecodableRow(StoreError):
+    """One saved request cannot be rebuilt (corrupt bytes, or meta that pickles but does
+    not unpickle) while the others can: a store sets it aside instead of stopping."""
+
+
+class MissingCallback(FrontierError, ValueError):
+    """A saved request names a callback or errback the spider does not have (any more)."""
+
+
 class Unserializable(FrontierError):
     """The codec cannot turn this request into bytes."""
 

@@ -280,12 +280,12 @@ class Frontier(Generic[T]):
             return dropped
         if hs.active and hs.queued:
             self._unschedule(host)
-            store = self.store
             while hs.queued:
-                _, item, token = store.back_lease(host)
-                store.ack(token)
-                hs.queued -= 1
-                self._back_len -= 1
+                taken = self._take(hs)
+                if taken is None:
+                    break
+                _, item, token = taken
+                self.store.ack(token)
                 dropped.append(item)
         if hs.active and hs.lease is None:
             hs.active = False
@@ -512,12 +512,14 @@ class Frontier(Generic[T]):
             store.back_open(host)
         store.front_to_back(level)
         self._front_len -= 1
-        _, item, token = store.back_lease(host)
-        store.ack(token)
+        taken = store.back_lease(host)  # None: the store set the URL aside as unreadable
+        if taken is not None:
+            _, item, token = taken
+            store.ack(token)
+            self.stats.retired_items += 1
+            self._dropped.append((host, item))
         if not owned:
             store.back_close(host)
-        self.stats.retired_items += 1
-        self._dropped.append((host, item))
 
     # -- taking ------------------------------------------------------------
 
@@ -543,7 +545,10 @@ class Frontier(Generic[T]):
                 hs = self._hosts[entry[3]]
                 if self.group_hosts and not self._group_allows(hs, now):
                     continue
-                return self._hand_out(hs, entry[4], now)
+                lease = self._hand_out(hs, entry[4], now)
+                if lease is not None:
+                    return lease
+                continue
             if self._active < self.back_queues_max and self._front_len:
                 self._activate_one()
                 continue
@@ -562,11 +567,24 @@ class Frontier(Generic[T]):
         fetch = hs.last_fetch
         return hs.queued * (fetch + self.policy.delay(fetch))
 
-    def _hand_out(self, hs: _Host[T], t_e: float, now: float) -> Lease[T]:
+    def _take(self, hs: _Host[T]) -> tuple[int, T, object] | None:
+        """Lease the host's head URL from the store, and count out of the host the
+        URLs the store set aside on the way as unreadable (see QueueStore.back_lease)."""
+        taken = self.store.back_lease(hs.key)
+        left = self.store.back_len(hs.key)
+        self._back_len -= hs.queued - left
+        hs.queued = left
+        return taken
+
+    def _hand_out(self, hs: _Host[T], t_e: float, now: float) -> Lease[T] | None:
+        """Lease the host's next URL; None if the store found none it could read."""
         assert hs.queued
-        level, item, token = self.store.back_lease(hs.key)
-        hs.queued -= 1
-        self._back_len -= 1
+        taken = self._take(hs)
+        if taken is None:
+            # Nothing left to fetch: the host gives up its back queue, with its rest kept.
+            self._close_back_queue(hs)
+            return None
+        level, item, token = taken
         self._seq += 1
         lease = Lease(
             ticket=self._seq,
@@ -652,7 +670,10 @@ class Frontier(Generic[T]):
             self.stats.politeness_hold_seconds += hs.next_contact - now
             self._schedule(hs, held=True)
             return
-        # Back queue empty: the host gives up its back queue (Mercator refill).
+        self._close_back_queue(hs)
+
+    def _close_back_queue(self, hs: _Host[T]) -> None:
+        """Back queue empty: the host gives up its back queue (Mercator refill)."""
         hs.active = False
         hs.last_fetch = None
         self.store.back_close(hs.key)

@@ -50,8 +50,12 @@ class QueueStore(Protocol[T]):
     def back_append(self, host: str, level: int, item: T) -> None: ...
     def back_len(self, host: str) -> int: ...
     def back_head_level(self, host: str) -> int: ...
-    def back_lease(self, host: str) -> tuple[int, T, object]:
-        """Take the head URL: (level, item, token for :meth:`ack`)."""
+    def back_lease(self, host: str) -> tuple[int, T, object] | None:
+        """Take the head URL: (level, item, token for :meth:`ack`).
+
+        A durable store may set aside rows it cannot read back on the way (they
+        leave :meth:`back_len`); None if that emptied the queue.
+        """
         ...
 
     def ack(self, token: object) -> None:
@@ -153,7 +157,7 @@ class MemoryQueueStore(Generic[T]):
     def back_head_level(self, host: str) -> int:
         return self._back[host].head_level()
 
-    def back_lease(self, host: str) -> tuple[int, T, object]:
+    def back_lease(self, host: str) -> tuple[int, T, object] | None:
         level, item = self._back[host].popleft()
         return level, item, None
 

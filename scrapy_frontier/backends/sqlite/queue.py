@@ -7,7 +7,9 @@ Layout (one file, WAL mode):
   served by ``level DESC, id``; ``leased = 1`` while a fetch is in flight;
 * ``hosts(host, rest_until, last_fetch)`` -- each host's rest, as wall-clock
   time so that it survives a restart;
-* ``meta(key, value)`` -- format, version and spider name.
+* ``meta(key, value)`` -- format, version and spider name;
+* ``quarantine(id, host, level, data, error, at)`` -- rows set aside because
+  they cannot be rebuilt (created at the first one), kept for inspection.
 
 Memory holds only windows: the next few hundred rows of each front level and
 of each active host's back queue, and the writes not yet committed. Writes are
@@ -17,6 +19,10 @@ them: an acknowledgement is never durable before the URLs queued ahead of it.
 
 At open, URLs that were leased when the process died go back to their queues:
 after a ``kill -9`` the repeats are at most the fetches that were in flight.
+
+A row that cannot be rebuilt (:class:`~scrapy_frontier.errors.UndecodableRow`)
+is moved to ``quarantine`` when its turn comes, and the host's next row is
+served instead: one bad row must not stop every later run of the JOBDIR.
 """
 
 from __future__ import annotations
@@ -33,8 +39,8 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from scrapy_frontier.backends.sqlite.files import SQLiteFile
-from scrapy_frontier.codec import Codec
-from scrapy_frontier.errors import StoreError, Unserializable
+from scrapy_frontier.codec import Codec, saved_url
+from scrapy_frontier.errors import StoreError, UndecodableRow, Unserializable
 
 T = TypeVar("T")
 
@@ -59,6 +65,16 @@ CREATE INDEX IF NOT EXISTS back_by_host ON back(host, level DESC, id);
 CREATE TABLE IF NOT EXISTS hosts(
     host TEXT PRIMARY KEY, rest_until REAL NOT NULL, last_fetch REAL) WITHOUT ROWID;
 """
+
+# Not in SCHEMA: created with the first row set aside, so a healthy file stays as it was.
+QUARANTINE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS quarantine(
+    id INTEGER NOT NULL, host TEXT NOT NULL, level INTEGER NOT NULL, data BLOB,
+    error TEXT NOT NULL, at TEXT NOT NULL)
+"""
+
+#: Rows set aside that are logged one by one; later ones are only counted.
+QUARANTINE_LOGGED = 10
 
 
 @dataclass
@@ -114,6 +130,9 @@ class SQLiteStore(Generic[T]):
         self._lease: list[tuple[int]] = []
         self._del_back: list[tuple[int]] = []
         self._rests: dict[str, tuple[float, float | None]] = {}
+        self._quarantine: list[tuple[int, str, int, bytes, str, str]] = []
+        #: Rows moved to the quarantine table by this process (frontier/store/undecodable).
+        self.undecodable = 0
         self._ops = 0
         self.flushes = 0
 
@@ -339,6 +358,8 @@ class SQLiteStore(Generic[T]):
             return item
         try:
             return self.codec.decode(data)
+        except UndecodableRow as exc:
+            raise UndecodableRow(f"{self.path}, row {row}: {exc}") from exc
         except StoreError as exc:
             raise StoreError(f"{self.path}, row {row}: {exc}") from exc
 
@@ -472,18 +493,55 @@ class SQLiteStore(Generic[T]):
         if not back.window:
             raise StoreError(f"{self.path}: back queue of {host!r} lost {back.size} rows")
 
-    def back_lease(self, host: str) -> tuple[int, T, object]:
+    def back_lease(self, host: str) -> tuple[int, T, object] | None:
+        """Lease the host's head row, setting aside the rows before it that cannot be
+        rebuilt; None if none could (back_len tells the caller how many went)."""
         back = self._back[host]
-        self._fill_window(host, back)
-        neg_level, row, data = back.window.pop(0)
-        back.size -= 1
-        pending = self._ins_back.get(row)
-        if pending is None:
-            self._lease.append((row,))
-        else:
-            self._ins_back[row] = pending[:4] + (1,)
+        while back.size:
+            self._fill_window(host, back)
+            neg_level, row, data = back.window.pop(0)
+            back.size -= 1
+            try:
+                item = self._decode(row, data)
+            except UndecodableRow as exc:
+                assert data is not None
+                self._set_aside(host, -neg_level, row, data, exc)
+                continue
+            pending = self._ins_back.get(row)
+            if pending is None:
+                self._lease.append((row,))
+            else:
+                self._ins_back[row] = pending[:4] + (1,)
+            self._op()
+            return -neg_level, item, row
+        return None
+
+    def _set_aside(
+        self, host: str, level: int, row: int, data: bytes, exc: UndecodableRow
+    ) -> None:
+        """Move a back row that cannot be rebuilt to the quarantine table (at the next
+        flush, in the same transaction as its removal from ``back``)."""
+        if self._ins_back.pop(row, None) is None:
+            self._del_back.append((row,))
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.wall_clock()))
+        error = str(exc.__cause__ or exc)  # the codec's words; the log names file and row
+        self._quarantine.append((row, host, level, data, error, at))
+        self.undecodable += 1
+        if self.undecodable <= QUARANTINE_LOGGED:
+            url = saved_url(data)
+            logger.error(
+                "%s: the queued request %s cannot be rebuilt (%s). It is not crawled: it is "
+                "kept in the quarantine table of that file (see it with: sqlite3 %s "
+                "\"SELECT * FROM quarantine\"), and the crawl goes on without it.%s",
+                self.path,
+                url if url is not None else f"in row {row} (host {host!r})",
+                error,
+                self.path,
+                " Further rows set aside are only counted (frontier/store/undecodable)."
+                if self.undecodable == QUARANTINE_LOGGED
+                else "",
+            )
         self._op()
-        return -neg_level, self._decode(row, data), row
 
     def ack(self, token: object) -> None:
         assert isinstance(token, int)
@@ -518,8 +576,11 @@ class SQLiteStore(Generic[T]):
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
+                if self._quarantine:
+                    db.execute(QUARANTINE_SCHEMA)
                 for sql, rows in (
                     ("INSERT INTO front VALUES (?, ?, ?, ?)", self._ins_front),
+                    ("INSERT INTO quarantine VALUES (?, ?, ?, ?, ?, ?)", self._quarantine),
                     (
                         "INSERT INTO back(id, host, level, data, leased) VALUES (?, ?, ?, ?, ?)",
                         list(self._ins_back.values()),
@@ -554,6 +615,7 @@ class SQLiteStore(Generic[T]):
         self._lease.clear()
         self._del_back.clear()
         self._rests.clear()
+        self._quarantine.clear()
         self._ops = 0
         self.flushes += 1
 
@@ -573,7 +635,7 @@ class SQLiteStore(Generic[T]):
         return total
 
     def stats(self) -> dict[str, Any]:
-        return {"flushes": self.flushes, "volatile": self.volatile}
+        return {"flushes": self.flushes, "volatile": self.volatile, "undecodable": self.undecodable}
 
 
 _Entry = tuple[int, int, bytes | None]

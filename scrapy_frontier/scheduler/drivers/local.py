@@ -271,6 +271,9 @@ class LocalDriver:
                       round(1000 * st.dispatch_lateness_seconds / st.held_dispatches, 3))
             set_value("frontier/dispatch_lateness_ms/max",
                       round(1000 * st.dispatch_lateness_max, 3))
+        if self.store is not None and self.store.undecodable:
+            # Rows the store set aside in its quarantine table (logged at ERROR).
+            set_value("frontier/store/undecodable", self.store.undecodable)
         if self._resolver is not None:
             set_value("frontier/ip/lookups", self._resolver.lookups)
             set_value("frontier/ip/lookup_failures", self._resolver.failures)
