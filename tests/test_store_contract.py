@@ -366,3 +366,38 @@ def test_a_flush_is_one_transaction(tmp_path: Path) -> None:
     store.flush()
     assert commits == ["COMMIT"]  # not one per row
     store.close()
+
+
+def test_sqlite_memory_is_capped_in_bytes_not_only_rows(tmp_path: Path) -> None:
+    """12,000 requests with 20 KB of meta each (issue 13): the windows and the pending
+    writes hold about window_bytes per queue and flush_bytes in all, not 256 rows each."""
+    from scrapy_frontier.codec import Codec
+    from scrapy_frontier.core import DelayPolicy, FakeClock, Frontier
+
+    def held(window_bytes: int) -> tuple[int, int]:
+        store: SQLiteStore[bytes] = SQLiteStore(
+            tmp_path / f"big{window_bytes}.sqlite", levels=4, spider="t",
+            codec=Codec(bytes, bytes), window_bytes=window_bytes)
+        frontier: Frontier[bytes] = Frontier(front_queues=4, back_queues=20, clock=FakeClock(),
+                                             policy=DelayPolicy(0, 0, 0), store=store)
+        peak = 0
+        for i in range(12_000):
+            frontier.push(f"h{i % 40}", 1 + i % 4, i.to_bytes(4, "big") + b"x" * 20_000)
+            if i % 500 == 0:
+                peak = max(peak, store.memory_bytes)
+        for _ in range(200):  # hand some out: windows refill from disk
+            lease = frontier.pop()
+            assert lease is not None
+            frontier.complete(lease.ticket, 0.0)
+            peak = max(peak, store.memory_bytes)
+        frontier._check()
+        store.close()
+        return peak, len(frontier) + 200
+
+    capped, queued = held(64 * 1024)
+    assert queued == 12_000
+    queues = 4 + 20  # front levels + active hosts
+    assert capped <= queues * (64 * 1024 + 20_100) + 8 * 1024 * 1024 + 20_100, capped
+    uncapped, _ = held(1 << 40)  # rows only, as before: 256 rows per window
+    print(f"request data held in RAM: {capped:,} B capped, {uncapped:,} B by rows only")
+    assert uncapped > 4 * capped, (uncapped, capped)

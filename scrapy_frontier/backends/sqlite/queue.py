@@ -82,6 +82,7 @@ class _Back:
     """An active host's back queue: a window of its head rows, and a count on disk."""
 
     window: list[tuple[int, int, bytes | None]] = field(default_factory=list)
+    nbytes: int = 0  # bytes of request data in the window
     # (−level, id, data) sorted ascending == served order; rows also on disk (or pending).
     size: int = 0  # all queued rows of the host, window included (leased rows excluded)
 
@@ -98,6 +99,8 @@ class SQLiteStore(Generic[T]):
         codec: Codec[T],
         window: int = 256,
         flush_ops: int = 5000,
+        window_bytes: int = 64 * 1024,
+        flush_bytes: int = 8 * 1024 * 1024,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.path = Path(path)
@@ -105,6 +108,11 @@ class SQLiteStore(Generic[T]):
         self.codec = codec
         self.window = window
         self.flush_ops = flush_ops
+        # Memory is capped in bytes too: requests with big meta would otherwise keep
+        # window x row size in RAM per queue (and flush_ops x row size pending).
+        self.window_bytes = window_bytes
+        self.flush_bytes = flush_bytes
+        self._pending_bytes = 0
         self.wall_clock = wall_clock
         self.volatile = 0  # items kept in memory only because they cannot be encoded
         self.volatile_lost = 0
@@ -368,19 +376,39 @@ class SQLiteStore(Generic[T]):
         self._next_id += 1
         return row
 
-    def _op(self) -> None:
+    def _op(self, nbytes: int = 0) -> None:
         self._ops += 1
-        if self._ops >= self.flush_ops:
+        self._pending_bytes += nbytes
+        if self._ops >= self.flush_ops or self._pending_bytes >= self.flush_bytes:
             self.flush()
+
+    def _rows(self, cursor: Iterator[tuple[Any, ...]], data_at: int) -> list[tuple[Any, ...]]:
+        """Rows for a window: at most ``window`` of them and about ``window_bytes`` of
+        request data (at least one row)."""
+        rows: list[tuple[Any, ...]] = []
+        total = 0
+        for row in cursor:
+            rows.append(row)
+            total += len(row[data_at] or b"")
+            if len(rows) >= self.window or total >= self.window_bytes:
+                break
+        return rows
+
+    @property
+    def memory_bytes(self) -> int:
+        """Request data held in memory: windows and writes not flushed yet."""
+        front = sum(len(d or b"") for w in self._fwin for _, _, d in w)
+        return front + sum(b.nbytes for b in self._back.values()) + self._pending_bytes
 
     # -- front queues ----------------------------------------------------------
 
     def front_append(self, level: int, host: str, item: T) -> None:
         row = self._new_id()
-        self._ins_front.append((row, level, host, self._encode(item, row)))
+        data = self._encode(item, row)
+        self._ins_front.append((row, level, host, data))
         self._fsize[level - 1] += 1
         self._fdisk[level - 1] += 1
-        self._op()
+        self._op(len(data or b""))
 
     def front_levels(self) -> list[int]:
         return [i + 1 for i, n in enumerate(self._fsize) if n]
@@ -390,10 +418,10 @@ class SQLiteStore(Generic[T]):
         if not window:
             self.flush()  # the window is loaded from disk: pending rows first
             last = -1
-            rows = self._db.execute(
+            rows = self._rows(self._db.execute(
                 "SELECT id, host, data FROM front WHERE level = ? AND id > ? ORDER BY id LIMIT ?",
                 (level, last, self.window),
-            ).fetchall()
+            ), 2)
             if not rows:
                 raise IndexError(f"front queue {level} is empty")
             window.extend(rows)
@@ -417,10 +445,10 @@ class SQLiteStore(Generic[T]):
         window = self._fwin[level - 1]
         if not window:
             self.flush()
-            rows = self._db.execute(
+            rows = self._rows(self._db.execute(
                 "SELECT id, host, data FROM front WHERE level = ? ORDER BY id LIMIT ?",
                 (level, self.window),
-            ).fetchall()
+            ), 2)
             if not rows:
                 raise IndexError(f"front queue {level} is empty")
             window.extend(rows)
@@ -463,12 +491,16 @@ class SQLiteStore(Generic[T]):
         on_disk_only = back.size - len(window)
         # The window must hold the head of the host's order: a new row belongs in
         # it when nothing is on disk only, or when it sorts before the window's end.
+        size = len(data or b"")
         if on_disk_only == 0 or (window and entry < window[-1]):
             _insort(window, entry)
-            if len(window) > self.window:
-                window.pop()  # stays on disk; loaded again when its turn comes
+            back.nbytes += size
+            while len(window) > 1 and (
+                    len(window) > self.window or back.nbytes > self.window_bytes):
+                # Stays on disk (or in the pending writes); loaded again in its turn.
+                back.nbytes -= len(window.pop()[2] or b"")
         back.size += 1
-        self._op()
+        self._op(size)
 
     def back_len(self, host: str) -> int:
         return self._back[host].size
@@ -482,14 +514,13 @@ class SQLiteStore(Generic[T]):
         if back.window or not back.size:
             return
         self.flush()
-        back.window = [
-            (-level, row, data)
-            for row, level, data in self._db.execute(
-                "SELECT id, level, data FROM back WHERE host = ? AND leased = 0 "
-                "ORDER BY level DESC, id LIMIT ?",
-                (host, self.window),
-            )
-        ]
+        rows = self._rows(self._db.execute(
+            "SELECT id, level, data FROM back WHERE host = ? AND leased = 0 "
+            "ORDER BY level DESC, id LIMIT ?",
+            (host, self.window),
+        ), 2)
+        back.window = [(-level, row, data) for row, level, data in rows]
+        back.nbytes = sum(len(data or b"") for _, _, data in rows)
         if not back.window:
             raise StoreError(f"{self.path}: back queue of {host!r} lost {back.size} rows")
 
@@ -500,6 +531,7 @@ class SQLiteStore(Generic[T]):
         while back.size:
             self._fill_window(host, back)
             neg_level, row, data = back.window.pop(0)
+            back.nbytes -= len(data or b"")
             back.size -= 1
             try:
                 item = self._decode(row, data)
@@ -617,6 +649,7 @@ class SQLiteStore(Generic[T]):
         self._rests.clear()
         self._quarantine.clear()
         self._ops = 0
+        self._pending_bytes = 0
         self.flushes += 1
 
     def close(self) -> None:
