@@ -417,6 +417,9 @@ class Frontier(Generic[T]):
             if queued:
                 self._schedule(hs, held=False)
         self.stats.peak_active = max(self.stats.peak_active, self._active)
+        # A crash may have left fewer hosts active than the floor: refill now, as a
+        # running frontier would have (tests/test_faults.py found it).
+        self._fill_to_floor()
 
     def rests(self) -> dict[str, float]:
         """Every remembered host whose next contact is still ahead of the clock."""
