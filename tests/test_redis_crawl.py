@@ -248,6 +248,59 @@ def test_a_redis_restarted_without_persistence_stops_the_crawl(tmp_path: Path) -
 
 
 @pytest.mark.crawl
+def test_redis_out_of_memory_stops_safely_and_the_rerun_finishes(tmp_path: Path) -> None:
+    """maxmemory with noeviction reached mid-crawl: the worker stops with a message that says
+    so and advises nothing that destroys data; once memory is raised, the same command
+    finishes the crawl and every page is fetched."""
+    log = tmp_path / "server.jsonl"
+    web_args = ["--shape", "wide", "--hosts", "6", "--pages", "40", "--latency", "0.02", "0.04",
+                "--seed", "7"]
+    server = RedisServer().start()
+    try:
+        client = server.client()
+        client.config_set("maxmemory-policy", "noeviction")
+        with ServerProcess(web_args, log_path=str(log)) as web:
+            # The stopped worker cannot hand its leases back (Redis refuses every write):
+            # they expire, so keep the lease timeout and the rest after it short here.
+            settings = {**BASE_SETTINGS, **_settings(
+                server, "oom", FRONTIER_REDIS_IDLE_GRACE=1.0, FRONTIER_LEASE_TIMEOUT=4.0,
+                FRONTIER_MAX_DELAY=1.0, DOWNLOAD_TIMEOUT=3)}
+            spec = tmp_path / "crawl.json"
+            spec.write_text(json.dumps({"start_urls": web.start_urls,
+                                        "allowed_domains": web.allowed_domains,
+                                        "settings": settings}))
+            out = tmp_path / "worker.json"
+            proc = _worker(spec, out)
+            try:
+                time.sleep(2.5)
+                used = int(client.info("memory")["used_memory"])
+                client.config_set("maxmemory", used + 2_000)  # full in a moment
+                output, _ = proc.communicate(timeout=120)
+            finally:
+                _reap([proc])
+            stats = json.loads(out.read_text())
+            assert stats["finish_reason"] == "frontier_redis_error", output[-3000:]
+            assert "Redis is out of memory (maxmemory" in output, output[-3000:]
+            assert "delete" not in output.lower() and "flushall" not in output.lower()
+            client.config_set("maxmemory", 0)
+            again = _worker(spec, tmp_path / "again.json")
+            try:
+                output2, _ = again.communicate(timeout=120)
+            finally:
+                _reap([again])
+            entries = read_log(log)
+        client.close()
+    finally:
+        server.stop()
+    assert again.returncode == 0, output2[-3000:]
+    final = json.loads((tmp_path / "again.json").read_text())
+    assert final["finish_reason"] == "finished", output2[-3000:]
+    report = audit(entries, expected=web.expected, min_delay=0.0)
+    print(report.summary())
+    assert report.coverage == 1.0, report.summary()
+
+
+@pytest.mark.crawl
 def test_scrapy_redis_redis_spider_feeds_the_shared_frontier(redis_server: RedisServer,
                                                             tmp_path: Path) -> None:
     """scrapy-redis's RedisSpider reads its start URLs from a Redis list; with the
