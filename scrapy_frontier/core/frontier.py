@@ -281,7 +281,8 @@ class Frontier(Generic[T]):
         if hs.active and hs.queued:
             self._unschedule(host)
             while hs.queued:
-                taken = self._take(hs)
+                taken = self.store.back_lease(hs.key)
+                self._recount(hs)  # rare: count exactly
                 if taken is None:
                     break
                 _, item, token = taken
@@ -570,19 +571,24 @@ class Frontier(Generic[T]):
         fetch = hs.last_fetch
         return hs.queued * (fetch + self.policy.delay(fetch))
 
-    def _take(self, hs: _Host[T]) -> tuple[int, T, object] | None:
-        """Lease the host's head URL from the store, and count out of the host the
-        URLs the store set aside on the way as unreadable (see QueueStore.back_lease)."""
-        taken = self.store.back_lease(hs.key)
+    def _recount(self, hs: _Host[T]) -> None:
+        """Count out of the host the URLs the store set aside as unreadable while
+        leasing (see QueueStore.back_lease)."""
         left = self.store.back_len(hs.key)
         self._back_len -= hs.queued - left
         hs.queued = left
-        return taken
 
     def _hand_out(self, hs: _Host[T], t_e: float, now: float) -> Lease[T] | None:
         """Lease the host's next URL; None if the store found none it could read."""
         assert hs.queued
-        taken = self._take(hs)
+        store = self.store
+        before = store.undecodable
+        taken = store.back_lease(hs.key)
+        if taken is not None and store.undecodable == before:
+            hs.queued -= 1  # the common case: one URL out, nothing set aside
+            self._back_len -= 1
+        else:
+            self._recount(hs)
         if taken is None:
             # Nothing left to fetch: the host gives up its back queue, with its rest kept.
             self._close_back_queue(hs)

@@ -24,6 +24,9 @@ T = TypeVar("T")
 class QueueStore(Protocol[T]):
     """The storage contract. Levels are 1..F, F highest."""
 
+    #: URLs set aside so far because they cannot be rebuilt (see back_lease).
+    undecodable: int
+
     # -- front queues: FIFO per level, URLs of hosts without a back queue ---
     def front_append(self, level: int, host: str, item: T) -> None: ...
     def front_levels(self) -> list[int]:
@@ -115,6 +118,8 @@ class BackQueue(Generic[T]):
 
 class MemoryQueueStore(Generic[T]):
     """Everything in memory: nothing survives the process."""
+
+    undecodable = 0  # items in memory are never rebuilt
 
     def __init__(self, levels: int) -> None:
         # Front queue i holds level i + 1, as two parallel deques (no tuple per URL).

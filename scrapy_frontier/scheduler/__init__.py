@@ -105,6 +105,8 @@ class FrontierScheduler:
         self._frontier_df = isinstance(dupefilter, FrontierDupeFilter)
         # The driver's seen set is shared by every worker: it tests and marks there.
         self._shared_seen = self.driver.shared_seen
+        self._needs_ack = self.driver.needs_ack
+        self._debug = politeness_log.isEnabledFor(logging.DEBUG)
         # Start requests of this run already let through (Scrapy fetches a start URL
         # listed twice twice); their fingerprints only.
         # (On a shared frontier: how often each was listed, see occurrence_key.)
@@ -345,9 +347,13 @@ class FrontierScheduler:
 
     def _next_request(self) -> Request | None:
         now = self.clock()
-        self._acknowledge()
-        self._expire_leases(now)
-        if self.recrawl is not None and len(self.driver) < 2 * self.config.recrawl.feed_batch:
+        # Cheap tests first: this runs for every request handed out.
+        if self._needs_ack and self.inflight.unacknowledged:
+            self._acknowledge()
+        if now >= self._check_leases_at or self.uses_signals:
+            self._expire_leases(now)
+        if (self.recrawl is not None and now >= self._feed_at
+                and len(self.driver) < 2 * self.config.recrawl.feed_batch):
             self._feed_due(now)
         handout = self.driver.pop()
         if handout is None:
@@ -357,14 +363,13 @@ class FrontierScheduler:
             # collector is refreshed whenever the engine finds nothing to do.
             self.publish_stats()
             return None
-        self.inflight.hand_out(handout.ticket, handout.host, handout.request, now)
+        request = handout.item
+        self.inflight.hand_out(handout.ticket, handout.host, request, now)
         self._dequeued += 1
-        return handout.request
+        return request
 
     def _acknowledge(self) -> None:
         """Acknowledge the fetched URLs whose request the engine is done with."""
-        if not self.inflight.unacknowledged:
-            return
         for flight in self.inflight.acknowledgeable(self.engine.in_progress()):
             self.driver.ack(flight.ticket)
 
@@ -447,7 +452,7 @@ class FrontierScheduler:
     ) -> None:
         if self._closed:
             return
-        flight = self.inflight.end(ticket, keep=self.driver.needs_ack)
+        flight = self.inflight.end(ticket, keep=self._needs_ack)
         if flight is None:
             return  # a late report, or one already made: never release a host twice
         now = self.clock()
@@ -458,14 +463,15 @@ class FrontierScheduler:
         rest, failures = 0.0, 0
         if response is not None or exception is not None:
             rest, failures = self.rules.outcome_rest(host, response, exception)
-        robots_end = self.rules.robots_rest_end(host, take=True)
-        if robots_end is not None:
-            rest = max(rest, robots_end - now)
+        if self.rules.robots_done:
+            robots_end = self.rules.robots_rest_end(host, take=True)
+            if robots_end is not None:
+                rest = max(rest, robots_end - now)
         self.driver.release(ticket, duration, rest)
         self._completed += 1
-        if self.rules.should_retire(failures):
+        if failures and self.rules.should_retire(failures):
             self._retire(host, failures, response, exception)
-        if politeness_log.isEnabledFor(logging.DEBUG):
+        if self._debug:
             politeness_log.debug("host %r: fetch took %.4f s, rest at least %.3f s",
                                  host, duration, rest)
 

@@ -42,7 +42,9 @@ class SiteRules:
         self.crawl_delays: dict[str, float] = {}
         self._capped: set[str] = set()
         # Host -> (end, duration) of a robots.txt fetch made during its lease.
-        self._robots_done: dict[str, tuple[float, float]] = {}
+        #: Host -> (end, duration) of a robots.txt fetch made during its lease; empty
+        #: almost always (read on every fetch end).
+        self.robots_done: dict[str, tuple[float, float]] = {}
 
     # -- fetch outcomes ---------------------------------------------------------------
 
@@ -115,14 +117,14 @@ class SiteRules:
 
     def robots_fetched(self, host: str, seconds: float) -> None:
         """A robots.txt fetch of ``host`` ended now after ``seconds``."""
-        self._robots_done[host] = (self.clock(), seconds)
+        self.robots_done[host] = (self.clock(), seconds)
         self.stats.inc_value("frontier/robots/fetches")
 
     def robots_rest_end(self, host: str, *, take: bool) -> float | None:
         """When the rest owed after ``host``'s robots.txt fetch ends, if one is owed."""
-        if not self._robots_done:
+        if not self.robots_done:
             return None
-        robots = self._robots_done.pop(host, None) if take else self._robots_done.get(host)
+        robots = self.robots_done.pop(host, None) if take else self.robots_done.get(host)
         if robots is None:
             return None
         end, seconds = robots

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
     from twisted.internet.defer import Deferred
 
+    from scrapy_frontier.core.frontier import Lease
     from scrapy_frontier.core.history import HistoryStore, PageRecord
     from scrapy_frontier.core.recrawl import Recrawler, Visit
     from scrapy_frontier.settings import FrontierConfig
@@ -53,13 +54,13 @@ class Push:
     again by the same spider: the page history is not asked then)."""
 
 
-@dataclass(slots=True)
-class Handout:
-    """A request the driver hands out; its host is busy until ``release``."""
+class Handout(NamedTuple):
+    """A request the driver hands out; its host is busy until ``release``. Anything with
+    these three attributes will do (the core frontier's ``Lease`` has them)."""
 
     ticket: int
     host: str
-    request: Request
+    item: Request
 
 
 @dataclass
@@ -101,7 +102,7 @@ class Driver(Protocol):
     def push(self, item: Push) -> bool:
         """Queue ``item``; False if it was refused (its host was retired, or not due)."""
 
-    def pop(self) -> Handout | None:
+    def pop(self) -> Handout | Lease[Request] | None:
         """The next request whose host may be contacted now, or None."""
 
     def release(self, ticket: int, seconds: float, rest: float) -> None:

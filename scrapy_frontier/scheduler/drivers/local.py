@@ -34,7 +34,7 @@ from scrapy_frontier.core.frontier import Frontier, Lease
 from scrapy_frontier.core.history import HistoryStore, MemoryHistoryStore
 from scrapy_frontier.errors import StoreError
 from scrapy_frontier.hostkey import HostlessURL, url_host_key
-from scrapy_frontier.scheduler.drivers import DriverContext, Handout, Push
+from scrapy_frontier.scheduler.drivers import DriverContext, Push
 from scrapy_frontier.scheduler.resolve import HostResolver
 
 if TYPE_CHECKING:
@@ -195,7 +195,7 @@ class LocalDriver:
             self._maybe_flush()
         return queued
 
-    def pop(self) -> Handout | None:
+    def pop(self) -> Lease[Request] | None:
         if self.store is not None:
             self._maybe_flush()
         lease = self.frontier.pop()
@@ -206,7 +206,7 @@ class LocalDriver:
                 self._write_through()
             return None
         self._write_through()
-        return Handout(lease.ticket, lease.host, lease.item)
+        return lease  # a Handout by shape: no copy on the hot path
 
     def release(self, ticket: int, seconds: float, rest: float) -> None:
         lease = self.frontier.complete(ticket, seconds, ack=False, rest_at_least=rest)
