@@ -62,6 +62,15 @@ def _worker(spec: Path, out: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def _spec(tmp_path: Path, web: Any, settings: dict[str, Any], **extra: Any) -> Path:
+    """The crawl harness's spec file for a worker crawling ``web`` with ``settings``."""
+    spec = tmp_path / "crawl.json"
+    spec.write_text(json.dumps({"start_urls": web.start_urls,
+                                "allowed_domains": web.allowed_domains,
+                                "settings": settings, **extra}))
+    return spec
+
+
 def _reap(procs: list[subprocess.Popen[str]]) -> None:
     """Kill the workers still running and close their pipes."""
     for p in procs:
@@ -98,10 +107,7 @@ def test_three_workers_one_killed_share_one_polite_crawl(redis_server: RedisServ
         settings = {**BASE_SETTINGS, **_settings(
             redis_server, name, FRONTIER_LEASE_TIMEOUT=4.0, FRONTIER_REDIS_IDLE_GRACE=2.0,
             FRONTIER_DELAY_FACTOR=1.0)}
-        spec = tmp_path / "crawl.json"
-        spec.write_text(json.dumps({"start_urls": web.start_urls,
-                                    "allowed_domains": web.allowed_domains,
-                                    "settings": settings}))
+        spec = _spec(tmp_path, web, settings)
         outs = [tmp_path / f"worker{i}.json" for i in range(3)]
         procs = [_worker(spec, out) for out in outs]
         held = 0
@@ -145,10 +151,7 @@ def test_three_workers_of_an_ordinary_spider_fetch_each_start_url_once(
     with ServerProcess(web_args, log_path=str(log)) as web:
         settings = {**BASE_SETTINGS, **_settings(redis_server, name,
                                                  FRONTIER_REDIS_IDLE_GRACE=2.0)}
-        spec = tmp_path / "crawl.json"
-        spec.write_text(json.dumps({"start_urls": web.start_urls, "default_start": True,
-                                    "allowed_domains": web.allowed_domains,
-                                    "settings": settings}))
+        spec = _spec(tmp_path, web, settings, default_start=True)
         outs = [tmp_path / f"worker{i}.json" for i in range(3)]
         procs = [_worker(spec, out) for out in outs]
         try:
@@ -180,10 +183,7 @@ def test_a_redis_restart_mid_crawl_loses_nothing(tmp_path: Path) -> None:
         with ServerProcess(web_args, log_path=str(log)) as web:
             settings = {**BASE_SETTINGS, **_settings(server, "restart",
                                                       FRONTIER_REDIS_IDLE_GRACE=2.0)}
-            spec = tmp_path / "crawl.json"
-            spec.write_text(json.dumps({"start_urls": web.start_urls,
-                                        "allowed_domains": web.allowed_domains,
-                                        "settings": settings}))
+            spec = _spec(tmp_path, web, settings)
             out = tmp_path / "worker.json"
             proc = _worker(spec, out)
             try:
@@ -222,10 +222,7 @@ def test_a_redis_restarted_without_persistence_stops_the_crawl(tmp_path: Path) -
         with ServerProcess(web_args, log_path=str(log)) as web:
             settings = {**BASE_SETTINGS, **_settings(server, "vanish",
                                                       FRONTIER_REDIS_IDLE_GRACE=2.0)}
-            spec = tmp_path / "crawl.json"
-            spec.write_text(json.dumps({"start_urls": web.start_urls,
-                                        "allowed_domains": web.allowed_domains,
-                                        "settings": settings}))
+            spec = _spec(tmp_path, web, settings)
             out = tmp_path / "worker.json"
             proc = _worker(spec, out)
             try:
@@ -265,10 +262,7 @@ def test_redis_out_of_memory_stops_safely_and_the_rerun_finishes(tmp_path: Path)
             settings = {**BASE_SETTINGS, **_settings(
                 server, "oom", FRONTIER_REDIS_IDLE_GRACE=1.0, FRONTIER_LEASE_TIMEOUT=4.0,
                 FRONTIER_MAX_DELAY=1.0, DOWNLOAD_TIMEOUT=3)}
-            spec = tmp_path / "crawl.json"
-            spec.write_text(json.dumps({"start_urls": web.start_urls,
-                                        "allowed_domains": web.allowed_domains,
-                                        "settings": settings}))
+            spec = _spec(tmp_path, web, settings)
             out = tmp_path / "worker.json"
             proc = _worker(spec, out)
             try:
