@@ -149,10 +149,6 @@ class FrontierDupeFilter(BaseDupeFilter):
             )
             self.logdupes = False
 
-    def count_filtered(self, n: int) -> None:
-        """Duplicates another component (the Redis driver) filtered for this crawl."""
-        self.filtered += n
-
     # -- stats -------------------------------------------------------------------------
 
     def publish_stats(self) -> None:

@@ -47,10 +47,6 @@ class Fingerprinter64:
         return fingerprint64(fp)
 
 
-def request_fp64(fingerprinter: RequestFingerprinterProtocol, request: Request) -> int:
-    """The 64-bit fingerprint of ``request`` (see :class:`Fingerprinter64`)."""
-    return Fingerprinter64(fingerprinter)(request)
-
 
 def fast_fingerprint(request: Request) -> bytes | None:
     """Scrapy's default request fingerprint for a plain GET of an already

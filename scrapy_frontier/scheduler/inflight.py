@@ -67,11 +67,6 @@ class InFlight:
             self._ended[ticket] = flight
         return flight
 
-    def next_deadline(self) -> float | None:
-        for flight in self._out.values():
-            return flight.deadline
-        return None
-
     def expired(self, now: float, *, keep: bool = True) -> list[Flight]:
         """Leases whose end was never reported within the lease timeout (ended now)."""
         out: list[Flight] = []
