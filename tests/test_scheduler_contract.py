@@ -307,6 +307,31 @@ def test_len_and_pending_count_requests_waiting_locally(driver: Driver) -> Gen:
         yield run.close()
 
 
+@inline_callbacks
+def test_scrapys_scheduler_stats(driver: Driver) -> Gen:
+    """Dashboards built on Scrapy's scheduler read ``scheduler/enqueued``,
+    ``scheduler/dequeued`` and where the requests were kept; a refused duplicate counts
+    in neither."""
+    run = Run(driver)
+    requests = [Request(f"http://{h}.example/{i}") for h in "ab" for i in range(3)]
+    try:
+        yield run.open()
+        accepted = run.enqueue(*requests, Request("http://a.example/0"))
+        out = yield run.drain(expect=len(requests))
+        assert len(out) == len(requests)
+        run.scheduler.publish_stats()
+        stats = run.crawler.stats.get_stats()
+        assert stats["scheduler/enqueued"] == len(requests) == sum(accepted[:-1])
+        assert stats["scheduler/dequeued"] == len(requests)
+        where = {"memory": "scheduler/enqueued/memory", "sqlite": "scheduler/enqueued/disk",
+                 "redis": "scheduler/enqueued/redis"}[driver.name]
+        assert stats[where] == len(requests)
+        others = {k for k in stats if k.startswith("scheduler/enqueued/")} - {where}
+        assert not {k for k in others if stats[k]}, others
+    finally:
+        yield run.close()
+
+
 # -- 9. close and reopen ---------------------------------------------------------------------
 
 

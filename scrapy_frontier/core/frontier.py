@@ -450,7 +450,8 @@ class Frontier(Generic[T]):
             return True
         self.store.front_append(level, host, item)
         self._front_len += 1
-        self._fill_to_floor()
+        if self._active < self.back_queues:
+            self._fill_to_floor()
         return True
 
     def _added_to_back(self, hs: _Host[T]) -> None:
@@ -477,7 +478,10 @@ class Frontier(Generic[T]):
         a back queue is found and given one. False if the front queues ran dry."""
         store = self.store
         while self._front_len:
-            level = 1 + self.chooser.choose([lv - 1 for lv in store.front_levels()])
+            levels = store.front_levels()
+            # One level in use is the common case: no draw, no list to build.
+            level = (levels[0] if len(levels) == 1
+                     else 1 + self.chooser.choose([lv - 1 for lv in levels]))
             host = store.front_head_host(level)
             if host in self._retired:
                 self._drop_front_head(level, host)
@@ -535,7 +539,9 @@ class Frontier(Generic[T]):
         only asks when it has a free download slot, so this is demand.
         """
         now = self.clock()
-        self._purge_cooling(now)
+        cooling = self._cooling
+        if cooling and cooling[0][0] <= now:
+            self._purge_cooling(now)
         ready = self._ready
         due = self._due
         while True:
@@ -595,16 +601,9 @@ class Frontier(Generic[T]):
             return None
         level, item, token = taken
         self._seq += 1
-        lease = Lease(
-            ticket=self._seq,
-            host=hs.key,
-            item=item,
-            level=level,
-            handed_at=now,
-            deadline=now + self.lease_timeout,
-            ready_at=t_e,
-            token=token,
-        )
+        # Positional: this runs once per URL. (ticket, host, item, level, handed_at,
+        # deadline, ready_at, token)
+        lease = Lease(self._seq, hs.key, item, level, now, now + self.lease_timeout, t_e, token)
         hs.lease = lease
         self._leases[lease.ticket] = lease
         if self.group_hosts:
@@ -642,7 +641,7 @@ class Frontier(Generic[T]):
         lease = self._leases.pop(ticket, None)
         if lease is None:
             return None
-        if math.isnan(rest_at_least) or rest_at_least < 0:
+        if not rest_at_least >= 0:  # NaN too
             raise ValueError(f"rest_at_least must be >= 0, got {rest_at_least}")
         self._release(lease, fetch_seconds, self.clock(), ack=ack, rest_at_least=rest_at_least)
         self.stats.completed += 1
@@ -665,12 +664,16 @@ class Frontier(Generic[T]):
         hs.lease = None
         # As the Redis frontier keeps it (tests/test_lua_parity.py): never negative, and
         # only while the host owns a back queue (forgotten below when it gives it up).
-        hs.last_fetch = max(0.0, fetch_seconds)
+        hs.last_fetch = fetch_seconds if fetch_seconds > 0.0 else 0.0
         if self.group_hosts:
             self._release_group(hs.key, fetch_seconds, now)
-        rest = max(
-            self.policy.delay(fetch_seconds), self._min_rest.get(hs.key, 0.0), rest_at_least
-        )
+        rest = self.policy.delay(fetch_seconds)
+        if self._min_rest:
+            floor = self._min_rest.get(hs.key, 0.0)
+            if floor > rest:
+                rest = floor
+        if rest_at_least > rest:
+            rest = rest_at_least
         hs.next_contact = now + rest
         if ack:
             self.store.ack(lease.token)

@@ -38,8 +38,12 @@ class DelayPolicy:
 
     def delay(self, fetch_seconds: float) -> float:
         """The rest a host gets after a fetch that took ``fetch_seconds``."""
-        wanted = self.factor * max(0.0, fetch_seconds)
-        return min(self.max_delay, max(self.min_delay, wanted))
+        # Comparisons, not min/max calls: this runs once per fetch. A NaN fetch time
+        # counts as 0, and a NaN product (0 x inf) as the minimum.
+        wanted = self.factor * fetch_seconds if fetch_seconds > 0.0 else 0.0
+        if not wanted >= self.min_delay:
+            return self.min_delay
+        return self.max_delay if wanted > self.max_delay else wanted
 
     def next_contact(self, finished_at: float, fetch_seconds: float) -> float:
         return finished_at + self.delay(fetch_seconds)

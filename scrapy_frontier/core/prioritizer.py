@@ -23,7 +23,11 @@ class PriorityMapper:
         self.center = (levels + 1) // 2
 
     def level(self, priority: int) -> int:
-        return min(self.levels, max(1, self.center + int(priority)))
+        # Comparisons, not min/max calls: this runs once per request.
+        level = self.center + (priority if type(priority) is int else int(priority))
+        if level < 1:
+            return 1
+        return self.levels if level > self.levels else level
 
 
 class FrontQueueChooser:

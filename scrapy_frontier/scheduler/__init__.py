@@ -38,7 +38,7 @@ from scrapy_frontier.meta import (
     RECRAWL_META,
     START_META,
 )
-from scrapy_frontier.scheduler.drivers import DriverContext, Push, load_driver
+from scrapy_frontier.scheduler.drivers import DriverContext, load_driver
 from scrapy_frontier.scheduler.engine import EngineAdapter
 from scrapy_frontier.scheduler.inflight import InFlight
 from scrapy_frontier.scheduler.recrawl import RecrawlHooks
@@ -105,6 +105,10 @@ class FrontierScheduler:
         self._frontier_df = isinstance(dupefilter, FrontierDupeFilter)
         # The driver's seen set is shared by every worker: it tests and marks there.
         self._shared_seen = self.driver.shared_seen
+        # Decided once, read once per request: whether _route needs the fingerprint,
+        # and whether the driver's shared seen set does the whole seen test.
+        self._route_fp = self._frontier_df or self._shared_seen
+        self._driver_dedupes = self._frontier_df and self._shared_seen
         self._needs_ack = self.driver.needs_ack
         self._debug = politeness_log.isEnabledFor(logging.DEBUG)
         # Start requests of this run already let through (Scrapy fetches a start URL
@@ -217,38 +221,36 @@ class FrontierScheduler:
         return len(self.driver)
 
     def enqueue_request(self, request: Request) -> bool:
+        # One frame for the common case: this runs once per request.
         try:
-            return self._enqueue(request)
+            meta = request.meta
+            # A redirect, a retry, or a middleware that swaps the request copies meta:
+            # the fetch that held this lease is over whatever happened to it.
+            ticket = meta.pop(LEASE_META, None)
+            started = meta.pop(FETCH_START_META, None)
+            try:
+                host = host_key(request)
+            except HostlessURL as exc:
+                self.stats.inc_value(f"frontier/rejected/{exc.reason}")
+                logger.warning("Dropped %s: %s", request, exc)
+                if ticket is not None:
+                    self._fetch_ended(ticket, started)
+                return False
+            queued = self._route(request, meta, host, ticket)
+            if ticket is not None:
+                # After the push, so that the request this one became is stored first.
+                self._fetch_ended(ticket, started)
+            return queued
         except StoreError as exc:
             # The request is in the store's pending writes: not lost, but the
             # state cannot be kept consistent any more, so the crawl stops.
             self._store_failed(exc)
             return True
 
-    def _enqueue(self, request: Request) -> bool:
-        meta = request.meta
-        # A redirect, a retry, or a middleware that swaps the request copies meta:
-        # the fetch that held this lease is over whatever happened to it.
-        ticket = meta.pop(LEASE_META, None)
-        started = meta.pop(FETCH_START_META, None)
-        try:
-            host = host_key(request)
-        except HostlessURL as exc:
-            self.stats.inc_value(f"frontier/rejected/{exc.reason}")
-            logger.warning("Dropped %s: %s", request, exc)
-            if ticket is not None:
-                self._fetch_ended(ticket, started)
-            return False
-        queued = self._route(request, host, ticket)
-        if ticket is not None:
-            # After the push, so that the request this one became is stored first.
-            self._fetch_ended(ticket, started)
-        return queued
-
-    def _route(self, request: Request, host: str, ticket: int | None) -> bool:
+    def _route(self, request: Request, meta: dict[str, Any], host: str,
+               ticket: int | None) -> bool:
         """Filter, then queue: the seen test, the start gate, the priority."""
-        meta = request.meta
-        fp: int | None = self.fp64(request) if self._frontier_df or self._shared_seen else None
+        fp: int | None = self.fp64(request) if self._route_fp else None
         dedupe = mark = start = False
         key: int | None = None
         if request.dont_filter:
@@ -278,9 +280,10 @@ class FrontierScheduler:
                 self.df.fingerprint_seen(fp)  # type: ignore[attr-defined,arg-type]
             else:
                 self.df.request_seen(request)
-        elif self._shared_seen and self._frontier_df:
+        elif self._driver_dedupes:
             dedupe = mark = True
-        elif self._seen(request, fp):
+        elif (self.df.fingerprint_seen(fp) if self._frontier_df  # type: ignore[attr-defined]
+              else self.df.request_seen(request)):
             self.df.log(request, self.spider)  # type: ignore[arg-type]
             if self.recrawl is not None:
                 self.recrawl.inlink(fp)
@@ -288,9 +291,9 @@ class FrontierScheduler:
         priority = request.priority
         if self.host_rules.rules or BOOST_META in meta:
             priority += self.host_rules.boost(host) + self._boost(request)
-        item = Push(request, host, self.mapper.level(priority), fp, dedupe=dedupe, mark=mark,
-                    start=start, key=key)
-        if self.driver.push(item):
+        # By position (see Driver.push): this runs once per request.
+        if self.driver.push(request, host, self.mapper.level(priority), fp, dedupe, mark,
+                            start, key):
             self._enqueued += 1
             return True
         self.stats.inc_value("frontier/retired_requests")
@@ -355,6 +358,8 @@ class FrontierScheduler:
         if (self.recrawl is not None and now >= self._feed_at
                 and len(self.driver) < 2 * self.config.recrawl.feed_batch):
             self._feed_due(now)
+            if self._failed:
+                return None
         handout = self.driver.pop()
         if handout is None:
             self._report_dropped()
@@ -370,8 +375,9 @@ class FrontierScheduler:
 
     def _acknowledge(self) -> None:
         """Acknowledge the fetched URLs whose request the engine is done with."""
-        for flight in self.inflight.acknowledgeable(self.engine.in_progress()):
-            self.driver.ack(flight.ticket)
+        ack = self.driver.ack
+        for ticket in self.inflight.acknowledgeable(self.engine.in_progress()):
+            ack(ticket)
 
     def _expire_leases(self, now: float) -> None:
         """End the leases whose fetch end was never reported.
@@ -380,12 +386,13 @@ class FrontierScheduler:
         never saw it end: a robots.txt IgnoreRequest in signals mode, a download handler
         that returned something that is not a Response); one past its deadline too.
         """
+        if not self.uses_signals:
+            if now < self._check_leases_at:
+                return
+            # Once a second at most with the middleware (it reports nearly every end).
+            self._check_leases_at = now + 1.0
         if not len(self.inflight):
             return
-        if not self.uses_signals and now < self._check_leases_at:
-            return
-        # Once a second at most with the middleware (it reports nearly every end).
-        self._check_leases_at = now + 1.0
         in_progress = self.engine.in_progress()
         if in_progress is not None:
             # Signals mode: any lease; else only leases out for a second (a request the
@@ -452,14 +459,13 @@ class FrontierScheduler:
     ) -> None:
         if self._closed:
             return
-        flight = self.inflight.end(ticket, keep=self._needs_ack)
-        if flight is None:
+        host = self.inflight.end(ticket, keep=self._needs_ack)
+        if host is None:
             return  # a late report, or one already made: never release a host twice
         now = self.clock()
         # No start stamp: the response never touched the network (a cache hit,
         # or an IgnoreRequest before the downloader).
-        duration = 0.0 if started is None else max(0.0, now - started)
-        host = flight.host
+        duration = 0.0 if started is None or started > now else now - started
         rest, failures = 0.0, 0
         if response is not None or exception is not None:
             rest, failures = self.rules.outcome_rest(host, response, exception)
@@ -569,7 +575,9 @@ class FrontierScheduler:
             self._history_failed(exc)
             return
         for record in records:
-            self._enqueue(self.recrawl.request_for(record, self.spider))
+            self.enqueue_request(self.recrawl.request_for(record, self.spider))
+            if self._failed:
+                return
         if len(records) < batch:
             # Nothing more is due for now: look again in a second (continuous mode).
             self._feed_at = now + 1.0
@@ -689,9 +697,10 @@ class FrontierScheduler:
 
     def publish_stats(self) -> None:
         set_value = self.stats.set_value
-        if self._enqueued:
-            set_value("frontier/enqueued", self._enqueued)
-            set_value("scheduler/enqueued", self._enqueued)  # Scrapy's name, for dashboards
+        enqueued = self._enqueued - self.driver.dropped_later
+        if enqueued:
+            set_value("frontier/enqueued", enqueued)
+            set_value("scheduler/enqueued", enqueued)  # Scrapy's name, for dashboards
         if self._dequeued:
             set_value("frontier/dequeued", self._dequeued)
             set_value("scheduler/dequeued", self._dequeued)

@@ -15,8 +15,7 @@ A lease whose end is never reported expires after ``FRONTIER_LEASE_TIMEOUT``.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from scrapy_frontier.meta import LEASE_META
 
@@ -24,8 +23,9 @@ if TYPE_CHECKING:
     from scrapy import Request
 
 
-@dataclass(slots=True, eq=False)
-class Flight:
+class Flight(NamedTuple):
+    """One lease, as the cold paths (expiry, acknowledgement, close) see it."""
+
     ticket: int
     host: str
     request: Request
@@ -33,12 +33,17 @@ class Flight:
     deadline: float
 
 
+# The ledger keeps plain tuples in Flight's field order: building one costs far
+# less than an object, and this happens once per request.
+_Entry = tuple[int, str, "Request", float, float]
+
+
 class InFlight:
     def __init__(self, lease_timeout: float) -> None:
         self.lease_timeout = lease_timeout
         # Insertion-ordered; deadlines grow with insertion (one timeout for all).
-        self._out: dict[int, Flight] = {}
-        self._ended: dict[int, Flight] = {}
+        self._out: dict[int, _Entry] = {}
+        self._ended: dict[int, _Entry] = {}
 
     def __len__(self) -> int:
         """Leases handed out whose fetch has not ended."""
@@ -50,31 +55,34 @@ class InFlight:
 
     def hand_out(self, ticket: int, host: str, request: Request, now: float) -> None:
         request.meta[LEASE_META] = ticket
-        self._out[ticket] = Flight(ticket, host, request, now, now + self.lease_timeout)
+        self._out[ticket] = (ticket, host, request, now, now + self.lease_timeout)
 
     def host_of(self, ticket: object) -> str | None:
-        flight = self._out.get(ticket)  # type: ignore[call-overload]
-        return None if flight is None else flight.host
+        entry = self._out.get(ticket)  # type: ignore[call-overload]
+        return None if entry is None else entry[1]
 
-    def end(self, ticket: int, *, keep: bool = True) -> Flight | None:
-        """The fetch of ``ticket`` ended; None if it was unknown or had ended already.
+    def end(self, ticket: int, *, keep: bool = True) -> str | None:
+        """The fetch of ``ticket`` ended: its host, or None if the lease was unknown or
+        had ended already.
 
         ``keep``: wait for the engine before acknowledging (a store that can lose
         nothing); without it the lease is over now.
         """
-        flight = self._out.pop(ticket, None)
-        if flight is not None and keep:
-            self._ended[ticket] = flight
-        return flight
+        entry = self._out.pop(ticket, None)
+        if entry is None:
+            return None
+        if keep:
+            self._ended[ticket] = entry
+        return entry[1]
 
     def expired(self, now: float, *, keep: bool = True) -> list[Flight]:
         """Leases whose end was never reported within the lease timeout (ended now)."""
         out: list[Flight] = []
         while self._out:
-            ticket, flight = next(iter(self._out.items()))
-            if flight.deadline > now:
+            ticket, entry = next(iter(self._out.items()))
+            if entry[4] > now:
                 break
-            out.append(flight)
+            out.append(Flight._make(entry))
             self.end(ticket, keep=keep)
         return out
 
@@ -82,32 +90,34 @@ class InFlight:
         """Keep ``flight`` out for another lease timeout (its fetch is still running),
         even if :meth:`expired` just returned it."""
         self._ended.pop(flight.ticket, None)
-        self._out[flight.ticket] = flight  # re-inserted last: deadlines stay in order
-        flight.deadline = now + self.lease_timeout
+        # Re-inserted last: deadlines stay in order.
+        self._out[flight.ticket] = flight._replace(deadline=now + self.lease_timeout)
 
     def untracked(self, in_progress: Collection[Request], before: float) -> list[Flight]:
         """Leases handed out before ``before`` whose request the engine no longer works on
         (e.g. dropped before the downloader by robots.txt): their fetch is over, whatever
         reported it. (The engine tracks a request from the moment it takes it.)"""
-        return [f for f in self._out.values()
-                if f.handed_at < before and f.request not in in_progress]
+        return [Flight._make(e) for e in self._out.values()
+                if e[3] < before and e[2] not in in_progress]
 
-    def acknowledgeable(self, in_progress: Collection[Request] | None) -> list[Flight]:
-        """Ended leases the engine is done with (all of them when it cannot tell);
-        forgotten here, to be acknowledged by the caller."""
-        if not self._ended:
+    def acknowledgeable(self, in_progress: Collection[Request] | None) -> list[int]:
+        """Tickets of ended leases the engine is done with (all of them when it cannot
+        tell); forgotten here, to be acknowledged by the caller."""
+        ended = self._ended
+        if not ended:
             return []
         if in_progress is None:
-            done = list(self._ended.values())
+            done = list(ended)
         else:
-            done = [f for f in self._ended.values() if f.request not in in_progress]
-        for flight in done:
-            del self._ended[flight.ticket]
+            done = [t for t, e in ended.items() if e[2] not in in_progress]
+        for ticket in done:
+            del ended[ticket]
         return done
 
     def take_all(self) -> tuple[list[Flight], list[Flight]]:
         """(handed out, ended) leases, forgotten: at close."""
-        out, ended = list(self._out.values()), list(self._ended.values())
+        out = [Flight._make(e) for e in self._out.values()]
+        ended = [Flight._make(e) for e in self._ended.values()]
         self._out.clear()
         self._ended.clear()
         return out, ended

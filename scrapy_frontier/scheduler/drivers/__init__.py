@@ -32,28 +32,6 @@ if TYPE_CHECKING:
     from scrapy_frontier.settings import FrontierConfig
 
 
-@dataclass(slots=True)
-class Push:
-    """One request for the driver to queue."""
-
-    request: Request
-    host: str
-    level: int
-    """Front-queue level, 1..F (F highest), already mapped from the priority."""
-    fp: int | None
-    """The 64-bit fingerprint, when the shell computed it (shared seen set, history)."""
-    dedupe: bool = False
-    """Drop it if the driver's shared seen set has it (``shared_seen`` drivers only)."""
-    mark: bool = False
-    """Add ``fp`` to the driver's shared seen set once queued (``shared_seen`` only)."""
-    start: bool = False
-    """A start request on a shared frontier: the driver applies the start gate (see
-    :meth:`scrapy_frontier.core.recrawl.Recrawler.admit_start`)."""
-    key: int | None = None
-    """The seen-set member to test and mark, when it is not ``fp`` (a start URL listed
-    again by the same spider: the page history is not asked then)."""
-
-
 class Handout(NamedTuple):
     """A request the driver hands out; its host is busy until ``release``. Anything with
     these three attributes will do (the core frontier's ``Lease`` has them)."""
@@ -90,6 +68,10 @@ class Driver(Protocol):
     #: Acknowledge a fetched URL only once the engine is done with its request (so a
     #: crash cannot lose the links it found); False: nothing to lose, ack at fetch end.
     needs_ack: bool
+    #: Requests ``push`` accepted that the driver refused later (a shared frontier finds
+    #: duplicates and skipped start requests only when its round lands; it sends
+    #: ``request_dropped`` for them): not counted as enqueued.
+    dropped_later: int
 
     def open(self, spider: Spider) -> Deferred[None] | None: ...
 
@@ -99,8 +81,32 @@ class Driver(Protocol):
 
     def attach_recrawler(self, recrawler: Recrawler) -> None: ...
 
-    def push(self, item: Push) -> bool:
-        """Queue ``item``; False if it was refused (its host was retired, or not due)."""
+    def push(
+        self,
+        request: Request,
+        host: str,
+        level: int,
+        fp: int | None,
+        dedupe: bool = False,
+        mark: bool = False,
+        start: bool = False,
+        key: int | None = None,
+    ) -> bool:
+        """Queue ``request``; False if it was refused (its host was retired, or not due).
+
+        The scheduler passes every argument by position (this runs once per request):
+
+        * ``host``: the politeness key; ``level``: the front-queue level, 1..F (F
+          highest), already mapped from the priority;
+        * ``fp``: the 64-bit fingerprint, when the shell computed it (shared seen set,
+          history);
+        * ``dedupe``: drop it if the driver's shared seen set has it (``shared_seen``
+          drivers only); ``mark``: add the fingerprint to that set once queued;
+        * ``start``: a start request on a shared frontier, for the driver's start gate
+          (see :meth:`scrapy_frontier.core.recrawl.Recrawler.admit_start`);
+        * ``key``: the seen-set member to test and mark when it is not ``fp`` (a start
+          URL listed again by the same spider: the page history is not asked then).
+        """
 
     def pop(self) -> Handout | Lease[Request] | None:
         """The next request whose host may be contacted now, or None."""

@@ -34,7 +34,7 @@ from scrapy_frontier.core.frontier import Frontier, Lease
 from scrapy_frontier.core.history import HistoryStore, MemoryHistoryStore
 from scrapy_frontier.errors import StoreError
 from scrapy_frontier.hostkey import HostlessURL, url_host_key
-from scrapy_frontier.scheduler.drivers import DriverContext, Push
+from scrapy_frontier.scheduler.drivers import DriverContext
 from scrapy_frontier.scheduler.resolve import HostResolver
 
 if TYPE_CHECKING:
@@ -66,6 +66,7 @@ class LocalDriver:
         self.state_dir = config.state_dir if self.name == "sqlite" else None
         self.persistent = self.state_dir is not None
         self.needs_ack = self.persistent
+        self.dropped_later = 0  # push refuses at once
         self.frontier: Frontier[Request] = self._new_frontier(None)
         self.store: SQLiteStore[Request] | None = None
         self._seen_store: SQLiteFingerprintStore | None = None
@@ -73,7 +74,6 @@ class LocalDriver:
         # Ticket -> the store's handle of a URL fetched but not acknowledged yet.
         self._tokens: dict[int, object] = {}
         self._dirty = False
-        self._pushed = 0
         self._last_flush = 0.0
         # Per-IP politeness: the hostname to look up for keys that are not one
         # (download_slot overrides), and the resolver.
@@ -186,26 +186,27 @@ class LocalDriver:
 
     # -- queueing ---------------------------------------------------------------------
 
-    def push(self, item: Push) -> bool:
-        if self._resolver is not None and "download_slot" in item.request.meta:
-            self._remember_slot_hostname(item.host, item.request)
-        queued = self.frontier.push(item.host, item.level, item.request)
-        self._pushed += queued
-        if self.store is not None:
-            self._maybe_flush()
+    def push(self, request: Request, host: str, level: int, fp: int | None,
+             dedupe: bool = False, mark: bool = False, start: bool = False,
+             key: int | None = None) -> bool:
+        # Shared-seen arguments are never set for a driver without ``shared_seen``.
+        if self._resolver is not None and "download_slot" in request.meta:
+            self._remember_slot_hostname(host, request)
+        if self.store is None:
+            return self.frontier.push(host, level, request)
+        queued = self.frontier.push(host, level, request)
+        self._maybe_flush()
         return queued
 
     def pop(self) -> Lease[Request] | None:
-        if self.store is not None:
+        store = self.store
+        if store is not None:
             self._maybe_flush()
         lease = self.frontier.pop()
         if self._resolver is not None:
             lease = self._resolve_waiting(lease)
-        if lease is None:
-            if self._dirty:
-                self._write_through()
-            return None
-        self._write_through()
+        if store is not None and (lease is not None or self._dirty):
+            self._write_through()
         return lease  # a Handout by shape: no copy on the hot path
 
     def release(self, ticket: int, seconds: float, rest: float) -> None:
@@ -259,11 +260,12 @@ class LocalDriver:
         set_value("frontier/back_queues/active", frontier.active_back_queues)
         set_value("frontier/politeness_hold_seconds", round(st.politeness_hold_seconds, 3))
         # Scrapy's own scheduler stats, for dashboards that read them.
-        volatile = self.store.volatile if self.store is not None else self._pushed
-        if self._pushed:
+        pushed = st.pushed  # the core counts every URL it queued
+        volatile = self.store.volatile if self.store is not None else pushed
+        if pushed:
             set_value("scheduler/enqueued/memory", volatile)
             if self.store is not None:
-                set_value("scheduler/enqueued/disk", self._pushed - volatile)
+                set_value("scheduler/enqueued/disk", pushed - volatile)
         if self.store is not None and volatile:
             set_value("scheduler/unserializable", volatile)
         if st.held_dispatches:

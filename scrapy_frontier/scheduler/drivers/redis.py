@@ -57,7 +57,7 @@ from scrapy_frontier.errors import (
     StoreError,
     Unserializable,
 )
-from scrapy_frontier.scheduler.drivers import DriverContext, Handout, Push
+from scrapy_frontier.scheduler.drivers import DriverContext, Handout
 from scrapy_frontier.scheduler.recrawl import add_validators
 from scrapy_frontier.scheduler.timer import call_later
 
@@ -86,7 +86,7 @@ class _Pushed:
     fp: int
     """The request's fingerprint (its page history), and the first 8 bytes of ``item``."""
     key: int
-    """The seen-set member: ``fp``, or an occurrence key (see Push.key)."""
+    """The seen-set member: ``fp``, or an occurrence key (see Driver.push)."""
     dedupe: bool
     mark: bool
     start: bool
@@ -151,6 +151,7 @@ class RedisDriver:
     shared_seen: ClassVar[bool] = True
     persistent = True
     needs_ack = True
+    dropped_later = 0
 
     def __init__(self, context: DriverContext, *, client: Any = None) -> None:
         self.ctx = context
@@ -289,9 +290,11 @@ class RedisDriver:
 
     # -- the driver contract -----------------------------------------------------------
 
-    def push(self, item: Push) -> bool:
+    def push(self, request: Request, host: str, level: int, fp: int | None,
+             dedupe: bool = False, mark: bool = False, start: bool = False,
+             key: int | None = None) -> bool:
         try:
-            data = self._codec.encode(item.request)
+            data = self._codec.encode(request)
         except Unserializable as exc:
             self._count("redis/unserializable")
             if self.counters["redis/unserializable"] == 1:
@@ -299,16 +302,15 @@ class RedisDriver:
                     "Unable to serialize request %s for the shared frontier (%s): it stays in this "
                     "worker's memory (polite within this worker only, lost if it dies; "
                     "counted in frontier/redis/unserializable). Use spider methods as "
-                    "callbacks and picklable meta.", item.request, exc,
+                    "callbacks and picklable meta.", request, exc,
                 )
-            return self.local.push(item.host, item.level, item.request)
-        fp = item.fp if item.fp is not None else 0
+            return self.local.push(host, level, request)
+        fp = fp if fp is not None else 0
         self._pushed += 1
         self._next.pushes.append(_Pushed(
-            fp, fp if item.key is None else item.key, item.dedupe, item.mark, item.start,
-            item.host, item.level,
+            fp, fp if key is None else key, dedupe, mark, start, host, level,
             fp.to_bytes(8, "big", signed=True) + data,
-            item.request if item.dedupe else None,
+            request if dedupe else None,
         ))
         self._kick()
         return True
@@ -573,6 +575,7 @@ class RedisDriver:
         from scrapy import signals
 
         crawler = self.ctx.crawler
+        self.dropped_later += len(indexes)
         for index in indexes:
             pushed = sent.pushes[index]
             request = pushed.request
@@ -630,7 +633,7 @@ class RedisDriver:
         # Scrapy's own scheduler stats, for dashboards that read them.
         unserializable = self.counters.get("redis/unserializable", 0)
         if self._pushed:
-            set_value("scheduler/enqueued/redis", self._pushed)
+            set_value("scheduler/enqueued/redis", self._pushed - self.dropped_later)
         if unserializable:
             set_value("scheduler/enqueued/memory", unserializable)
             set_value("scheduler/unserializable", unserializable)
