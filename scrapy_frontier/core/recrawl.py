@@ -227,6 +227,17 @@ class Recrawler:
             self._count("recrawl/fed", len(records))
         return records
 
+    def census(self) -> tuple[int, int | None]:
+        """(pages in the history, pages due now and not handed out yet); the due count
+        is None for a store that cannot count (no ``count_due``). In ``due`` mode "due"
+        means due when the crawl started, as for :meth:`take_due`."""
+        count_due = getattr(self.store, "count_due", None)
+        due: int | None = None
+        if count_due is not None:
+            until = self.clock() if self.settings.mode == "continuous" else self._boundary
+            due = int(count_due(until))
+        return len(self.store), due
+
     @property
     def exhausted(self) -> bool:
         """``due`` mode: every page due at the start was handed out."""

@@ -38,6 +38,7 @@ from scrapy_frontier.meta import (
     RECRAWL_META,
     START_META,
 )
+from scrapy_frontier.observe.observer import Observer
 from scrapy_frontier.scheduler.drivers import DriverContext, Push, load_driver
 from scrapy_frontier.scheduler.engine import EngineAdapter
 from scrapy_frontier.scheduler.inflight import InFlight
@@ -123,6 +124,7 @@ class FrontierScheduler:
         self._completed = 0
         self._bad_boosts = 0
         self._warned_lease = False
+        self.observer: Observer | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
@@ -164,6 +166,10 @@ class FrontierScheduler:
             if mode != "off":
                 self.recrawl = RecrawlHooks.with_store(self.config.recrawl,
                                                        self.driver.open_history())
+            self.observer = Observer(
+                self.config.observe, census=self.driver.census, slots=self.engine.download_slots,
+                clock=self.clock, call_later=call_later, spider=spider.name)
+            self.observer.start()
         except FrontierError as exc:
             logger.error("scrapy-frontier cannot start: %s", exc)
             raise
@@ -182,6 +188,10 @@ class FrontierScheduler:
         for flight in ended:
             self.driver.ack(flight.ticket)
         self._report_dropped()
+        if self.observer is not None:
+            self.observer.stop()  # the last progress line: the crawl's final numbers
+            for key, value in self.observer.stats().items():
+                self.stats.set_value(key, value)
         self.publish_stats()
         try:
             d = self.driver.close(reason)

@@ -134,6 +134,12 @@ class RedisHistoryStore:
                 break
         return out
 
+    def count_due(self, until: float) -> int:
+        """Pages not retired with an eligible time <= ``until``."""
+        self.flush()
+        return int(self.guard("counting due pages", lambda: self.client.zcount(
+            self.key("due"), "-inf", repr(float(until)))))
+
     def next_due(self) -> float | None:
         self.flush()
         rows = self.guard("reading due pages",

@@ -34,6 +34,7 @@ DUE_QUERY = (
     "SELECT fp, data FROM pages WHERE retired = 0 AND (eligible, fp) > (?, ?) "
     "AND eligible <= ? ORDER BY eligible, fp LIMIT ?"
 )
+COUNT_DUE_QUERY = "SELECT COUNT(*) FROM pages WHERE retired = 0 AND eligible <= ?"
 NEXT_DUE_QUERY = "SELECT MIN(eligible) FROM pages WHERE retired = 0"
 
 
@@ -134,6 +135,15 @@ class SQLiteHistoryStore(WALFileStore):
         except sqlite3.Error as exc:
             raise self._error(exc, "due query failed") from exc
         return [self._decode(fp, data) for fp, data in rows]
+
+    def count_due(self, until: float) -> int:
+        """Pages not retired with an eligible time <= ``until`` (on the pages_due index)."""
+        self.flush()
+        try:
+            row = self._conn.execute(COUNT_DUE_QUERY, (until,)).fetchone()
+        except sqlite3.Error as exc:
+            raise self._error(exc, "due count failed") from exc
+        return int(row[0])
 
     def next_due(self) -> float | None:
         self.flush()
