@@ -59,12 +59,20 @@ class Census:
     """Pages in the page history (recrawl mode on), else None."""
     history_due: int | None = None
     """Pages of the history due for a recrawl now (recrawl mode on), else None."""
+    partial: bool = False
+    """One worker's share of a shared frontier: the totals are in ``shared`` (None until
+    the first read)."""
     shared: Census | None = None
     """On a shared frontier (Redis): the whole frontier's totals, as last read."""
     shared_age: float | None = None
-    """Seconds since ``shared`` was read from the shared store."""
+    """How old ``shared`` may be: seconds since its read was sent to the shared store."""
 
     @property
     def whole(self) -> Census:
         """The whole frontier: ``shared`` when there is one, else this census."""
         return self if self.shared is None else self.shared
+
+    @property
+    def totals(self) -> Census | None:
+        """The whole frontier, or None while a shared frontier's was not read yet."""
+        return self.shared if self.partial else self

@@ -86,7 +86,10 @@ class CensusCollector:
                       labels=labels)
         seen = gauge("scrapy_frontier_seen_fingerprints", "Fingerprints in the seen set",
                      labels=labels)
-        for scope, view in (("worker", census), ("shared", census.whole)):
+        views = [("worker", census)]
+        if census.totals is not None:
+            views.append(("shared", census.totals))
+        for scope, view in views:
             values = [self.spider, census.backend, scope, self.worker]
             queued.add_metric(values, view.queued)
             in_flight.add_metric(values, view.in_flight)
@@ -94,7 +97,7 @@ class CensusCollector:
             if view.waiting_for_queue is not None:
                 front.add_metric(values, view.waiting_for_queue)
             h = view.hosts
-            if view is census.whole:  # a worker's share has no host states of its own
+            if view is census.totals:  # a worker's share has no host states of its own
                 for state in ("active", "waiting", "resting", "blocked", "retired"):
                     hosts.add_metric([*values, state], getattr(h, state))
             if h.known is not None:

@@ -23,6 +23,17 @@ class Timer(Protocol):
 CallLater = Callable[[float, Callable[[], Any]], Timer]
 
 
+def _n(value: float) -> str:
+    """Exact below 100 000, then three digits: 123k, 12.3M (a line stays short)."""
+    if value < 100_000:
+        return f"{value:.0f}"
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= size:
+            scaled = value / size
+            return f"{scaled:.1f}{unit}" if scaled < 100 else f"{scaled:.0f}{unit}"
+    return f"{value:.0f}"  # pragma: no cover
+
+
 def progress_line(census: Census, per_minute: float | None,
                   slots: tuple[int, int] | None) -> str:
     """The line for ``census``; ``per_minute`` is the fetch rate since the last line.
@@ -32,27 +43,26 @@ def progress_line(census: Census, per_minute: float | None,
     """
     whole = census.whole
     hosts = whole.hosts
-    rate = "" if per_minute is None else f" ({per_minute:.0f}/min)"
-    fetched = f"fetched {census.fetched}{rate}"
+    rate = "" if per_minute is None else f" ({_n(per_minute)}/min)"
+    fetched = f"fetched {_n(census.fetched)}{rate}"
     if census.shared is not None:
-        fetched += f", all {whole.fetched}"
-    queued = f"queued {whole.queued}"
+        fetched += f", all {_n(whole.fetched)}"
+    queued = f"queued {_n(whole.queued)}"
     if hosts.queued is not None:
-        queued += f" over {hosts.queued} host{'' if hosts.queued == 1 else 's'}"
-    if whole.waiting_for_queue:
-        queued += f" +{whole.waiting_for_queue} in front queues"
+        queued += f" on {_n(hosts.queued)} host{'' if hosts.queued == 1 else 's'}"
     parts = [
         fetched,
         queued,
-        f"hosts {hosts.active} active, {hosts.resting} resting, {hosts.waiting} waiting, "
-        f"{hosts.blocked} blocked",
+        # (hosts waiting for a download slot: in the metrics, not here; slots say it)
+        f"hosts {_n(hosts.active)} active, {_n(hosts.resting)} resting, "
+        f"{_n(hosts.blocked)} blocked",
     ]
     if slots is not None:
         busy, total = slots
         share = 100 * busy / total if total else 0.0
-        parts.append(f"slots {busy}/{total} busy ({share:.0f}%)")
+        parts.append(f"slots {busy}/{total} ({share:.0f}%)")
     if whole.history_due is not None:
-        parts.append(f"due {whole.history_due}")
+        parts.append(f"due {_n(whole.history_due)}")
     return " | ".join(parts)
 
 

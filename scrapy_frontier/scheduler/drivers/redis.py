@@ -115,8 +115,8 @@ class _Round:
     want: int = 0
     feed: int = 0
     """How many due pages of the history to claim for recrawling."""
-    census: bool = False
-    """Read the whole frontier's census (see RedisDriver.census)."""
+    census: float | None = None
+    """Read the whole frontier's census (see RedisDriver.census); when it was asked for."""
 
     def has_writes(self) -> bool:
         return bool(self.pushes or self.completions or self.min_rests or self.retire
@@ -441,8 +441,7 @@ class RedisDriver:
         if poll and self._want_due:
             nxt.feed, self._want_due = self._want_due, 0
         if poll and self._census_wanted and time.monotonic() - self._census_at >= CENSUS_REFRESH:
-            nxt.census = True
-            self._census_at = time.monotonic()
+            nxt.census = self._census_at = time.monotonic()
         if not (poll or nxt.want or nxt.has_writes()):
             return
         self._sending, self._next = nxt, _Round()
@@ -526,7 +525,7 @@ class RedisDriver:
                          remote.next_wakeup() if len(leases) < rnd.want else None)
         answer.starts_skipped = skipped
         answer.dropped = dropped
-        if rnd.census:
+        if rnd.census is not None:
             answer.census = remote.census()
             if recrawler is not None:
                 answer.history = recrawler.census()
@@ -571,7 +570,7 @@ class RedisDriver:
         if answer.census is not None:
             self._shared = answer.census
             self._shared_history = answer.history
-            self._shared_read_at = time.monotonic()
+            self._shared_read_at = sent.census  # the census is at least that recent
         local_work = self._buffer or self._held or self._finished or self._due
         if answer.idle and not local_work:
             if self._remote_idle_since is None:
@@ -657,12 +656,16 @@ class RedisDriver:
         pending = len(self._next.pushes) + (len(self._sending.pushes) if self._sending else 0)
         mine = Census(
             backend=self.name,
-            # Claimed ahead, waiting to be pushed, or kept in this worker's memory.
-            queued=len(self._buffer) + pending + len(local),
-            in_flight=len(self._held) + local.in_flight,
+            # Waiting to be pushed, or kept in this worker's memory.
+            queued=pending + len(local),
+            # The leases this worker holds in Redis (claimed ahead, being fetched, or
+            # fetched and not completed there yet), as the shared count has them.
+            in_flight=len(self._buffer) + len(self._held) + len(self._finished)
+            + local.in_flight,
             hosts=HostCounts(active=len(self._held) + local.in_flight,
                              waiting=len(self._buffer)),
             fetched=self._fetched,
+            partial=True,
         )
         shared = self._shared
         if shared is None or self._shared_read_at is None:
