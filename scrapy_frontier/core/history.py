@@ -287,8 +287,9 @@ class MemoryHistoryStore:
                 break
         return out
 
-    def count_due(self, until: float) -> int:
-        """Pages not retired with an eligible time <= ``until``."""
+    def count_due(self, until: float, limit: int | None = None) -> int:
+        """Pages not retired with an eligible time <= ``until`` (exact: ``limit`` is only
+        a hint, for stores that count by reading)."""
         return self._due.count_below((until, 1 << 63))
 
     def next_due(self) -> float | None:
