@@ -36,7 +36,7 @@ from scrapy_frontier.observe.progress import progress_line
 from scrapy_frontier.settings import FrontierConfig
 from scrapy_frontier.testweb import ServerProcess, read_log
 from scrapy_frontier.testweb.crawl import FRONTIER_ADDON, CrawlResult, run_crawl
-from tests.contract_helpers import DRIVERS, Driver, Run, driver_settings
+from tests.contract_helpers import DRIVERS, Driver, Run, driver_settings, spider_named
 from tests.redis_server import RedisServer, free_port
 
 inline_callbacks = pytest_twisted.inlineCallbacks
@@ -470,3 +470,53 @@ def test_census_through_the_scheduler(driver: Driver) -> Gen:
         assert whole.hosts.active == whole.hosts.waiting == 0
     finally:
         yield run.close()
+
+
+def test_a_driver_without_census_gets_no_progress_line_and_no_metrics(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from scrapy_frontier.observe.observer import Observer
+    from scrapy_frontier.settings import ObserveConfig
+
+    class OldDriver:
+        name = "old"
+
+    kwargs: dict[str, Any] = {"slots": lambda: None, "clock": time.monotonic,
+                              "call_later": lambda delay, f: None, "spider": "s"}
+    with pytest.raises(FrontierConfigError, match="FRONTIER_METRICS_PORT.*'old' backend"):
+        Observer.for_driver(ObserveConfig(metrics_port=free_port()), OldDriver(), **kwargs)
+    observer = Observer.for_driver(ObserveConfig(progress_interval=5.0), OldDriver(), **kwargs)
+    assert observer.progress is None and observer.metrics is None
+    assert "'old' backend has no census()" in caplog.text
+    observer.start()
+    observer.stop()
+
+
+@inline_callbacks
+def test_two_crawlers_in_one_process_serve_their_own_metrics(tmp_path: Path) -> Gen:
+    from twisted.internet.threads import deferToThread
+
+    ports = [free_port(), free_port()]
+    runs = []
+    for i, port in enumerate(ports):
+        driver = Driver("memory", driver_settings("memory", state_dir=tmp_path / f"s{i}"),
+                        tmp_path / f"s{i}")
+        runs.append(Run(driver, spidercls=spider_named(f"crawler{i}"),
+                        extra={"FRONTIER_METRICS_PORT": port}))
+    try:
+        for run in runs:
+            yield run.open()
+        for i, run in enumerate(runs):
+            run.enqueue(*[Request(f"http://h{i}.example/{j}") for j in range(i + 2)])
+        scrapes = []
+        for port in ports:
+            scrapes.append((yield deferToThread(_scrape, port)))
+        for i, scrape in enumerate(scrapes):
+            spiders = {dict(lbl)["spider"] for (_, lbl) in scrape}
+            assert spiders == {f"crawler{i}"}
+            assert _value(scrape, "scrapy_frontier_queued_requests", "shared") == i + 2
+    finally:
+        for run in runs:
+            yield run.close()
+    for port in ports:  # each stopped with its crawler
+        with pytest.raises(OSError):
+            yield deferToThread(_scrape, port)

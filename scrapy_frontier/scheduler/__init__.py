@@ -166,8 +166,8 @@ class FrontierScheduler:
             if mode != "off":
                 self.recrawl = RecrawlHooks.with_store(self.config.recrawl,
                                                        self.driver.open_history())
-            self.observer = Observer(
-                self.config.observe, census=self.driver.census, slots=self.engine.download_slots,
+            self.observer = Observer.for_driver(
+                self.config.observe, self.driver, slots=self.engine.download_slots,
                 clock=self.clock, call_later=call_later, spider=spider.name)
             self.observer.start()
         except FrontierError as exc:
