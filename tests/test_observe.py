@@ -487,7 +487,8 @@ def test_a_driver_without_census_gets_no_progress_line_and_no_metrics(
     observer = Observer.for_driver(ObserveConfig(progress_interval=5.0), OldDriver(), **kwargs)
     assert observer.progress is None and observer.metrics is None
     assert "'old' backend has no census()" in caplog.text
-    observer.start()
+    observer.start_metrics()
+    observer.start_progress()
     observer.stop()
 
 

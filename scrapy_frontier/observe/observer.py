@@ -56,14 +56,22 @@ class Observer:
             census = cls._no_census
         return cls(config, census=census, **kwargs)
 
+    @classmethod
+    def idle(cls) -> Observer:
+        """One that does nothing (before the settings were looked at)."""
+        return cls(ObserveConfig(progress_interval=0.0), census=cls._no_census,
+                   slots=lambda: None, clock=lambda: 0.0, call_later=_never, spider="")
+
     @staticmethod
     def _no_census() -> Census:  # pragma: no cover - never called: nothing is enabled
         raise AssertionError("no census")
 
-    def start(self) -> None:
+    def start_metrics(self) -> None:
         """Raises FrontierConfigError when the metrics endpoint cannot start."""
         if self.metrics is not None:
             self.metrics.start()
+
+    def start_progress(self) -> None:
         if self.progress is not None:
             self.progress.start()
 
@@ -80,3 +88,7 @@ class Observer:
         if self.metrics is not None:
             out["frontier/metrics/scrapes"] = self.metrics.scrapes
         return out
+
+
+def _never(delay: float, func: Callable[[], Any]) -> Any:  # pragma: no cover - never called
+    raise AssertionError("an idle observer schedules nothing")

@@ -161,22 +161,26 @@ class FrontierScheduler:
         self.stats.set_value("frontier/back_queues/floor", self.config.back_queues)
         self.stats.set_value("frontier/back_queues/max", self.config.back_queues_max)
         mode = self.config.recrawl.mode
+        observer = Observer.idle()
         try:
+            observer = Observer.for_driver(
+                self.config.observe, self.driver, slots=self.engine.download_slots,
+                clock=self.clock, call_later=call_later, spider=spider.name)
+            observer.start_metrics()  # first: a port it cannot serve stops before any state
             self.driver.open(spider)
             if mode != "off":
                 self.recrawl = RecrawlHooks.with_store(self.config.recrawl,
                                                        self.driver.open_history())
-            self.observer = Observer.for_driver(
-                self.config.observe, self.driver, slots=self.engine.download_slots,
-                clock=self.clock, call_later=call_later, spider=spider.name)
-            self.observer.start()
         except FrontierError as exc:
+            observer.stop()
             logger.error("scrapy-frontier cannot start: %s", exc)
             raise
         if self.recrawl is not None:
             self.driver.attach_recrawler(self.recrawl.recrawler)
             if mode == "continuous":
                 self.crawler.signals.connect(self._on_spider_idle, signal=signals.spider_idle)
+        self.observer = observer
+        observer.start_progress()
         self.df.open()
         return None
 
