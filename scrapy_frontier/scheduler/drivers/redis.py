@@ -440,7 +440,8 @@ class RedisDriver:
             nxt.want = 0
         if poll and self._want_due:
             nxt.feed, self._want_due = self._want_due, 0
-        if poll and self._census_wanted and time.monotonic() - self._census_at >= CENSUS_REFRESH:
+        # Any round may carry it: under load the poll ticks rarely find the thread free.
+        if self._census_wanted and time.monotonic() - self._census_at >= CENSUS_REFRESH:
             nxt.census = self._census_at = time.monotonic()
         if not (poll or nxt.want or nxt.has_writes()):
             return
