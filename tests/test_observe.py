@@ -455,7 +455,8 @@ def test_census_through_the_scheduler(driver: Driver) -> Gen:
         if driver.name == "redis":
             # Claimed ahead by this worker (FRONTIER_REDIS_PREFETCH): leased, in flight.
             assert whole.queued + whole.in_flight == len(requests)
-            assert census.in_flight == whole.in_flight == len(run.scheduler.driver._buffer)
+            # The worker's own share is now; the shared totals as of their read.
+            assert census.in_flight == len(run.scheduler.driver._buffer) <= len(requests)
         else:
             assert (whole.queued, whole.in_flight) == (len(requests), 0)
         assert census.fetched == 0
