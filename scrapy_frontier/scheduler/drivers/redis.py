@@ -80,7 +80,7 @@ MAX_BACKOFF = 30.0
 #: each fetch adds links, so while Redis cannot keep up (or is away) the backlog
 #: stops growing instead of filling the worker's memory.
 MAX_BACKLOG = 50_000
-#: Once anything asked for a census, the poll rounds read the shared one this often.
+#: Once anything asked for a census, the I/O rounds read the shared one this often.
 CENSUS_REFRESH = 1.0
 
 
