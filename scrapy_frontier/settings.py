@@ -26,7 +26,7 @@ from scrapy_frontier.core.refresh import DAY, RefreshConfig
 from scrapy_frontier.core.seen import DEFAULT_CACHE_SIZE, ONLINE_POLICIES
 from scrapy_frontier.errors import FrontierConfigError
 
-__all__ = ["DEFAULTS", "BACKENDS", "FrontierConfig", "FrontierConfigError"]
+__all__ = ["DEFAULTS", "BACKENDS", "FrontierConfig", "FrontierConfigError", "ObserveConfig"]
 
 #: The drivers that ship with scrapy-frontier; FRONTIER_BACKEND may also be an import path.
 BACKENDS = {
@@ -77,12 +77,26 @@ DEFAULTS: dict[str, Any] = {
     "FRONTIER_REDIS_SEEN_EXPECTED": 10_000_000,
     "FRONTIER_REDIS_PREFETCH": 4,
     "FRONTIER_REDIS_IDLE_GRACE": 5.0,
+    "FRONTIER_PROGRESS_INTERVAL": 30.0,
+    "FRONTIER_METRICS_PORT": None,  # off
+    "FRONTIER_METRICS_HOST": "127.0.0.1",
 }
 
 #: More front queues than this is surely a typo (each is scanned when choosing a level).
 MAX_FRONT_QUEUES = 1000
 #: A seen cache bigger than this is surely a typo (and RAM the crawl does not have).
 MAX_CACHE_SIZE = 1 << 28
+
+
+@dataclass(frozen=True, slots=True)
+class ObserveConfig:
+    """The progress line and the metrics endpoint (:mod:`scrapy_frontier.observe`)."""
+
+    progress_interval: float = DEFAULTS["FRONTIER_PROGRESS_INTERVAL"]
+    """Seconds between two progress lines; 0: no progress line."""
+    metrics_port: int | None = None
+    """TCP port of the Prometheus endpoint; None: no endpoint."""
+    metrics_host: str = DEFAULTS["FRONTIER_METRICS_HOST"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +154,7 @@ class FrontierConfig:
     seen_cache_size: int = DEFAULT_CACHE_SIZE
     seen_cache_policy: str = "clock"
     redis: RedisConfig = field(default_factory=RedisConfig)
+    observe: ObserveConfig = field(default_factory=ObserveConfig)
 
     @property
     def policy(self) -> DelayPolicy:
@@ -221,6 +236,7 @@ class FrontierConfig:
                                  maximum=MAX_CACHE_SIZE),
             seen_cache_policy=_cache_policy(settings),
             redis=_redis(settings),
+            observe=_observe(settings),
         )
 
 
@@ -299,6 +315,21 @@ def _redis(settings: BaseSettings) -> RedisConfig:
         seen_expected=_int(settings, "FRONTIER_REDIS_SEEN_EXPECTED", minimum=1),
         prefetch=_int(settings, "FRONTIER_REDIS_PREFETCH", minimum=1, maximum=10_000),
         idle_grace=_float(settings, "FRONTIER_REDIS_IDLE_GRACE", minimum=0.0),
+    )
+
+
+def _observe(settings: BaseSettings) -> ObserveConfig:
+    port = _int(settings, "FRONTIER_METRICS_PORT", 0, minimum=0, maximum=65535)
+    host = _raw(settings, "FRONTIER_METRICS_HOST", DEFAULTS["FRONTIER_METRICS_HOST"])
+    if not isinstance(host, str) or not host.strip():
+        raise FrontierConfigError(
+            f"FRONTIER_METRICS_HOST must be an address to listen on, such as '127.0.0.1', "
+            f"got {host!r}"
+        )
+    return ObserveConfig(
+        progress_interval=_float(settings, "FRONTIER_PROGRESS_INTERVAL", minimum=0.0),
+        metrics_port=port or None,
+        metrics_host=host.strip(),
     )
 
 

@@ -43,7 +43,7 @@ import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from scrapy_frontier.core.clock import Clock
 from scrapy_frontier.core.politeness import DelayPolicy
@@ -89,6 +89,21 @@ class FrontierStats:
     """Sum, over URLs released by a politeness hold, of (handed out - t_e)."""
     dispatch_lateness_max: float = 0.0
     held_dispatches: int = 0
+
+
+class HostStates(NamedTuple):
+    """Hosts by state: ``active`` (a fetch in flight), ``waiting`` (rest over, URLs
+    queued, not handed out yet), ``resting`` (URLs queued, rest still running),
+    ``retired``; ``known`` is every host with state kept now (a back queue, a rest
+    still running, or retired)."""
+
+    known: int
+    active: int
+    waiting: int
+    resting: int
+    retired: int
+    queued: int
+    """Hosts with URLs in their back queue (whatever their state)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -749,6 +764,29 @@ class Frontier(Generic[T]):
                     self._forget_group(g)
 
     # -- inspection --------------------------------------------------------
+
+    def host_states(self) -> HostStates:
+        """How many hosts are in each state now (see :class:`HostStates`).
+
+        O(hosts tracked): for a census every few seconds, never per URL.
+        """
+        now = self.clock()
+        known = active = waiting = resting = queued = 0
+        for hs in self._hosts.values():
+            if hs.active or hs.next_contact > now:
+                known += 1
+            if hs.queued:
+                queued += 1
+            if hs.lease is not None:
+                active += 1
+            elif hs.active and hs.queued:
+                if hs.next_contact > now:
+                    resting += 1
+                else:
+                    waiting += 1
+        retired = len(self._retired)
+        known += sum(1 for host in self._retired if host not in self._hosts)
+        return HostStates(known, active, waiting, resting, retired, queued)
 
     def iter_queued(self) -> Iterator[tuple[str, int, T]]:
         """Every queued (host, level, item), front queues then back queues."""

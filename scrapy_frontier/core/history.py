@@ -211,6 +211,14 @@ class SortedKeys:
         elif j == len(chunk):
             self._maxes[i] = chunk[-1]
 
+    def count_below(self, key: tuple[Any, ...]) -> int:
+        """How many keys are smaller than ``key`` (O(chunks + log n))."""
+        i = bisect_left(self._maxes, key)
+        below = sum(len(chunk) for chunk in islice(self._chunks, i))
+        if i < len(self._chunks):
+            below += bisect_left(self._chunks[i], key)
+        return below
+
     def first(self) -> tuple[Any, ...] | None:
         return self._chunks[0][0] if self._chunks else None
 
@@ -278,6 +286,11 @@ class MemoryHistoryStore:
             if len(out) >= limit:
                 break
         return out
+
+    def count_due(self, until: float, limit: int | None = None) -> int:
+        """Pages not retired with an eligible time <= ``until`` (exact: ``limit`` is only
+        a hint, for stores that count by reading)."""
+        return self._due.count_below((until, 1 << 63))
 
     def next_due(self) -> float | None:
         first = self._due.first()

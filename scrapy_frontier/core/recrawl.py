@@ -117,6 +117,11 @@ class Visit:
     callback: str | None = None
 
 
+#: A census counts due pages up to this many: past it, a count on an SQLite index
+#: would hold the crawl for tens of milliseconds (about 7 ms per 100 000 pages).
+DUE_COUNT_CAP = 100_000
+
+
 class Recrawler:
     def __init__(
         self,
@@ -226,6 +231,18 @@ class Recrawler:
                 self._claim(record, now)
             self._count("recrawl/fed", len(records))
         return records
+
+    def census(self) -> tuple[int, int | None]:
+        """(pages in the history, pages due now and not handed out yet, at most
+        DUE_COUNT_CAP); the due count is None for a store that cannot count (no
+        ``count_due``). In ``due`` mode "due" means due when the crawl started, as for
+        :meth:`take_due`."""
+        count_due = getattr(self.store, "count_due", None)
+        due: int | None = None
+        if count_due is not None:
+            until = self.clock() if self.settings.mode == "continuous" else self._boundary
+            due = min(DUE_COUNT_CAP, int(count_due(until, DUE_COUNT_CAP)))
+        return len(self.store), due
 
     @property
     def exhausted(self) -> bool:

@@ -38,6 +38,7 @@ from scrapy_frontier.meta import (
     RECRAWL_META,
     START_META,
 )
+from scrapy_frontier.observe.observer import Observer
 from scrapy_frontier.scheduler.drivers import DriverContext, load_driver
 from scrapy_frontier.scheduler.engine import EngineAdapter
 from scrapy_frontier.scheduler.inflight import InFlight
@@ -127,6 +128,7 @@ class FrontierScheduler:
         self._completed = 0
         self._bad_boosts = 0
         self._warned_lease = False
+        self.observer: Observer | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
@@ -163,18 +165,26 @@ class FrontierScheduler:
         self.stats.set_value("frontier/back_queues/floor", self.config.back_queues)
         self.stats.set_value("frontier/back_queues/max", self.config.back_queues_max)
         mode = self.config.recrawl.mode
+        observer = Observer.idle()
         try:
+            observer = Observer.for_driver(
+                self.config.observe, self.driver, slots=self.engine.download_slots,
+                clock=self.clock, call_later=call_later, spider=spider.name)
+            observer.start_metrics()  # first: a port it cannot serve stops before any state
             self.driver.open(spider)
             if mode != "off":
                 self.recrawl = RecrawlHooks.with_store(self.config.recrawl,
                                                        self.driver.open_history())
         except FrontierError as exc:
+            observer.stop()
             logger.error("scrapy-frontier cannot start: %s", exc)
             raise
         if self.recrawl is not None:
             self.driver.attach_recrawler(self.recrawl.recrawler)
             if mode == "continuous":
                 self.crawler.signals.connect(self._on_spider_idle, signal=signals.spider_idle)
+        self.observer = observer
+        observer.start_progress()
         self.df.open()
         return None
 
@@ -186,6 +196,10 @@ class FrontierScheduler:
         for flight in ended:
             self.driver.ack(flight.ticket)
         self._report_dropped()
+        if self.observer is not None:
+            self.observer.stop()  # the last progress line: the crawl's final numbers
+            for key, value in self.observer.stats().items():
+                self.stats.set_value(key, value)
         self.publish_stats()
         try:
             d = self.driver.close(reason)

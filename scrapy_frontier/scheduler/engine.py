@@ -105,6 +105,17 @@ class EngineAdapter:
         except Exception:  # noqa: BLE001 -- a Mock or a foreign engine
             logger.debug("engine.close_spider_async(%r) failed", reason, exc_info=True)
 
+    def download_slots(self) -> tuple[int, int] | None:
+        """(requests in the downloader, CONCURRENT_REQUESTS), or None if this engine
+        cannot tell (``downloader.active`` and ``total_concurrency`` are internals)."""
+        downloader = getattr(running_engine(self.crawler), "downloader", None)
+        active = getattr(downloader, "active", None)
+        total = getattr(downloader, "total_concurrency", None)
+        if not isinstance(active, set | frozenset | dict) or not isinstance(total, int):
+            self._fallback("engine.downloader.active", type(active).__name__)
+            return None
+        return len(active), total
+
     def has_downloader_middleware(self, path: str) -> bool | None:
         """Whether a downloader middleware of class ``path`` (or a subclass) is
         installed; None if this engine cannot tell. By name: no import needed."""

@@ -96,6 +96,23 @@ class RedisLease:
     """Server time at which the host became contactable."""
 
 
+class SharedCensus(NamedTuple):
+    """The whole frontier, as :meth:`RedisFrontier.census` reads it (hosts: see
+    :class:`scrapy_frontier.core.frontier.HostStates`; ``known`` is approximate)."""
+
+    queued: int
+    in_flight: int
+    front: int
+    active: int
+    waiting: int
+    resting: int
+    retired: int
+    known: int
+    fetched: int
+    politeness_wait_seconds: float
+    queued_hosts: int
+
+
 class Completion(NamedTuple):
     at: float
     """Server time at which the completion was recorded (the end of the fetch)."""
@@ -185,6 +202,7 @@ class RedisFrontier:
         self._expire = client.register_script(load_script("expire"))
         self._retire = client.register_script(load_script("retire"))
         self._wakeup = client.register_script(load_script("wakeup"))
+        self._census = client.register_script(load_script("census"))
         self._connect()
 
     # -- plumbing ---------------------------------------------------------------------
@@ -468,6 +486,20 @@ class RedisFrontier:
 
         (front, back), leases = self._call("reading sizes", read)
         return int(front or 0), int(back or 0), int(leases)
+
+    def census(self) -> SharedCensus:
+        """The whole frontier's sizes and host states, in one script call."""
+        (front, back, leases, active, ready, due, retired, resting_ahead, fetched,
+         hold_us, with_urls) = (int(x) for x in self._run(self._census, "reading the census"))
+        resting = ready - due
+        return SharedCensus(
+            queued=front + back, in_flight=leases, front=front, active=leases,
+            waiting=due, resting=resting, retired=retired,
+            # Hosts with a back queue, plus those resting without one (a host resting
+            # with a back queue has its rest in both sorted sets).
+            known=active + max(0, resting_ahead - resting) + retired,
+            fetched=fetched, politeness_wait_seconds=hold_us / 1e6, queued_hosts=with_urls,
+        )
 
     def __len__(self) -> int:
         """URLs queued (front and back queues), not counting those leased."""

@@ -134,6 +134,13 @@ class RedisHistoryStore:
                 break
         return out
 
+    def count_due(self, until: float, limit: int | None = None) -> int:
+        """Pages not retired with an eligible time <= ``until`` (exact: ZCOUNT is
+        O(log n), ``limit`` is only a hint)."""
+        self.flush()
+        return int(self.guard("counting due pages", lambda: self.client.zcount(
+            self.key("due"), "-inf", repr(float(until)))))
+
     def next_due(self) -> float | None:
         self.flush()
         rows = self.guard("reading due pages",

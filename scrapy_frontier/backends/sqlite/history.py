@@ -34,6 +34,8 @@ DUE_QUERY = (
     "SELECT fp, data FROM pages WHERE retired = 0 AND (eligible, fp) > (?, ?) "
     "AND eligible <= ? ORDER BY eligible, fp LIMIT ?"
 )
+COUNT_DUE_QUERY = ("SELECT COUNT(*) FROM (SELECT 1 FROM pages WHERE retired = 0 AND "
+                   "eligible <= ? LIMIT ?)")
 NEXT_DUE_QUERY = "SELECT MIN(eligible) FROM pages WHERE retired = 0"
 
 
@@ -134,6 +136,17 @@ class SQLiteHistoryStore(WALFileStore):
         except sqlite3.Error as exc:
             raise self._error(exc, "due query failed") from exc
         return [self._decode(fp, data) for fp, data in rows]
+
+    def count_due(self, until: float, limit: int | None = None) -> int:
+        """Pages not retired with an eligible time <= ``until`` (on the pages_due index),
+        at most ``limit``: counting reads every index entry it counts."""
+        self.flush()
+        try:
+            row = self._conn.execute(COUNT_DUE_QUERY, (until, -1 if limit is None else limit)
+                                     ).fetchone()
+        except sqlite3.Error as exc:
+            raise self._error(exc, "due count failed") from exc
+        return int(row[0])
 
     def next_due(self) -> float | None:
         self.flush()

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from scrapy_frontier.core.frontier import Lease
     from scrapy_frontier.core.history import HistoryStore, PageRecord
     from scrapy_frontier.core.recrawl import Recrawler, Visit
+    from scrapy_frontier.observe.census import Census
     from scrapy_frontier.settings import FrontierConfig
 
 
@@ -142,6 +143,12 @@ class Driver(Protocol):
         """Clock time at which ``pop`` could return something new, if known."""
 
     def publish_stats(self, stats: StatsCollector) -> None: ...
+
+    def census(self) -> Census:
+        """A snapshot of sizes and host states (:mod:`scrapy_frontier.observe.census`).
+
+        Called on the reactor thread every few seconds, never per request: it must not
+        block (a shared store's totals come from its last background read)."""
 
 
 def load_driver(path: str) -> type[Any]:

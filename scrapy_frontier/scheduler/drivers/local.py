@@ -34,6 +34,7 @@ from scrapy_frontier.core.frontier import Frontier, Lease
 from scrapy_frontier.core.history import HistoryStore, MemoryHistoryStore
 from scrapy_frontier.errors import StoreError
 from scrapy_frontier.hostkey import HostlessURL, url_host_key
+from scrapy_frontier.observe.census import Census, HostCounts
 from scrapy_frontier.scheduler.drivers import DriverContext
 from scrapy_frontier.scheduler.resolve import HostResolver
 
@@ -249,6 +250,28 @@ class LocalDriver:
 
     def next_wakeup(self) -> float | None:
         return self.frontier.next_wakeup()
+
+    def census(self) -> Census:
+        frontier = self.frontier
+        states = frontier.host_states()
+        pages = due = None
+        if self.recrawler is not None:
+            pages, due = self.recrawler.census()
+        seen = getattr(self.ctx.dupefilter, "seen", None)
+        return Census(
+            backend=self.name,
+            queued=len(frontier),
+            in_flight=frontier.in_flight,
+            waiting_for_queue=frontier.front_len,
+            hosts=HostCounts(known=states.known, active=states.active,
+                             waiting=states.waiting, resting=states.resting,
+                             retired=states.retired, queued=states.queued),
+            fetched=frontier.stats.completed + frontier.stats.expired,
+            politeness_wait_seconds=frontier.stats.politeness_hold_seconds,
+            seen=len(seen) if seen is not None and hasattr(seen, "__len__") else None,
+            history_pages=pages,
+            history_due=due,
+        )
 
     def publish_stats(self, stats: StatsCollector) -> None:
         frontier = self.frontier

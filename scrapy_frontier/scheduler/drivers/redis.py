@@ -36,7 +36,7 @@ import random
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from twisted.internet.defer import succeed
@@ -46,7 +46,7 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from scrapy_frontier.backends.redis.connection import redis_from_settings
-from scrapy_frontier.backends.redis.frontier import RedisFrontier, RedisLease
+from scrapy_frontier.backends.redis.frontier import RedisFrontier, RedisLease, SharedCensus
 from scrapy_frontier.backends.redis.history import RedisHistoryStore
 from scrapy_frontier.backends.redis.seen import RedisSeenSet
 from scrapy_frontier.codec import request_codec
@@ -57,6 +57,7 @@ from scrapy_frontier.errors import (
     StoreError,
     Unserializable,
 )
+from scrapy_frontier.observe.census import Census, HostCounts
 from scrapy_frontier.scheduler.drivers import DriverContext, Handout
 from scrapy_frontier.scheduler.recrawl import add_validators
 from scrapy_frontier.scheduler.timer import call_later
@@ -79,6 +80,8 @@ MAX_BACKOFF = 30.0
 #: each fetch adds links, so while Redis cannot keep up (or is away) the backlog
 #: stops growing instead of filling the worker's memory.
 MAX_BACKLOG = 50_000
+#: Once anything asked for a census, the I/O rounds read the shared one this often.
+CENSUS_REFRESH = 1.0
 
 
 @dataclass(slots=True)
@@ -112,6 +115,8 @@ class _Round:
     want: int = 0
     feed: int = 0
     """How many due pages of the history to claim for recrawling."""
+    census: float | None = None
+    """Read the whole frontier's census (see RedisDriver.census); when it was asked for."""
 
     def has_writes(self) -> bool:
         return bool(self.pushes or self.completions or self.min_rests or self.retire
@@ -142,6 +147,9 @@ class _Answer:
     starts_skipped: int = 0
     dropped: list[int] = field(default_factory=list)
     """Indexes (in the round's pushes) of duplicates and skipped start requests."""
+    census: SharedCensus | None = None
+    history: tuple[int, int | None] | None = None
+    """(pages, due) of the shared page history, read with the census."""
 
 
 class RedisDriver:
@@ -200,6 +208,13 @@ class RedisDriver:
             clock=context.clock, rng=random.Random(self.config.seed),
         )
         self._local_tokens: dict[int, object] = {}
+        # The census: this worker's fetches, and the shared one as last read.
+        self._fetched = 0
+        self._census_wanted = False
+        self._census_at = -CENSUS_REFRESH
+        self._shared: SharedCensus | None = None
+        self._shared_history: tuple[int, int | None] | None = None
+        self._shared_read_at: float | None = None
 
     # -- opening and closing -----------------------------------------------------------
 
@@ -347,6 +362,7 @@ class RedisDriver:
         return None
 
     def release(self, ticket: int, seconds: float, rest: float) -> None:
+        self._fetched += 1
         if ticket < 0:
             lease = self.local.complete(-ticket, seconds, ack=False, rest_at_least=rest)
             if lease is not None:
@@ -426,6 +442,9 @@ class RedisDriver:
             nxt.want = 0
         if poll and self._want_due:
             nxt.feed, self._want_due = self._want_due, 0
+        # Any round may carry it: under load the poll ticks rarely find the thread free.
+        if self._census_wanted and time.monotonic() - self._census_at >= CENSUS_REFRESH:
+            nxt.census = self._census_at = time.monotonic()
         if not (poll or nxt.want or nxt.has_writes()):
             return
         self._sending, self._next = nxt, _Round()
@@ -509,6 +528,10 @@ class RedisDriver:
                          remote.next_wakeup() if len(leases) < rnd.want else None)
         answer.starts_skipped = skipped
         answer.dropped = dropped
+        if rnd.census is not None:
+            answer.census = remote.census()
+            if recrawler is not None:
+                answer.history = recrawler.census()
         if recrawler is not None:
             for lease in leases:
                 record = recrawler.store.get(int.from_bytes(lease.item[:8], "big", signed=True))
@@ -547,6 +570,10 @@ class RedisDriver:
         self._due.extend(answer.due)
         self._remote_queued = answer.queued
         self._remote_in_flight = answer.in_flight
+        if answer.census is not None:
+            self._shared = answer.census
+            self._shared_history = answer.history
+            self._shared_read_at = sent.census  # the census is at least that recent
         local_work = self._buffer or self._held or self._finished or self._due
         if answer.idle and not local_work:
             if self._remote_idle_since is None:
@@ -624,6 +651,40 @@ class RedisDriver:
 
     def _count(self, key: str, n: int = 1) -> None:
         self.counters[key] = self.counters.get(key, 0) + n
+
+    def census(self) -> Census:
+        """This worker's share, and the whole frontier as the last poll round read it
+        (never a Redis call here: the rounds read it at most every CENSUS_REFRESH s)."""
+        self._census_wanted = True
+        local = self.local
+        pending = len(self._next.pushes) + (len(self._sending.pushes) if self._sending else 0)
+        mine = Census(
+            backend=self.name,
+            # Waiting to be pushed, or kept in this worker's memory.
+            queued=pending + len(local),
+            # The leases this worker holds in Redis (claimed ahead, being fetched, or
+            # fetched and not completed there yet), as the shared count has them.
+            in_flight=len(self._buffer) + len(self._held) + len(self._finished)
+            + local.in_flight,
+            hosts=HostCounts(active=len(self._held) + local.in_flight,
+                             waiting=len(self._buffer)),
+            fetched=self._fetched,
+            partial=True,
+        )
+        shared = self._shared
+        if shared is None or self._shared_read_at is None:
+            return mine
+        pages, due = self._shared_history or (None, None)
+        whole = Census(
+            backend=self.name, scope="shared", queued=shared.queued,
+            in_flight=shared.in_flight, waiting_for_queue=shared.front,
+            hosts=HostCounts(known=shared.known, active=shared.active, waiting=shared.waiting,
+                             resting=shared.resting, retired=shared.retired,
+                             queued=shared.queued_hosts),
+            fetched=shared.fetched, politeness_wait_seconds=shared.politeness_wait_seconds,
+            history_pages=pages, history_due=due,
+        )
+        return replace(mine, shared=whole, shared_age=time.monotonic() - self._shared_read_at)
 
     def publish_stats(self, stats: StatsCollector) -> None:
         set_value = stats.set_value

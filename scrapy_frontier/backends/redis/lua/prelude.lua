@@ -153,6 +153,8 @@ local function release(host, fetch, at_least)
   if q > 0 then
     redis.call('HSET', K_FETCH, host, fmt(math.max(0, fetch)))
     redis.call('ZADD', K_READY, fmt(nc), host)
+    -- The rest kept before the host's next URL (the core's politeness_hold_seconds).
+    stat('hold_us', math.floor((nc - now) * 1000000))
   else
     deactivate(host)
     fill_to_floor()

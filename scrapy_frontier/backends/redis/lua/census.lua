@@ -1,0 +1,16 @@
+-- census: see RedisFrontier.census(). Reads only: hash lengths and sorted-set counts.
+local counts = redis.call('HMGET', K_COUNT, 'front', 'back')
+local st = redis.call('HMGET', K_STATS, 'completed', 'expired', 'hold_us')
+local function n(x) return tonumber(x or '0') end
+return {
+  n(counts[1]), n(counts[2]),
+  redis.call('HLEN', K_LEASES),
+  redis.call('HLEN', K_ACTIVE),
+  redis.call('ZCARD', K_READY),
+  redis.call('ZCOUNT', K_READY, '-inf', fmt(now)),
+  redis.call('SCARD', K_RETIRED),
+  redis.call('ZCOUNT', K_REST, '(' .. fmt(now), '+inf'),
+  n(st[1]) + n(st[2]),
+  n(st[3]),
+  redis.call('HLEN', K_HEAD),
+}
