@@ -39,6 +39,11 @@ put the name in ``{...}`` to keep every key in one Redis Cluster slot)::
     P fetch           HASH   host -> duration of its last fetch (active hosts; due order)
     P minrest         HASH   host -> minimum rest in seconds (robots.txt Crawl-delay)
     P retired         SET    hosts given up for good
+    P capped          SET    retired hosts that reached their fetch budget
+    P blocked         ZSET   host -> end of its block (server time; inf: until unblocked)
+    P delay           HASH   host -> an operator's minimum rest (scrapy frontier delay)
+    P budgets         HASH   host -> its fetch budget (scrapy frontier budget)
+    P fetched         HASH   host -> fetches completed, while a budget is in force
     P leases          HASH   host -> "<id>|<level>|<handed_at>|<ready_at>|<item>" (one per host)
     P deadlines       ZSET   host -> lease deadline
     P dropped         LIST   host NUL item: URLs of retired hosts dropped from front queues
@@ -119,6 +124,11 @@ _KEY_TYPES = {
     "seq": "string",
     "stats": "hash",
     "head": "hash",
+    "capped": "set",
+    "blocked": "zset",
+    "delay": "hash",
+    "budgets": "hash",
+    "fetched": "hash",
 }
 
 
@@ -185,6 +195,7 @@ class RedisFrontier:
         self._expire = client.register_script(load_script("expire"))
         self._retire = client.register_script(load_script("retire"))
         self._wakeup = client.register_script(load_script("wakeup"))
+        self._control = client.register_script(load_script("control"))
         self._connect()
 
     # -- plumbing ---------------------------------------------------------------------
@@ -361,10 +372,15 @@ class RedisFrontier:
     # -- finishing --------------------------------------------------------------------
 
     def complete(
-        self, lease: RedisLease, fetch_seconds: float, *, rest_at_least: float = 0.0
+        self, lease: RedisLease, fetch_seconds: float, *, rest_at_least: float = 0.0,
+        budget: int = 0,
     ) -> Completion | None:
         """The fetch of ``lease`` ended now after ``fetch_seconds``: forget the item, and
         the host rests ``max(policy.delay(fetch), min_rest(host), rest_at_least)``.
+
+        ``budget``: the host's fetch budget from this worker's settings (0: unlimited;
+        a budget set with ``scrapy frontier budget`` wins). The fetch that reaches it
+        retires the host for every worker, counted in ``budget_hosts``/``budget_items``.
 
         Returns None (and changes nothing) if the lease is no longer held: it expired and
         its item was returned to the queue, so the item will be fetched again.
@@ -376,6 +392,7 @@ class RedisFrontier:
         reply = self._run(
             self._complete, "completing a lease",
             lease.host, lease.ticket, repr(float(fetch_seconds)), repr(float(rest_at_least)),
+            int(budget),
         )
         if not reply[0]:
             return None
@@ -414,6 +431,13 @@ class RedisFrontier:
         A fetch in flight completes normally."""
         self._check_host(host)
         return [bytes(x) for x in self._run(self._retire, "retiring a host", host)]
+
+    def control(self, op: str, host: str, value: float | int = 0) -> list[Any]:
+        """An operator's change (``block`` seconds or inf, ``unblock``, ``delay`` seconds,
+        ``budget`` pages, ``retire``), atomic with the queues; see lua/control.lua."""
+        self._check_host(host)
+        arg = "inf" if isinstance(value, float) and math.isinf(value) else repr(value)
+        return list(self._run(self._control, f"changing host {host!r} ({op})", op, host, arg))
 
     def is_retired(self, host: str) -> bool:
         return bool(self._call("reading retired hosts",
@@ -504,6 +528,12 @@ class RedisFrontier:
             out.append(RedisLease(int(ticket), text(host), item, int(level), float(handed),
                                   float(deadlines.get(host, math.nan)), float(ready)))
         return out
+
+    def budget_stats(self) -> dict[str, int]:
+        """The shared budget counters: budget_hosts, budget_items."""
+        names = ("budget_hosts", "budget_items")
+        raw = self._call("reading stats", lambda: self.client.hmget(self.key("stats"), names))
+        return {n: int(v) for n, v in zip(names, raw, strict=True) if v is not None}
 
     def stats(self) -> dict[str, int]:
         raw = self._call("reading stats", lambda: self.client.hgetall(self.key("stats")))
@@ -605,7 +635,10 @@ class RedisFrontier:
             assert abs(deadlines[host] - float(handed) - self.lease_timeout) < 1e-3
         want_ready = {host for host, q in active.items() if q and host not in leases}
         assert set(ready) == want_ready, f"ready {sorted(ready)} != {sorted(want_ready)}"
+        blocked = z("blocked")
         for host, t_e in ready.items():
+            if blocked.get(host, -math.inf) > now and t_e >= blocked[host] - 1e-5:
+                continue  # held by a block (scrapy frontier block)
             if host in rest:
                 assert abs(rest[host] - t_e) < 1e-5, f"{host}: ready {t_e} != rest {rest[host]}"
             else:

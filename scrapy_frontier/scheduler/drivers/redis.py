@@ -199,6 +199,10 @@ class RedisDriver:
             clock=context.clock, rng=random.Random(self.config.seed),
         )
         self._local_tokens: dict[int, object] = {}
+        #: The crawl's shared budget counters (budget_hosts, budget_items), read every
+        #: few seconds by the I/O thread.
+        self.shared_budget: dict[str, int] = {}
+        self._budget_read_at = 0.0
 
     # -- opening and closing -----------------------------------------------------------
 
@@ -494,14 +498,18 @@ class RedisDriver:
         if recrawler is not None:
             for fp, url, visit in rnd.visits:
                 recrawler.record(fp, url, visit)
+        budget_for = self.config.budget_for
         for done, seconds, rest in rnd.completions:
-            remote.complete(done, seconds, rest_at_least=rest)
+            remote.complete(done, seconds, rest_at_least=rest, budget=budget_for(done.host))
         leases: list[RedisLease] = []
         for _ in range(rnd.want):
             claimed = remote.pop()
             if claimed is None:
                 break
             leases.append(claimed)
+        if time.monotonic() >= self._budget_read_at:
+            self._budget_read_at = time.monotonic() + 5.0
+            self.shared_budget = remote.budget_stats()
         front, back, held = remote.sizes()  # one round trip for all three
         answer = _Answer(leases, duplicates, front + back + held == 0, front + back, held,
                          remote.next_wakeup() if len(leases) < rnd.want else None)
@@ -635,6 +643,11 @@ class RedisDriver:
             set_value("scheduler/enqueued/memory", unserializable)
             set_value("scheduler/unserializable", unserializable)
         set_value("frontier/redis/in_flight", self._remote_in_flight)
+        budget = self.shared_budget
+        if budget.get("budget_hosts"):
+            # Shared by every worker of the crawl (the budget is per crawl, not per worker).
+            set_value("frontier/budget/hosts", budget["budget_hosts"])
+            set_value("frontier/budget/requests", budget.get("budget_items", 0))
         set_value("frontier/reactor/stall_max_ms", round(1000 * self._stall.worst, 1))
         set_value("frontier/reactor/stalls_over_100ms", self._stall.over)
 
