@@ -209,12 +209,13 @@ class RedisInspector:
     # -- the subcommands -------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
+        seen = self._seen_count()  # first: see SQLiteInspector.status
+        pages, due = self._history_counts()
         views, known, snap = self.views()
         count = snap["count"]
-        pages, due = self._history_counts()
         return shapes.status(
             self.backend, count.get("front", 0) + count.get("back", 0), len(snap["leases"]),
-            shapes.host_counts(list(views.values()), known), self._seen_count(), pages, due)
+            shapes.host_counts(list(views.values()), known), seen, pages, due)
 
     def hosts(self, limit: int, sort: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
         views, _, snap = self.views()
@@ -233,6 +234,7 @@ class RedisInspector:
         if bits is not None:
             probe = RedisSeenSet.__new__(RedisSeenSet)  # no setup: it would write the meta key
             probe.bits = int(bits)
+            probe.prefix = self.seen_prefix
             key, member = probe.bucket(fp)
             seen = bool(self._read("reading the seen set",
                                    lambda: client.sismember(key, member)))

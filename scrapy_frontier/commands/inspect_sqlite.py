@@ -180,18 +180,21 @@ class SQLiteInspector:
     # -- the subcommands -------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        views, known = self.views()
-        queued = sum(v.front + v.back for v in views.values())
-        in_flight = sum(v.in_flight for v in views.values())
+        # The seen-set and the history first, the queues last: a URL is marked seen only
+        # after it is queued, so "seen - queued - in flight" never counts a URL as done
+        # that the crawl has not finished (the files are read one after the other).
+        seen = 0
+        if self.seen is not None:
+            seen = self.seen.execute("SELECT COUNT(*) FROM seen").fetchone()[0]
         pages = due = 0
         if self.history is not None:
             pages = self.history.execute("SELECT COUNT(*) FROM pages").fetchone()[0]
             due = self.history.execute(
                 "SELECT COUNT(*) FROM pages WHERE retired = 0 AND eligible <= ?",
                 (time.time(),)).fetchone()[0]
-        seen = 0
-        if self.seen is not None:
-            seen = self.seen.execute("SELECT COUNT(*) FROM seen").fetchone()[0]
+        views, known = self.views()
+        queued = sum(v.front + v.back for v in views.values())
+        in_flight = sum(v.in_flight for v in views.values())
         return shapes.status(self.backend, queued, in_flight,
                              shapes.host_counts(list(views.values()), known), seen, pages, due)
 

@@ -378,8 +378,9 @@ class RedisFrontier:
         """The fetch of ``lease`` ended now after ``fetch_seconds``: forget the item, and
         the host rests ``max(policy.delay(fetch), min_rest(host), rest_at_least)``.
 
-        ``budget``: the host's fetch budget from this worker's settings (0: unlimited;
-        a budget set with ``scrapy frontier budget`` wins). The fetch that reaches it
+        ``budget``: the host's fetch budget from this worker's settings (0: unlimited,
+        -1: handed back unfetched, not counted; a budget set with ``scrapy frontier
+        budget`` wins). The fetch that reaches it
         retires the host for every worker, counted in ``budget_hosts``/``budget_items``.
 
         Returns None (and changes nothing) if the lease is no longer held: it expired and

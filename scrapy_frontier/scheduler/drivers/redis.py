@@ -202,6 +202,7 @@ class RedisDriver:
         #: The crawl's shared budget counters (budget_hosts, budget_items), read every
         #: few seconds by the I/O thread.
         self.shared_budget: dict[str, int] = {}
+        self._unfetched: set[int] = set()
         self._budget_read_at = 0.0
 
     # -- opening and closing -----------------------------------------------------------
@@ -271,6 +272,9 @@ class RedisDriver:
             self._next = _Round()
             final.completions.extend(self._finished.values())
             final.completions.extend((lease, 0.0, 0.0) for lease in self._held.values())
+            # Handed back unfetched: not counted against the host's budget.
+            self._unfetched.update(lease.ticket for lease in self._held.values())
+            self._unfetched.update(lease.ticket for lease in self._buffer)
             self._finished.clear()
             self._held.clear()
             for lease in self._buffer:
@@ -500,7 +504,8 @@ class RedisDriver:
                 recrawler.record(fp, url, visit)
         budget_for = self.config.budget_for
         for done, seconds, rest in rnd.completions:
-            remote.complete(done, seconds, rest_at_least=rest, budget=budget_for(done.host))
+            budget = -1 if done.ticket in self._unfetched else budget_for(done.host)
+            remote.complete(done, seconds, rest_at_least=rest, budget=budget)
         leases: list[RedisLease] = []
         for _ in range(rnd.want):
             claimed = remote.pop()
@@ -528,6 +533,9 @@ class RedisDriver:
     def _io_final(self, rnd: _Round) -> _Answer | None:
         """In the I/O thread, at close: the last round, then the history's last writes."""
         answer = self._io(rnd) if rnd.has_writes() else None
+        if self.remote is not None:
+            with contextlib.suppress(RedisFrontierError):  # the stats only: never fail close
+                self.shared_budget = self.remote.budget_stats()
         if self.recrawler is not None:
             self.recrawler.close()
         return answer
