@@ -531,10 +531,26 @@ class RedisFrontier:
         return out
 
     def budget_stats(self) -> dict[str, int]:
-        """The shared budget counters: budget_hosts, budget_items."""
+        """The shared budget counters (budget_hosts, budget_items) and how many hosts are
+        blocked now, retired (by hand or for failures) and over budget: one round trip."""
         names = ("budget_hosts", "budget_items")
-        raw = self._call("reading stats", lambda: self.client.hmget(self.key("stats"), names))
-        return {n: int(v) for n, v in zip(names, raw, strict=True) if v is not None}
+
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.time()
+            pipe.hmget(self.key("stats"), names)
+            pipe.scard(self.key("retired"))
+            pipe.scard(self.key("capped"))
+            pipe.zrange(self.key("blocked"), 0, -1, withscores=True)
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        (sec, usec), raw, retired, capped, blocked = self._call("reading stats", read)
+        now = sec + usec / 1e6
+        out = {n: int(v) for n, v in zip(names, raw, strict=True) if v is not None}
+        out["blocked"] = sum(1 for _, until in blocked if float(until) > now)
+        out["retired"] = int(retired) - int(capped)
+        out["over_budget"] = int(capped)
+        return out
 
     def stats(self) -> dict[str, int]:
         raw = self._call("reading stats", lambda: self.client.hgetall(self.key("stats")))

@@ -373,6 +373,12 @@ class RedisDriver:
             self._next.completions.append(entry)
             self._kick()
 
+    def host_counts(self) -> dict[str, int]:
+        """Hosts blocked, retired and over budget in the shared frontier, as read by the
+        I/O thread at most 5 s ago (no Redis call here)."""
+        shared = self.shared_budget
+        return {name: shared.get(name, 0) for name in ("blocked", "retired", "over_budget")}
+
     def set_min_rest(self, host: str, seconds: float) -> None:
         self.local.set_min_rest(host, seconds)
         self._next.min_rests.append((host, seconds))
