@@ -169,7 +169,8 @@ class RedisInspector:
             budget = snap["budgets"].get(host, self.config.budget_for(host))
             fetched = snap["fetched"].get(host, 0)
             if v.retired == "budget":
-                notes[host] = f"budget {fetched}/{budget}"
+                notes[host] = (f"budget {fetched}/{budget}" if budget
+                             else f"budget reached at {fetched}")
             elif budget:
                 notes[host] = f"{fetched}/{budget} of budget"
         return notes

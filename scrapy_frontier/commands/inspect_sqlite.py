@@ -168,7 +168,8 @@ class SQLiteInspector:
             fetched = counts.get(host, (0, None))[0]
             parts = []
             if v.retired == "budget":
-                parts.append(f"budget {fetched}/{budget}")
+                parts.append(f"budget {fetched}/{budget}" if budget
+                             else f"budget reached at {fetched}")
             elif v.retired:
                 parts.append(v.retired)
             elif budget:
