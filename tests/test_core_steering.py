@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from scrapy_frontier.core import DelayPolicy, FakeClock, Frontier
 
@@ -177,3 +178,63 @@ def test_redis_block_unblock_delay_and_budget(redis_server: object) -> None:
     assert remote.stats()["budget_items"] == 2
     assert remote.control("budget", "a", 5)[0] == 1  # raised: taken back
     assert remote.push("a", 1, b"a4") is True
+
+
+# -- the SQLite control file, applied by the scheduler's control timer ---------------------
+
+
+def test_control_file_is_applied_by_the_poll_and_budget_counts_survive_a_restart(
+        tmp_path: object) -> None:
+    from pathlib import Path
+
+    from scrapy import Request
+
+    from scrapy_frontier.backends.sqlite.control import ControlFile
+    from tests.test_scheduler import finish, make_scheduler
+
+    job = Path(str(tmp_path)) / "job"
+    settings = {"JOBDIR": str(job), "FRONTIER_HOST_BUDGET": 3}
+    sched, clock, _ = make_scheduler(settings)
+    driver: Any = sched.driver
+    for i in range(6):
+        sched.enqueue_request(Request(f"http://a.example/{i}"))
+        sched.enqueue_request(Request(f"http://b.example/{i}"))
+    control = ControlFile(job)
+    control.update("b.example", blocked_until=math.inf)
+    control.update("a.example", delay=7.0)
+    driver._control.poll()
+    frontier = driver.frontier
+    assert frontier.blocked_until("b.example") == math.inf
+    assert frontier.delay_of("a.example") == 7.0
+    fetched = []
+    for _ in range(60):
+        request = sched.next_request()
+        if request is None:
+            clock.advance(1.0)
+            continue
+        fetched.append(request.url)
+        finish(sched, clock, request, 0.01)
+    assert fetched == [f"http://a.example/{i}" for i in range(3)]  # b blocked; a capped at 3
+    assert frontier.over_budget("a.example")
+    sched.close("finished")
+    assert control.crawl_hosts()["a.example"] == (3, "budget")
+    # A restart resumes the counts and the block; unblocking lets b go.
+    sched, clock, _ = make_scheduler(settings)
+    driver = sched.driver
+    assert driver.frontier.over_budget("a.example")
+    assert not sched.enqueue_request(Request("http://a.example/new"))
+    clock.advance(30.0)
+    assert sched.next_request() is None and len(sched) == 6  # b is still blocked
+    control.update("b.example", blocked_until=None)
+    driver._control.poll()
+    got = []
+    for _ in range(60):
+        request = sched.next_request()
+        if request is None:
+            clock.advance(1.0)
+            continue
+        got.append(request.url)
+        finish(sched, clock, request, 0.01)
+    assert got == [f"http://b.example/{i}" for i in range(3)]  # its budget is 3 as well
+    sched.close("finished")
+    control.close()

@@ -45,7 +45,8 @@ class ControlPoller:
     def __init__(self, directory: str, frontier: Frontier[Request], stats: StatsCollector,
                  clock: Callable[[], float], *, closed: dict[str, str],
                  interval: float = INTERVAL) -> None:
-        self.file = ControlFile(directory)
+        # A short busy timeout: this runs on the reactor; a busy file is tried next tick.
+        self.file = ControlFile(directory, timeout=0.5)
         self.frontier = frontier
         self.stats = stats
         self.clock = clock
