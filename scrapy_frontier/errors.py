@@ -17,6 +17,10 @@ class FrontierConfigError(FrontierError, ValueError):
     """A setting has a value the frontier cannot use, or a backend cannot support."""
 
 
+class FrontierCommandError(FrontierError):
+    """``scrapy frontier`` cannot do what it was asked; nothing was changed."""
+
+
 class StoreError(FrontierError, RuntimeError):
     """The frontier's state cannot be used; the message names it and says what to do."""
 

@@ -80,6 +80,8 @@ DEFAULTS: dict[str, Any] = {
     "FRONTIER_PROGRESS_INTERVAL": 30.0,
     "FRONTIER_METRICS_PORT": None,  # off
     "FRONTIER_METRICS_HOST": "127.0.0.1",
+    "FRONTIER_HOST_BUDGET": 0,
+    "FRONTIER_HOST_BUDGETS": {},
 }
 
 #: More front queues than this is surely a typo (each is scanned when choosing a level).
@@ -155,6 +157,13 @@ class FrontierConfig:
     seen_cache_policy: str = "clock"
     redis: RedisConfig = field(default_factory=RedisConfig)
     observe: ObserveConfig = field(default_factory=ObserveConfig)
+    host_budget: int = 0
+    """FRONTIER_HOST_BUDGET: pages fetched per host per crawl (0: unlimited)."""
+    host_budgets: dict[str, int] = field(default_factory=dict)
+    """FRONTIER_HOST_BUDGETS: host -> its own budget (0: unlimited)."""
+
+    def budget_for(self, host: str) -> int:
+        return self.host_budgets.get(host, self.host_budget)
 
     @property
     def policy(self) -> DelayPolicy:
@@ -237,6 +246,8 @@ class FrontierConfig:
             seen_cache_policy=_cache_policy(settings),
             redis=_redis(settings),
             observe=_observe(settings),
+            host_budget=_int(settings, "FRONTIER_HOST_BUDGET", minimum=0),
+            host_budgets=_host_budgets(settings),
         )
 
 
@@ -418,6 +429,24 @@ def _priority_rules(settings: BaseSettings) -> dict[str, int]:
         ) from None
     if any(isinstance(b, bool) for b in rules.values()):
         raise FrontierConfigError(f"FRONTIER_PRIORITY_RULES boosts must be integers: {raw!r}")
+    return out
+
+
+def _host_budgets(settings: BaseSettings) -> dict[str, int]:
+    raw = _raw(settings, "FRONTIER_HOST_BUDGETS", {})
+    try:
+        budgets = settings.getdict("FRONTIER_HOST_BUDGETS") if raw else {}
+        if any(isinstance(n, bool) or (isinstance(n, float) and not n.is_integer())
+               for n in budgets.values()):
+            raise ValueError
+        out = {str(host).lower(): int(n) for host, n in budgets.items()}
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        raise FrontierConfigError(
+            "FRONTIER_HOST_BUDGETS must map hosts to whole numbers of pages (0: unlimited), "
+            f'e.g. {{"calendar.example.com": 500}}, got {raw!r}'
+        ) from None
+    if any(n < 0 for n in out.values()):
+        raise FrontierConfigError(f"FRONTIER_HOST_BUDGETS budgets must be >= 0: {raw!r}")
     return out
 
 

@@ -154,6 +154,10 @@ class SQLiteFaults:
                     p.unlink()
         for p, data in image.items():
             p.write_bytes(data)
+        # The kernel drops a dead process's flock: a lock file unlinked here is a free
+        # lock for the next opener (the dead store's descriptor no longer matters).
+        for path in self._paths:
+            Path(str(path) + ".lock").unlink(missing_ok=True)
 
     @property
     def writes(self) -> list[int]:

@@ -319,6 +319,7 @@ def test_resume_keeps_the_refill_floor(tmp_path: Path) -> None:
     # move into the host's back queue is pending when the process dies.
     frontier.push(HOSTS[0], 1, b"i000")
     store._db.close()  # kill -9
+    store._unlock()  # the kernel drops the lock of a dead process
     again, store2 = open_frontier(path, clock, 5000)
     assert again.active_back_queues >= again.back_queues or not again.front_len
     again._check()

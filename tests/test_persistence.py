@@ -24,8 +24,10 @@ def crash(sched) -> None:  # type: ignore[no-untyped-def]
     store = sched.driver.store
     store.flush()
     store._db.close()
+    store._unlock()  # the kernel drops the lock of a dead process
     if sched.recrawl is not None:  # the page history's buffer dies with the process
         sched.recrawl.recrawler.store._conn.close()
+        sched.recrawl.recrawler.store._unlock()
 
 
 def test_clean_close_and_reopen_restores_queue_and_rests(tmp_path: Path) -> None:

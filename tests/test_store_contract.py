@@ -149,6 +149,7 @@ def test_reopen_returns_leased_urls_and_keeps_rests(tmp_path: Path) -> None:
     store.flush()
     # kill -9 here: nothing else is written, the connection is just dropped.
     store._db.close()
+    store._unlock()  # the kernel drops the lock of a dead process
 
     again = sqlite_store(path)
     hosts, rests = again.recover()
@@ -172,6 +173,7 @@ def test_unflushed_operations_are_lost_together(tmp_path: Path) -> None:
     _, _, token = store.back_lease("a")
     store.ack(token)  # ack of "kept" is not durable either: it follows in the same batch
     store._db.close()
+    store._unlock()  # the kernel drops the lock of a dead process
     again = sqlite_store(path)
     hosts, _ = again.recover()
     assert hosts == {"a": 1}

@@ -23,6 +23,12 @@ Site owners' wishes: a per-host **minimum rest** (robots.txt Crawl-delay,
 back-off) only ever lengthen the rest the delay policy gives. A **retired** host
 (``retire``) loses its queued URLs; later ones are refused or dropped.
 
+Operators' wishes (``scrapy frontier``): a **blocked** host (``block``) keeps its
+URLs but is not contacted before the block ends; an operator **delay**
+(``set_delay``) is a minimum rest of its own, beside robots.txt's. A **budget**
+(``budget``, ``set_budget``) caps the fetches of a host: the fetch that reaches it
+retires the host the way ``retire`` does, counted apart (``stats.budget_*``).
+
 **Host groups** (``group_hosts=True``, per-IP politeness as in BUbiNG): hosts
 that share a group -- an IP address, set by the caller with ``set_group`` --
 also share one lease and one rest on top of their own. A ready host whose group
@@ -89,13 +95,18 @@ class FrontierStats:
     """Sum, over URLs released by a politeness hold, of (handed out - t_e)."""
     dispatch_lateness_max: float = 0.0
     held_dispatches: int = 0
+    budget_hosts: int = 0
+    """Hosts that reached their fetch budget (and were retired for it)."""
+    budget_items: int = 0
+    """URLs kept out of the queues because their host was over its budget."""
 
 
 class HostStates(NamedTuple):
     """Hosts by state: ``active`` (a fetch in flight), ``waiting`` (rest over, URLs
     queued, not handed out yet), ``resting`` (URLs queued, rest still running),
-    ``retired``; ``known`` is every host with state kept now (a back queue, a rest
-    still running, or retired)."""
+    ``blocked`` (URLs queued, held by :meth:`Frontier.block`), ``retired``; ``known``
+    is every host with state kept now (a back queue, a rest still running, or
+    retired)."""
 
     known: int
     active: int
@@ -104,6 +115,7 @@ class HostStates(NamedTuple):
     retired: int
     queued: int
     """Hosts with URLs in their back queue (whatever their state)."""
+    blocked: int = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -200,6 +212,16 @@ class Frontier(Generic[T]):
         # Items of retired hosts dropped when they surfaced from a front queue,
         # until the caller collects them with take_dropped().
         self._dropped: list[tuple[str, T]] = []
+        # Operator controls. Blocked host -> (block end, the rest end it would have had
+        # without the block), clock times; an end of inf blocks until unblocked.
+        self._blocked: dict[str, tuple[float, float]] = {}
+        self._delay: dict[str, float] = {}
+        #: Fetches allowed per host (0: unlimited), and per-host overrides.
+        self.budget = 0
+        self._budgets: dict[str, int] = {}
+        self._fetched: dict[str, int] = {}
+        # Retired hosts that were retired for reaching their budget.
+        self._capped: set[str] = set()
         self.group_hosts = group_hosts
         self._group_of: dict[str, str] = {}
         self._groups: dict[str, _Group] = {}
@@ -278,18 +300,27 @@ class Frontier(Generic[T]):
     def is_retired(self, host: str) -> bool:
         return host in self._retired
 
-    def retire(self, host: str) -> list[T]:
+    def over_budget(self, host: str) -> bool:
+        return host in self._capped
+
+    def retire(self, host: str, *, budget: bool = False) -> list[T]:
         """Give up ``host`` for good: drop the URLs in its back queue and return them.
 
         Later pushes for the host are refused (``push`` returns False) and its
         URLs still waiting in front queues are dropped when they surface (see
         :meth:`take_dropped`). A fetch in flight is left to complete normally.
+        ``budget``: the host reached its budget (counted in ``budget_*``, and its
+        front-queue URLs are dropped silently).
         """
         dropped: list[T] = []
         if host in self._retired:
             return dropped
         self._retired.add(host)
-        self.stats.retired_hosts += 1
+        if budget:
+            self._capped.add(host)
+            self.stats.budget_hosts += 1
+        else:
+            self.stats.retired_hosts += 1
         hs = self._hosts.get(host)
         if hs is None:
             return dropped
@@ -309,9 +340,116 @@ class Frontier(Generic[T]):
             self._active -= 1
             self.stats.releases += 1
             heapq.heappush(self._cooling, (hs.next_contact, host))
-        self.stats.retired_items += len(dropped)
+        if budget:
+            self.stats.budget_items += len(dropped)
+        else:
+            self.stats.retired_items += len(dropped)
         self._fill_to_floor()
         return dropped
+
+    def unretire(self, host: str) -> bool:
+        """Accept ``host``'s URLs again (its dropped ones are gone). False if not retired."""
+        if host not in self._retired:
+            return False
+        self._retired.discard(host)
+        self._capped.discard(host)
+        return True
+
+    # -- operator controls ---------------------------------------------------
+
+    def block(self, host: str, until: float = math.inf) -> None:
+        """Do not contact ``host`` before ``until`` (clock time; inf: until
+        :meth:`unblock`). Its URLs stay queued; a fetch in flight ends normally."""
+        if math.isnan(until):
+            raise ValueError("a block must end at a time, or at inf")
+        hs = self._hosts.get(host)
+        if hs is None:
+            hs = self._hosts[host] = _Host(host)
+        old = self._blocked.get(host)
+        rest_end = hs.next_contact if old is None else old[1]
+        self._blocked[host] = (until, rest_end)
+        self._reschedule(hs, max(rest_end, until))
+
+    def unblock(self, host: str) -> bool:
+        """End ``host``'s block: it rests as it would have without it. False if not blocked."""
+        entry = self._blocked.pop(host, None)
+        if entry is None:
+            return False
+        hs = self._hosts.get(host)
+        if hs is not None:
+            hs.next_contact = entry[1]
+            self._reschedule(hs, entry[1], lower=True)
+        return True
+
+    def _reschedule(self, hs: _Host[T], contact: float, *, lower: bool = False) -> None:
+        """Move the host's next contact to ``contact`` (later only, unless ``lower``)."""
+        hs.next_contact = contact if lower else max(hs.next_contact, contact)
+        if hs.lease is not None:
+            return  # its release applies the block
+        if hs.active and hs.queued:
+            self._unschedule(hs.key)
+            self._schedule(hs, held=False)
+        elif not hs.active and not math.isinf(hs.next_contact):
+            heapq.heappush(self._cooling, (hs.next_contact, hs.key))
+
+    def blocked_until(self, host: str) -> float | None:
+        """The end of ``host``'s block (clock time, inf for none), if it is blocked now."""
+        entry = self._blocked.get(host)
+        return None if entry is None or entry[0] <= self.clock() else entry[0]
+
+    def set_delay(self, host: str, seconds: float) -> None:
+        """An operator's minimum rest after every fetch of ``host`` (0 removes it)."""
+        if math.isnan(seconds) or seconds < 0:
+            raise ValueError(f"a delay must be >= 0, got {seconds}")
+        if seconds:
+            self._delay[host] = seconds
+        else:
+            self._delay.pop(host, None)
+
+    def delay_of(self, host: str) -> float:
+        return self._delay.get(host, 0.0)
+
+    def set_budget(self, host: str, fetches: int | None) -> None:
+        """``host`` may be fetched ``fetches`` times in all (None: the default
+        :attr:`budget`; 0: unlimited). A raised budget takes a capped host back."""
+        if fetches is None:
+            self._budgets.pop(host, None)
+        elif fetches < 0:
+            raise ValueError(f"a budget must be >= 0, got {fetches}")
+        else:
+            self._budgets[host] = fetches
+        if host in self._capped and not self._spent(host):
+            self.unretire(host)
+
+    def budget_of(self, host: str) -> int:
+        return self._budgets.get(host, self.budget)
+
+    def fetched(self, host: str) -> int:
+        """Fetches of ``host`` completed so far (counted while a budget is in force)."""
+        return self._fetched.get(host, 0)
+
+    def set_fetched(self, host: str, count: int) -> None:
+        """Restore a count saved by an earlier run; a host already over budget retires."""
+        self._fetched[host] = count
+        if self._spent(host):
+            self.retire(host, budget=True)
+
+    def fetch_counts(self) -> dict[str, int]:
+        return dict(self._fetched)
+
+    def _spent(self, host: str) -> bool:
+        cap = self._budgets.get(host, self.budget)
+        return cap > 0 and self._fetched.get(host, 0) >= cap
+
+    def counts(self) -> dict[str, int]:
+        """Hosts known, blocked now, retired (for failures or by hand), over budget."""
+        now = self.clock()
+        return {
+            "known": len(self._hosts),
+            "blocked": sum(1 for until, _ in self._blocked.values() if until > now),
+            "retired": len(self._retired) - len(self._capped),
+            "over_budget": len(self._capped),
+        }
 
     def take_dropped(self) -> list[tuple[str, T]]:
         """(host, item) of retired hosts dropped from front queues since the last call."""
@@ -455,7 +593,10 @@ class Frontier(Generic[T]):
         if not 1 <= level <= self.levels:
             raise ValueError(f"level must be in 1..{self.levels}, got {level}")
         if host in self._retired:
-            self.stats.retired_items += 1
+            if host in self._capped:
+                self.stats.budget_items += 1
+            else:
+                self.stats.retired_items += 1
             return False
         self.stats.pushed += 1
         hs = self._hosts.get(host)
@@ -539,8 +680,11 @@ class Frontier(Generic[T]):
         if taken is not None:
             _, item, token = taken
             store.ack(token)
-            self.stats.retired_items += 1
-            self._dropped.append((host, item))
+            if host in self._capped:
+                self.stats.budget_items += 1  # counted, not reported one by one
+            else:
+                self.stats.retired_items += 1
+                self._dropped.append((host, item))
         if not owned:
             store.back_close(host)
 
@@ -660,6 +804,11 @@ class Frontier(Generic[T]):
             raise ValueError(f"rest_at_least must be >= 0, got {rest_at_least}")
         self._release(lease, fetch_seconds, self.clock(), ack=ack, rest_at_least=rest_at_least)
         self.stats.completed += 1
+        if self.budget or self._budgets:
+            host = lease.host
+            self._fetched[host] = self._fetched.get(host, 0) + 1
+            if self._spent(host) and host not in self._retired:
+                self.retire(host, budget=True)
         return lease
 
     def ack(self, token: object) -> None:
@@ -689,12 +838,25 @@ class Frontier(Generic[T]):
                 rest = floor
         if rest_at_least > rest:
             rest = rest_at_least
+        if self._delay:
+            floor = self._delay.get(hs.key, 0.0)
+            if floor > rest:
+                rest = floor
         hs.next_contact = now + rest
         if ack:
             self.store.ack(lease.token)
-        self.store.save_rest(hs.key, hs.next_contact - now, fetch_seconds)
+        self.store.save_rest(hs.key, rest, fetch_seconds)
+        if self._blocked:
+            block = self._blocked.get(hs.key)
+            if block is not None:
+                if block[0] > now:
+                    # The rest is saved as is; the block is kept apart (and re-applied).
+                    self._blocked[hs.key] = (block[0], hs.next_contact)
+                    hs.next_contact = block[0]
+                else:
+                    del self._blocked[hs.key]
         if hs.queued:
-            self.stats.politeness_hold_seconds += hs.next_contact - now
+            self.stats.politeness_hold_seconds += rest
             self._schedule(hs, held=True)
             return
         self._close_back_queue(hs)
@@ -742,7 +904,9 @@ class Frontier(Generic[T]):
         """Earliest time at which ``pop`` could return something new, if any."""
         if self._due:
             return min(entry[4] for entry in self._due)
-        return self._ready[0][0] if self._ready else None
+        if not self._ready or math.isinf(self._ready[0][0]):
+            return None  # nothing, or only hosts blocked until unblocked
+        return self._ready[0][0]
 
     def _purge_cooling(self, now: float) -> None:
         cooling = self._cooling
@@ -771,7 +935,8 @@ class Frontier(Generic[T]):
         O(hosts tracked): for a census every few seconds, never per URL.
         """
         now = self.clock()
-        known = active = waiting = resting = queued = 0
+        known = active = waiting = resting = queued = blocked = 0
+        blocks = self._blocked
         for hs in self._hosts.values():
             if hs.active or hs.next_contact > now:
                 known += 1
@@ -780,13 +945,16 @@ class Frontier(Generic[T]):
             if hs.lease is not None:
                 active += 1
             elif hs.active and hs.queued:
-                if hs.next_contact > now:
+                block = blocks.get(hs.key) if blocks else None
+                if block is not None and block[0] > now:
+                    blocked += 1
+                elif hs.next_contact > now:
                     resting += 1
                 else:
                     waiting += 1
         retired = len(self._retired)
         known += sum(1 for host in self._retired if host not in self._hosts)
-        return HostStates(known, active, waiting, resting, retired, queued)
+        return HostStates(known, active, waiting, resting, retired, queued, blocked)
 
     def iter_queued(self) -> Iterator[tuple[str, int, T]]:
         """Every queued (host, level, item), front queues then back queues."""

@@ -10,7 +10,7 @@ Host states (each host that owns a back queue and has work is in exactly one):
 * ``waiting`` -- its rest is over, it waits for a free download slot (or for
   its IP group, with per-IP politeness);
 * ``resting`` -- it keeps its politeness rest before the next fetch;
-* ``blocked`` -- held by the operator (0 until steering exists);
+* ``blocked`` -- held by the operator (``scrapy frontier block``);
 * ``retired`` -- given up for good (counted apart: retired hosts have no work).
 
 ``known`` counts every host the frontier keeps state for now: the above plus those

@@ -310,6 +310,9 @@ class FrontierScheduler:
                             start, key):
             self._enqueued += 1
             return True
+        over_budget = getattr(self.driver, "over_budget", None)
+        if over_budget is not None and over_budget(host):
+            return False  # counted by the driver (frontier/budget/requests), not logged each
         self.stats.inc_value("frontier/retired_requests")
         self.stats.inc_value("frontier/retired_requests/refused")
         logger.info("Dropped %s: its host %r was retired", request, host)

@@ -118,6 +118,7 @@ def serve(args: argparse.Namespace) -> int:
         crawl_delays={int(i): float(d) for i, d in args.crawl_delay or ()},
         failing_hosts=args.failing_host or (),
         changes=changes,
+        trap_hosts=args.trap_host or (),
     )
     server.start()
     announcement = {
@@ -205,6 +206,13 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         metavar="HOST",
         help="host number HOST answers 503 to everything but robots.txt (repeatable)",
+    )
+    s.add_argument(
+        "--trap-host",
+        type=int,
+        action="append",
+        metavar="HOST",
+        help="host number HOST is a spider trap: an infinite calendar (repeatable)",
     )
     c = s.add_argument_group("pages that change (any of these turns the change model on)")
     c.add_argument(

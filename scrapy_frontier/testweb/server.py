@@ -168,6 +168,7 @@ class TestWebServer:
         crawl_delays: Mapping[int, float] | None = None,
         failing_hosts: Iterable[int] = (),
         changes: ChangeOptions | None = None,
+        trap_hosts: Iterable[int] = (),
     ) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port out of range: {port}")
@@ -179,7 +180,10 @@ class TestWebServer:
         self.crawl_delays = dict(crawl_delays or {})
         #: Host indexes that answer 503 (no Retry-After) to everything but robots.txt.
         self.failing_hosts = frozenset(failing_hosts)
-        for index in [*self.crawl_delays, *self.failing_hosts]:
+        #: Host indexes that are a spider trap: an infinite calendar, every page linking to
+        #: the next two days (budget tests).
+        self.trap_hosts = frozenset(trap_hosts)
+        for index in [*self.crawl_delays, *self.failing_hosts, *self.trap_hosts]:
             if not 0 <= index < len(spec.hosts):
                 raise ValueError(f"no host with index {index}")
         #: The change model, or None: pages static, short, and without validators.
@@ -320,6 +324,8 @@ class TestWebServer:
             status, ctype, body = 200, "text/plain", self._robots(index).encode("utf-8")
         elif index in self.failing_hosts:
             status, ctype, body = 503, "text/plain", b"down\n"
+        elif index in self.trap_hosts:
+            status, ctype, body = 200, "text/html", _calendar_page(raw_path)
         elif raw_path.startswith("/garbage-retry-after/") and not query:
             # 429 with a Retry-After no parser can read (Latin-1 superscript two: it passes
             # str.isdigit() and fails float()), then 200.
@@ -511,6 +517,14 @@ class TestWebServer:
         if encoding is not None:
             ctype = "application/gzip" if encoding == "gzip" else "application/octet-stream"
         return 200, ctype or "application/octet-stream", body
+
+
+def _calendar_page(path: str) -> bytes:
+    """A day of an infinite calendar: links to the next two days, forever."""
+    tail = path.rsplit("/", 1)[-1]
+    day = int(tail) if path.startswith("/calendar/") and tail.isdigit() else 0
+    links = "".join(f'<a href="/calendar/{d}">day {d}</a>' for d in (day + 1, day + 2))
+    return f"<html><title>day {day}</title><body>{links}</body></html>".encode()
 
 
 def _not_found() -> tuple[int, str, bytes]:

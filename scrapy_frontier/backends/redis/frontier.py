@@ -39,6 +39,11 @@ put the name in ``{...}`` to keep every key in one Redis Cluster slot)::
     P fetch           HASH   host -> duration of its last fetch (active hosts; due order)
     P minrest         HASH   host -> minimum rest in seconds (robots.txt Crawl-delay)
     P retired         SET    hosts given up for good
+    P capped          SET    retired hosts that reached their fetch budget
+    P blocked         ZSET   host -> end of its block (server time; inf: until unblocked)
+    P delay           HASH   host -> an operator's minimum rest (scrapy frontier delay)
+    P budgets         HASH   host -> its fetch budget (scrapy frontier budget)
+    P fetched         HASH   host -> fetches completed, while a budget is in force
     P leases          HASH   host -> "<id>|<level>|<handed_at>|<ready_at>|<item>" (one per host)
     P deadlines       ZSET   host -> lease deadline
     P dropped         LIST   host NUL item: URLs of retired hosts dropped from front queues
@@ -111,6 +116,7 @@ class SharedCensus(NamedTuple):
     fetched: int
     politeness_wait_seconds: float
     queued_hosts: int
+    blocked: int = 0
 
 
 class Completion(NamedTuple):
@@ -136,6 +142,11 @@ _KEY_TYPES = {
     "seq": "string",
     "stats": "hash",
     "head": "hash",
+    "capped": "set",
+    "blocked": "zset",
+    "delay": "hash",
+    "budgets": "hash",
+    "fetched": "hash",
 }
 
 
@@ -203,6 +214,7 @@ class RedisFrontier:
         self._retire = client.register_script(load_script("retire"))
         self._wakeup = client.register_script(load_script("wakeup"))
         self._census = client.register_script(load_script("census"))
+        self._control = client.register_script(load_script("control"))
         self._connect()
 
     # -- plumbing ---------------------------------------------------------------------
@@ -379,10 +391,16 @@ class RedisFrontier:
     # -- finishing --------------------------------------------------------------------
 
     def complete(
-        self, lease: RedisLease, fetch_seconds: float, *, rest_at_least: float = 0.0
+        self, lease: RedisLease, fetch_seconds: float, *, rest_at_least: float = 0.0,
+        budget: int = 0,
     ) -> Completion | None:
         """The fetch of ``lease`` ended now after ``fetch_seconds``: forget the item, and
         the host rests ``max(policy.delay(fetch), min_rest(host), rest_at_least)``.
+
+        ``budget``: the host's fetch budget from this worker's settings (0: unlimited,
+        -1: handed back unfetched, not counted; a budget set with ``scrapy frontier
+        budget`` wins). The fetch that reaches it
+        retires the host for every worker, counted in ``budget_hosts``/``budget_items``.
 
         Returns None (and changes nothing) if the lease is no longer held: it expired and
         its item was returned to the queue, so the item will be fetched again.
@@ -394,6 +412,7 @@ class RedisFrontier:
         reply = self._run(
             self._complete, "completing a lease",
             lease.host, lease.ticket, repr(float(fetch_seconds)), repr(float(rest_at_least)),
+            int(budget),
         )
         if not reply[0]:
             return None
@@ -432,6 +451,13 @@ class RedisFrontier:
         A fetch in flight completes normally."""
         self._check_host(host)
         return [bytes(x) for x in self._run(self._retire, "retiring a host", host)]
+
+    def control(self, op: str, host: str, value: float | int = 0) -> list[Any]:
+        """An operator's change (``block`` seconds or inf, ``unblock``, ``delay`` seconds,
+        ``budget`` pages, ``retire``), atomic with the queues; see lua/control.lua."""
+        self._check_host(host)
+        arg = "inf" if isinstance(value, float) and math.isinf(value) else repr(value)
+        return list(self._run(self._control, f"changing host {host!r} ({op})", op, host, arg))
 
     def is_retired(self, host: str) -> bool:
         return bool(self._call("reading retired hosts",
@@ -490,15 +516,17 @@ class RedisFrontier:
     def census(self) -> SharedCensus:
         """The whole frontier's sizes and host states, in one script call."""
         (front, back, leases, active, ready, due, retired, resting_ahead, fetched,
-         hold_us, with_urls) = (int(x) for x in self._run(self._census, "reading the census"))
-        resting = ready - due
+         hold_us, with_urls, blocked) = (int(x) for x in self._run(self._census,
+                                                                  "reading the census"))
+        resting = ready - due  # blocked hosts included: their rest is the block
         return SharedCensus(
             queued=front + back, in_flight=leases, front=front, active=leases,
-            waiting=due, resting=resting, retired=retired,
+            waiting=due, resting=resting - blocked, retired=retired,
             # Hosts with a back queue, plus those resting without one (a host resting
             # with a back queue has its rest in both sorted sets).
             known=active + max(0, resting_ahead - resting) + retired,
             fetched=fetched, politeness_wait_seconds=hold_us / 1e6, queued_hosts=with_urls,
+            blocked=blocked,
         )
 
     def __len__(self) -> int:
@@ -535,6 +563,28 @@ class RedisFrontier:
             ticket, level, handed, ready, item = bytes(rec).split(b"|", 4)
             out.append(RedisLease(int(ticket), text(host), item, int(level), float(handed),
                                   float(deadlines.get(host, math.nan)), float(ready)))
+        return out
+
+    def budget_stats(self) -> dict[str, int]:
+        """The shared budget counters (budget_hosts, budget_items) and how many hosts are
+        blocked now, retired (by hand or for failures) and over budget: one round trip."""
+        names = ("budget_hosts", "budget_items")
+
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.time()
+            pipe.hmget(self.key("stats"), names)
+            pipe.scard(self.key("retired"))
+            pipe.scard(self.key("capped"))
+            pipe.zrange(self.key("blocked"), 0, -1, withscores=True)
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        (sec, usec), raw, retired, capped, blocked = self._call("reading stats", read)
+        now = sec + usec / 1e6
+        out = {n: int(v) for n, v in zip(names, raw, strict=True) if v is not None}
+        out["blocked"] = sum(1 for _, until in blocked if float(until) > now)
+        out["retired"] = int(retired) - int(capped)
+        out["over_budget"] = int(capped)
         return out
 
     def stats(self) -> dict[str, int]:
@@ -637,7 +687,10 @@ class RedisFrontier:
             assert abs(deadlines[host] - float(handed) - self.lease_timeout) < 1e-3
         want_ready = {host for host, q in active.items() if q and host not in leases}
         assert set(ready) == want_ready, f"ready {sorted(ready)} != {sorted(want_ready)}"
+        blocked = z("blocked")
         for host, t_e in ready.items():
+            if blocked.get(host, -math.inf) > now and t_e >= blocked[host] - 1e-5:
+                continue  # held by a block (scrapy frontier block)
             if host in rest:
                 assert abs(rest[host] - t_e) < 1e-5, f"{host}: ready {t_e} != rest {rest[host]}"
             else:

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from scrapy_frontier.backends.sqlite.lock import FileLock
+
 _HEADER = b"SQLite format 3\x00"
 
 #: Builds the caller's exception from (path, problem, advice).
@@ -187,6 +189,7 @@ class WALFileStore:
     _conn: sqlite3.Connection
     _file: SQLiteFile
     _closed: bool
+    _lock: FileLock | None = None
 
     def flush(self) -> None:  # pragma: no cover - provided by the store
         raise NotImplementedError
@@ -201,19 +204,32 @@ class WALFileStore:
             self._file.check_file()
         else:
             self._file.check_directory()
+        # One crawl writes the file (see lock.py); readers may open it beside it.
+        self._lock = FileLock(self.path, self._file.error)
         try:
             # isolation_level=None: transactions are explicit (BEGIN ... COMMIT).
             self._conn = sqlite3.connect(self.path, timeout=1.0, isolation_level=None)
         except sqlite3.Error as exc:
+            self._unlock(refused=True)
             raise self._error(exc, "cannot be opened") from exc
         try:
             self._setup(fresh=not existed or self.path.stat().st_size == 0)
         except sqlite3.Error as exc:
             self._conn.close()
+            self._unlock(refused=True)
             raise self._error(exc, "cannot be read") from exc
         except BaseException:
             self._conn.close()
+            self._unlock(refused=True)
             raise
+
+    def _unlock(self, *, refused: bool = False) -> None:
+        if self._lock is not None:
+            if refused:
+                self._lock.discard()
+            else:
+                self._lock.release()
+            self._lock = None
 
     def _error(self, exc: sqlite3.Error, doing: str) -> Exception:  # pragma: no cover
         raise NotImplementedError
@@ -227,9 +243,13 @@ class WALFileStore:
         except BaseException:
             self._closed = True
             self._conn.close()
+            self._unlock()
             raise
         self._closed = True
-        checkpoint_and_close(self._conn, lambda exc: self._error(exc, "checkpoint failed"))
+        try:
+            checkpoint_and_close(self._conn, lambda exc: self._error(exc, "checkpoint failed"))
+        finally:
+            self._unlock()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -63,7 +63,6 @@ class SQLiteHistoryStore(WALFileStore):
 
     def _setup(self, *, fresh: bool) -> None:
         conn = self._conn
-        conn.execute("PRAGMA locking_mode=EXCLUSIVE")
         if fresh:
             self._file.check_directory()
             conn.execute("PRAGMA journal_mode=WAL")
@@ -86,9 +85,6 @@ class SQLiteHistoryStore(WALFileStore):
         self._file.check_meta(conn, "pages")
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
-        # Take the write lock now, so a second crawl on the same file fails at once.
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("COMMIT")
 
     def _error(self, exc: sqlite3.Error, doing: str) -> HistoryStoreError:
         error = self._file.classify(exc, doing, "page records written before this are kept")

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from scrapy_frontier.backends.sqlite.files import SQLiteFile
+from scrapy_frontier.backends.sqlite.lock import FileLock
 from scrapy_frontier.codec import Codec, saved_url
 from scrapy_frontier.errors import StoreError, UndecodableRow, Unserializable
 
@@ -148,13 +149,26 @@ class SQLiteStore(Generic[T]):
 
     def _connect(self, spider: str) -> sqlite3.Connection:
         self._opening: sqlite3.Connection | None = None
+        self._lock: FileLock | None = None
         try:
             return self._open_db(spider)
         except sqlite3.Error as exc:  # past the checks below: the meta table, say
             if self._opening is not None:
                 self._opening.close()
+            self._unlock(refused=True)
             raise self._file.classify(exc, "cannot be opened", "nothing was changed in it") \
                 from exc
+        except BaseException:
+            self._unlock(refused=True)
+            raise
+
+    def _unlock(self, *, refused: bool = False) -> None:
+        if self._lock is not None:
+            if refused:
+                self._lock.discard()
+            else:
+                self._lock.release()
+            self._lock = None
 
     @contextlib.contextmanager
     def _sql(self, doing: str) -> Iterator[None]:
@@ -172,16 +186,12 @@ class SQLiteStore(Generic[T]):
         db: sqlite3.Connection | None = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+            # One crawl writes the file (see backends/sqlite/lock.py); readers may open it.
+            self._lock = FileLock(path, _file_error)
             db = sqlite3.connect(
                 str(path), isolation_level=None, check_same_thread=False, timeout=1.0
             )
             self._opening = db
-            # One process owns the file while the crawl runs (as seen.sqlite): no
-            # second crawl can write it behind this one's back, and in WAL mode no
-            # shared-memory index or lock calls per transaction -- with
-            # write-through, one transaction per request, that is most of the
-            # cost of a commit. Set before WAL mode, or SQLite uses the -shm file.
-            db.execute("PRAGMA locking_mode=EXCLUSIVE")
             if not fresh:
                 # Before the pragmas and the schema below write to it: another
                 # program's database is refused unchanged.
@@ -698,7 +708,10 @@ class SQLiteStore(Generic[T]):
             with self._sql("writing its last changes"):
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
-            self._db.close()
+            try:
+                self._db.close()
+            finally:
+                self._unlock()
 
     def disk_bytes(self) -> int:
         total = 0

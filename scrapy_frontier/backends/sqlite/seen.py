@@ -2,7 +2,7 @@
 
 One table, ``seen(fp INTEGER PRIMARY KEY) WITHOUT ROWID``: the fingerprint is
 the B-tree key, about a dozen bytes per URL on disk. The file is in WAL mode
-and held with an exclusive lock while open, so two crawls cannot share it by
+and held with a lock file while open (backends/sqlite/lock.py), so two crawls cannot share it by
 accident. New fingerprints are buffered in memory and written in one
 transaction every ``batch_size`` additions, when the oldest buffered one has
 waited ``flush_interval`` seconds, and on :meth:`close`; lookups see the
@@ -75,7 +75,6 @@ class SQLiteFingerprintStore(WALFileStore):
 
     def _setup(self, *, fresh: bool) -> None:
         conn = self._conn
-        conn.execute("PRAGMA locking_mode=EXCLUSIVE")
         if fresh:
             self._file.check_directory()
             conn.execute("PRAGMA journal_mode=WAL")
@@ -98,9 +97,6 @@ class SQLiteFingerprintStore(WALFileStore):
             raise SeenStoreError(self.path, f"has an invalid count {count!r} (damaged)",
                                  "Restore it from a backup, or move it away.")
         self._count = count
-        # Take the write lock now, so a second crawl on the same file fails at once.
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("COMMIT")
 
     def _error(self, exc: sqlite3.Error, doing: str) -> SeenStoreError:
         error = self._file.classify(exc, doing, "fingerprints written before this error are kept")

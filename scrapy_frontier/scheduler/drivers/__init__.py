@@ -60,7 +60,7 @@ class DriverContext:
 class Driver(Protocol):
     #: The name in the ``frontier/backend`` stat and in error messages.
     name: str
-    #: The driver dedupes requests marked ``Push.dedupe`` itself (a seen set shared by
+    #: The driver dedupes requests pushed with ``dedupe`` itself (a seen set shared by
     #: all workers); the shell then leaves the seen test of FrontierDupeFilter to it.
     shared_seen: ClassVar[bool]
     #: State outlives the process (resumes, other workers): start requests go through

@@ -35,6 +35,7 @@ from scrapy_frontier.core.history import HistoryStore, MemoryHistoryStore
 from scrapy_frontier.errors import StoreError
 from scrapy_frontier.hostkey import HostlessURL, url_host_key
 from scrapy_frontier.observe.census import Census, HostCounts
+from scrapy_frontier.scheduler.control import ControlPoller
 from scrapy_frontier.scheduler.drivers import DriverContext
 from scrapy_frontier.scheduler.resolve import HostResolver
 
@@ -81,12 +82,15 @@ class LocalDriver:
         self._slot_hostnames: dict[str, str] = {}
         self._resolver: HostResolver | None = None
         self._answered_now = False
+        #: Why hosts were closed: "failures", "retired" (by hand), "budget".
+        self.closed_hosts: dict[str, str] = {}
+        self._control: ControlPoller | None = None
         if config.ip_politeness:
             self._resolver = HostResolver(self._on_group, timeout=config.dns_timeout)
 
     def _new_frontier(self, store: SQLiteStore[Request] | None) -> Frontier[Request]:
         config = self.config
-        return Frontier(
+        frontier: Frontier[Request] = Frontier(
             front_queues=config.front_queues,
             priority_bias=config.priority_bias,
             back_queues=config.back_queues,
@@ -98,12 +102,21 @@ class LocalDriver:
             store=store,
             group_hosts=config.ip_politeness,
         )
+        frontier.budget = config.host_budget
+        for host, budget in config.host_budgets.items():
+            frontier.set_budget(host, budget)
+        return frontier
 
     # -- opening and closing -----------------------------------------------------------
 
     def open(self, spider: Spider) -> None:
         if self.state_dir:
             self._open_store(spider)
+            # Steering (scrapy frontier block, delay, retire, budget): applied now, then
+            # looked at once a second from a timer.
+            self._control = ControlPoller(self.state_dir, self.frontier, self.ctx.stats,
+                                          self.clock, closed=self.closed_hosts)
+            self._control.start()
 
     def _open_store(self, spider: Spider) -> None:
         assert self.state_dir is not None
@@ -166,6 +179,9 @@ class LocalDriver:
     def close(self, reason: str) -> None:
         stats = self.ctx.stats
         errors: list[StoreError] = []
+        if self._control is not None:
+            self._control.stop()
+            self._control = None
         if self.recrawler is not None:
             try:
                 self.recrawler.close()
@@ -226,7 +242,15 @@ class LocalDriver:
         self.frontier.set_min_rest(host, seconds)
 
     def retire(self, host: str) -> list[Request]:
+        self.closed_hosts.setdefault(host, "failures")
         return self.frontier.retire(host)
+
+    def over_budget(self, host: str) -> bool:
+        return self.frontier.over_budget(host)
+
+    def host_counts(self) -> dict[str, int]:
+        """Hosts known, blocked, retired and over budget, in this process (cheap)."""
+        return self.frontier.counts()
 
     def take_dropped(self) -> list[tuple[str, Request]]:
         return self.frontier.take_dropped()
@@ -265,7 +289,8 @@ class LocalDriver:
             waiting_for_queue=frontier.front_len,
             hosts=HostCounts(known=states.known, active=states.active,
                              waiting=states.waiting, resting=states.resting,
-                             retired=states.retired, queued=states.queued),
+                             blocked=states.blocked, retired=states.retired,
+                             queued=states.queued),
             fetched=frontier.stats.completed + frontier.stats.expired,
             politeness_wait_seconds=frontier.stats.politeness_hold_seconds,
             seen=len(seen) if seen is not None and hasattr(seen, "__len__") else None,
@@ -282,6 +307,9 @@ class LocalDriver:
         set_value("frontier/hosts/tracked", frontier.tracked_hosts)
         set_value("frontier/back_queues/active", frontier.active_back_queues)
         set_value("frontier/politeness_hold_seconds", round(st.politeness_hold_seconds, 3))
+        if st.budget_hosts:
+            set_value("frontier/budget/hosts", st.budget_hosts)
+            set_value("frontier/budget/requests", st.budget_items)
         # Scrapy's own scheduler stats, for dashboards that read them.
         pushed = st.pushed  # the core counts every URL it queued
         volatile = self.store.volatile if self.store is not None else pushed

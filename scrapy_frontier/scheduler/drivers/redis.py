@@ -215,6 +215,11 @@ class RedisDriver:
         self._shared: SharedCensus | None = None
         self._shared_history: tuple[int, int | None] | None = None
         self._shared_read_at: float | None = None
+        #: The crawl's shared budget counters (budget_hosts, budget_items), read every
+        #: few seconds by the I/O thread.
+        self.shared_budget: dict[str, int] = {}
+        self._unfetched: set[int] = set()
+        self._budget_read_at = 0.0
 
     # -- opening and closing -----------------------------------------------------------
 
@@ -283,6 +288,9 @@ class RedisDriver:
             self._next = _Round()
             final.completions.extend(self._finished.values())
             final.completions.extend((lease, 0.0, 0.0) for lease in self._held.values())
+            # Handed back unfetched: not counted against the host's budget.
+            self._unfetched.update(lease.ticket for lease in self._held.values())
+            self._unfetched.update(lease.ticket for lease in self._buffer)
             self._finished.clear()
             self._held.clear()
             for lease in self._buffer:
@@ -382,6 +390,12 @@ class RedisDriver:
         if entry is not None:
             self._next.completions.append(entry)
             self._kick()
+
+    def host_counts(self) -> dict[str, int]:
+        """Hosts blocked, retired and over budget in the shared frontier, as read by the
+        I/O thread at most 5 s ago (no Redis call here)."""
+        shared = self.shared_budget
+        return {name: shared.get(name, 0) for name in ("blocked", "retired", "over_budget")}
 
     def set_min_rest(self, host: str, seconds: float) -> None:
         self.local.set_min_rest(host, seconds)
@@ -515,14 +529,19 @@ class RedisDriver:
         if recrawler is not None:
             for fp, url, visit in rnd.visits:
                 recrawler.record(fp, url, visit)
+        budget_for = self.config.budget_for
         for done, seconds, rest in rnd.completions:
-            remote.complete(done, seconds, rest_at_least=rest)
+            budget = -1 if done.ticket in self._unfetched else budget_for(done.host)
+            remote.complete(done, seconds, rest_at_least=rest, budget=budget)
         leases: list[RedisLease] = []
         for _ in range(rnd.want):
             claimed = remote.pop()
             if claimed is None:
                 break
             leases.append(claimed)
+        if time.monotonic() >= self._budget_read_at:
+            self._budget_read_at = time.monotonic() + 5.0
+            self.shared_budget = remote.budget_stats()
         front, back, held = remote.sizes()  # one round trip for all three
         answer = _Answer(leases, duplicates, front + back + held == 0, front + back, held,
                          remote.next_wakeup() if len(leases) < rnd.want else None)
@@ -545,6 +564,9 @@ class RedisDriver:
     def _io_final(self, rnd: _Round) -> _Answer | None:
         """In the I/O thread, at close: the last round, then the history's last writes."""
         answer = self._io(rnd) if rnd.has_writes() else None
+        if self.remote is not None:
+            with contextlib.suppress(RedisFrontierError):  # the stats only: never fail close
+                self.shared_budget = self.remote.budget_stats()
         if self.recrawler is not None:
             self.recrawler.close()
         return answer
@@ -679,7 +701,8 @@ class RedisDriver:
             backend=self.name, scope="shared", queued=shared.queued,
             in_flight=shared.in_flight, waiting_for_queue=shared.front,
             hosts=HostCounts(known=shared.known, active=shared.active, waiting=shared.waiting,
-                             resting=shared.resting, retired=shared.retired,
+                             resting=shared.resting, blocked=shared.blocked,
+                             retired=shared.retired,
                              queued=shared.queued_hosts),
             fetched=shared.fetched, politeness_wait_seconds=shared.politeness_wait_seconds,
             history_pages=pages, history_due=due,
@@ -699,6 +722,11 @@ class RedisDriver:
             set_value("scheduler/enqueued/memory", unserializable)
             set_value("scheduler/unserializable", unserializable)
         set_value("frontier/redis/in_flight", self._remote_in_flight)
+        budget = self.shared_budget
+        if budget.get("budget_hosts"):
+            # Shared by every worker of the crawl (the budget is per crawl, not per worker).
+            set_value("frontier/budget/hosts", budget["budget_hosts"])
+            set_value("frontier/budget/requests", budget.get("budget_items", 0))
         set_value("frontier/reactor/stall_max_ms", round(1000 * self._stall.worst, 1))
         set_value("frontier/reactor/stalls_over_100ms", self._stall.over)
 

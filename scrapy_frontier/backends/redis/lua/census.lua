@@ -2,6 +2,12 @@
 local counts = redis.call('HMGET', K_COUNT, 'front', 'back')
 local st = redis.call('HMGET', K_STATS, 'completed', 'expired', 'hold_us')
 local function n(x) return tonumber(x or '0') end
+-- Hosts with URLs held by an operator's block (their ready time is the block's end).
+local blocked = 0
+for _, host in ipairs(redis.call('ZRANGEBYSCORE', K_BLOCKED, '(' .. fmt(now), '+inf')) do
+  local at = redis.call('ZSCORE', K_READY, host)
+  if at and tonumber(at) > now then blocked = blocked + 1 end
+end
 return {
   n(counts[1]), n(counts[2]),
   redis.call('HLEN', K_LEASES),
@@ -13,4 +19,5 @@ return {
   n(st[1]) + n(st[2]),
   n(st[3]),
   redis.call('HLEN', K_HEAD),
+  blocked,
 }

@@ -33,6 +33,11 @@ local K_REST, K_FETCH, K_MINREST = P .. 'rest', P .. 'fetch', P .. 'minrest'
 local K_RETIRED, K_LEASES, K_DEADLINES = P .. 'retired', P .. 'leases', P .. 'deadlines'
 local K_DROPPED, K_SEQ, K_STATS = P .. 'dropped', P .. 'seq', P .. 'stats'
 local K_HEAD = P .. 'head'
+-- Operators' controls (scrapy frontier): blocks (host -> end, server time, inf: until
+-- unblocked), delays (host -> minimum rest), budgets (host -> pages), fetch counts and
+-- the retired hosts that were retired for reaching their budget.
+local K_BLOCKED, K_DELAY, K_BUDGETS = P .. 'blocked', P .. 'delay', P .. 'budgets'
+local K_FETCHED, K_CAPPED = P .. 'fetched', P .. 'capped'
 local function fkey(lv) return P .. 'f:' .. lv end
 local function bkey(lv, host) return P .. 'b:' .. lv .. ':' .. host end
 
@@ -42,6 +47,26 @@ local function delay(fetch)
 end
 
 local function stat(name, n) redis.call('HINCRBY', K_STATS, name, n) end
+
+-- A URL of a retired host kept out of the queues: counted as over budget or retired.
+local function count_refused(host)
+  if redis.call('SISMEMBER', K_CAPPED, host) == 1 then
+    stat('budget_items', 1)
+    return true
+  end
+  stat('retired_items', 1)
+  return false
+end
+
+-- The later of t and the end of the host's block, if it is blocked.
+local function unblocked_at(host, t)
+  local b = redis.call('ZSCORE', K_BLOCKED, host)
+  if b then
+    local until_ = tonumber(b)
+    if until_ > now then return math.max(t, until_) end
+  end
+  return t
+end
 
 -- Highest non-empty level of a host's back queue, kept in K_HEAD.
 local function update_head(host, from)
@@ -58,7 +83,7 @@ local function schedule(host)
   local s = redis.call('ZSCORE', K_REST, host)
   local t_e = now
   if s then t_e = tonumber(s) end
-  redis.call('ZADD', K_READY, fmt(t_e), host)
+  redis.call('ZADD', K_READY, fmt(unblocked_at(host, t_e)), host)
 end
 
 local function add_to_back(host, lv, item, at_head)
@@ -109,8 +134,8 @@ local function activate_one()
     redis.call('HINCRBY', K_COUNT, 'front', -1)
     local host, item = split(entry)
     if redis.call('SISMEMBER', K_RETIRED, host) == 1 then
-      redis.call('RPUSH', K_DROPPED, entry)
-      stat('retired_items', 1)
+      -- Over budget: counted only; retired: also reported (the dropped list).
+      if not count_refused(host) then redis.call('RPUSH', K_DROPPED, entry) end
     else
       local activating = redis.call('HEXISTS', K_ACTIVE, host) == 0
       if activating then
@@ -145,14 +170,15 @@ end
 -- gives up its back queue.
 local function release(host, fetch, at_least)
   local mr = tonumber(redis.call('HGET', K_MINREST, host) or '0')
-  local nc = now + math.max(delay(fetch), mr, at_least)
+  local od = tonumber(redis.call('HGET', K_DELAY, host) or '0')
+  local nc = now + math.max(delay(fetch), mr, od, at_least)
   redis.call('HDEL', K_LEASES, host)
   redis.call('ZREM', K_DEADLINES, host)
   redis.call('ZADD', K_REST, fmt(nc), host)
   local q = tonumber(redis.call('HGET', K_ACTIVE, host) or '0')
   if q > 0 then
     redis.call('HSET', K_FETCH, host, fmt(math.max(0, fetch)))
-    redis.call('ZADD', K_READY, fmt(nc), host)
+    redis.call('ZADD', K_READY, fmt(unblocked_at(host, nc)), host)
     -- The rest kept before the host's next URL (the core's politeness_hold_seconds).
     stat('hold_us', math.floor((nc - now) * 1000000))
   else
@@ -174,8 +200,7 @@ local function expire(limit)
     local rec = redis.call('HGET', K_LEASES, host)
     local _, lv, handed, _, item = parse_lease(rec)
     if redis.call('SISMEMBER', K_RETIRED, host) == 1 then
-      redis.call('RPUSH', K_DROPPED, host .. '\0' .. item)
-      stat('retired_items', 1)
+      if not count_refused(host) then redis.call('RPUSH', K_DROPPED, host .. '\0' .. item) end
     else
       -- Back to the head of its level: it was next before, it is next again.
       add_to_back(host, lv, item, true)
@@ -188,8 +213,38 @@ local function expire(limit)
   return out
 end
 
+-- Give up a host: drop its back queue (returned), refuse its later URLs. budget: it
+-- reached its fetch budget (counted apart).
+local function retire_host(host, budget)
+  if redis.call('SADD', K_RETIRED, host) == 0 then return {} end
+  if budget then
+    redis.call('SADD', K_CAPPED, host)
+    stat('budget_hosts', 1)
+  else
+    stat('retired_hosts', 1)
+  end
+  local dropped = {}
+  if redis.call('HEXISTS', K_ACTIVE, host) == 1 then
+    for lv = F, 1, -1 do
+      local items = redis.call('LRANGE', bkey(lv, host), 0, -1)
+      for _, item in ipairs(items) do dropped[#dropped + 1] = item end
+      redis.call('DEL', bkey(lv, host))
+    end
+    redis.call('HSET', K_ACTIVE, host, 0)
+    redis.call('HDEL', K_HEAD, host)
+    redis.call('HINCRBY', K_COUNT, 'back', -#dropped)
+    redis.call('ZREM', K_READY, host)
+    if redis.call('HEXISTS', K_LEASES, host) == 0 then
+      deactivate(host)
+      fill_to_floor()
+    end
+  end
+  if budget then stat('budget_items', #dropped) else stat('retired_items', #dropped) end
+  return dropped
+end
+
 local function next_wakeup()
   local first = redis.call('ZRANGE', K_READY, 0, 0, 'WITHSCORES')
-  if #first == 0 then return false end
+  if #first == 0 or tonumber(first[2]) == math.huge then return false end
   return fmt(math.max(0, tonumber(first[2]) - now))
 end

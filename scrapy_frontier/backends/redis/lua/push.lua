@@ -11,7 +11,7 @@ for i = 13, #ARGV, 6 do
   if mode == 2 and redis.call('SISMEMBER', seen_key, member) == 1 then
     out[#out + 1] = 2
   elseif redis.call('SISMEMBER', K_RETIRED, host) == 1 then
-    stat('retired_items', 1)
+    count_refused(host)
     out[#out + 1] = 0
   else
     stat('pushed', 1)

@@ -1,0 +1,46 @@
+-- control: an operator's change to one host (scrapy frontier), atomic with the queues.
+-- ARGV[13] op, ARGV[14] host, ARGV[15] value. Returns {op result, server time}.
+local op, host, value = ARGV[13], ARGV[14], ARGV[15]
+local function requeue(at)
+  -- A host waiting in the ready set moves to its new next contact.
+  if redis.call('ZSCORE', K_READY, host) then
+    redis.call('ZADD', K_READY, fmt(at), host)
+  end
+end
+if op == 'block' then
+  local until_ = now + tonumber(value)   -- value: seconds, or inf
+  redis.call('ZADD', K_BLOCKED, fmt(until_), host)
+  requeue(unblocked_at(host, tonumber(redis.call('ZSCORE', K_READY, host) or now)))
+  return {fmt(until_), fmt(now)}
+elseif op == 'unblock' then
+  local was = redis.call('ZREM', K_BLOCKED, host)
+  if was == 1 then
+    local rest = tonumber(redis.call('ZSCORE', K_REST, host) or '0')
+    requeue(math.max(now, rest))
+  end
+  return {was, fmt(now)}
+elseif op == 'delay' then
+  if tonumber(value) > 0 then
+    redis.call('HSET', K_DELAY, host, value)
+  else
+    redis.call('HDEL', K_DELAY, host)
+  end
+  return {1, fmt(now)}
+elseif op == 'budget' then
+  -- value: pages (0: unlimited). A raised budget takes a capped host back.
+  local budget = tonumber(value)
+  redis.call('HSET', K_BUDGETS, host, value)
+  local n = tonumber(redis.call('HGET', K_FETCHED, host) or '0')
+  local reopened = 0
+  if redis.call('SISMEMBER', K_CAPPED, host) == 1 and (budget == 0 or n < budget) then
+    redis.call('SREM', K_CAPPED, host)
+    redis.call('SREM', K_RETIRED, host)
+    reopened = 1
+  elseif budget > 0 and n >= budget then
+    retire_host(host, true)
+  end
+  return {reopened, fmt(now)}
+elseif op == 'retire' then
+  return {#retire_host(host, false), fmt(now)}
+end
+return redis.error_reply('unknown control op ' .. tostring(op))

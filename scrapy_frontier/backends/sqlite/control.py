@@ -1,0 +1,187 @@
+"""``control.sqlite``: what operators asked of a crawl, and what the crawl says back.
+
+Kept apart from ``frontier.sqlite`` so that ``scrapy frontier block`` never takes the
+crawl's write lock, and so that the crawl reads one small table, not its queues:
+
+* ``controls(host, blocked_until, delay, retired, budget)`` -- written by the command.
+  ``blocked_until`` is wall-clock time (``inf``: until unblocked), ``delay`` a minimum
+  rest in seconds, ``retired`` 1 for a host retired by hand, ``budget`` a per-host
+  fetch budget (NULL: the settings' budget). A host with nothing left set is deleted.
+* ``crawl_hosts(host, fetched, closed)`` -- written by the crawl from its control timer:
+  fetches per host while a budget is in force, and why a host was closed
+  (``budget``, ``failures``, ``retired``).
+* ``control_meta(key, value)`` -- ``format``, ``version`` and ``seq``, raised by every
+  command write: the crawl polls ``seq`` (one indexed read) and reads the controls
+  only when it changed.
+
+Both sides write rarely and in short transactions with a busy timeout; a crawl that
+finds the file busy tries again at its next poll.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from scrapy_frontier.errors import StoreError
+
+FILE = "control.sqlite"
+FORMAT = "scrapy-frontier/control"
+VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS control_meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS controls(
+    host TEXT PRIMARY KEY, blocked_until REAL, delay REAL, retired INTEGER NOT NULL DEFAULT 0,
+    budget INTEGER) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS crawl_hosts(
+    host TEXT PRIMARY KEY, fetched INTEGER NOT NULL DEFAULT 0, closed TEXT) WITHOUT ROWID;
+"""
+
+
+@dataclass(slots=True)
+class HostControl:
+    """The operator's wishes for one host (wall-clock times)."""
+
+    host: str
+    blocked_until: float | None = None
+    delay: float | None = None
+    retired: bool = False
+    budget: int | None = None
+
+    def empty(self) -> bool:
+        return (self.blocked_until is None and self.delay is None and not self.retired
+                and self.budget is None)
+
+    def blocked(self, now: float | None = None) -> bool:
+        now = time.time() if now is None else now
+        return self.blocked_until is not None and self.blocked_until > now
+
+
+def _error(path: Path, problem: str, advice: str) -> StoreError:
+    return StoreError(f"the control file {path} {problem}. {advice}")
+
+
+class ControlFile:
+    """One connection to ``control.sqlite`` (created when missing unless ``create=False``)."""
+
+    def __init__(self, directory: str | Path, *, create: bool = True, readonly: bool = False,
+                 timeout: float = 5.0) -> None:
+        self.path = Path(directory) / FILE
+        self.conn: sqlite3.Connection | None = None
+        if (readonly or not create) and not self.path.exists():
+            return
+        if readonly:
+            try:
+                self.conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
+                                            timeout=timeout, isolation_level=None)
+            except sqlite3.Error as exc:
+                raise _error(self.path, f"cannot be read ({type(exc).__name__}: {exc})",
+                             "Check its permissions.") from exc
+            return
+        try:
+            self.conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
+                                        check_same_thread=False)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.executescript(SCHEMA)
+            meta = dict(self.conn.execute("SELECT key, value FROM control_meta").fetchall())
+            if not meta:
+                self.conn.executemany(
+                    "INSERT OR IGNORE INTO control_meta VALUES (?, ?)",
+                    [("format", FORMAT), ("version", VERSION), ("seq", 0)])
+            elif meta.get("format") != FORMAT or meta.get("version") != VERSION:
+                raise _error(
+                    self.path, f"holds format {meta.get('format')!r} version "
+                    f"{meta.get('version')!r}; this scrapy-frontier reads {FORMAT!r} version "
+                    f"{VERSION}", "Use the scrapy-frontier release that wrote it. Nothing was "
+                    "changed in it.")
+        except sqlite3.Error as exc:
+            raise _error(self.path, f"cannot be used ({type(exc).__name__}: {exc})",
+                         "Check that the directory is writable and the file is not "
+                         "damaged.") from exc
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    # -- the crawl's side -------------------------------------------------------------
+
+    def seq(self) -> int:
+        if self.conn is None:
+            return 0
+        row = self.conn.execute("SELECT value FROM control_meta WHERE key = 'seq'").fetchone()
+        return int(row[0]) if row else 0
+
+    def controls(self) -> dict[str, HostControl]:
+        if self.conn is None:
+            return {}
+        rows = self.conn.execute(
+            "SELECT host, blocked_until, delay, retired, budget FROM controls").fetchall()
+        return {h: HostControl(h, b, d, bool(r), g) for h, b, d, r, g in rows}
+
+    def save_crawl_hosts(self, rows: dict[str, tuple[int, str | None]]) -> None:
+        """(fetched, closed) per host, written by the crawl."""
+        assert self.conn is not None
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(
+                "INSERT INTO crawl_hosts VALUES (?, ?, ?) ON CONFLICT(host) DO UPDATE SET "
+                "fetched = excluded.fetched, closed = excluded.closed",
+                [(h, n, c) for h, (n, c) in rows.items()])
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.rollback()
+            raise
+
+    def crawl_hosts(self) -> dict[str, tuple[int, str | None]]:
+        if self.conn is None:
+            return {}
+        rows = self.conn.execute("SELECT host, fetched, closed FROM crawl_hosts").fetchall()
+        return {h: (int(n), c) for h, n, c in rows}
+
+    # -- the command's side -----------------------------------------------------------
+
+    def update(self, host: str, **changes: object) -> HostControl:
+        """Change some fields of ``host``'s controls and raise ``seq``, in one transaction."""
+        assert self.conn is not None
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = conn.execute(
+                "SELECT blocked_until, delay, retired, budget FROM controls WHERE host = ?",
+                (host,)).fetchone()
+            control = HostControl(host) if row is None else HostControl(
+                host, row[0], row[1], bool(row[2]), row[3])
+            for name, value in changes.items():
+                setattr(control, name, value)
+            if control.empty():
+                conn.execute("DELETE FROM controls WHERE host = ?", (host,))
+            else:
+                conn.execute(
+                    "INSERT OR REPLACE INTO controls VALUES (?, ?, ?, ?, ?)",
+                    (host, control.blocked_until, control.delay, int(control.retired),
+                     control.budget))
+            conn.execute("UPDATE control_meta SET value = value + 1 WHERE key = 'seq'")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.rollback()
+            raise
+        return control
+
+
+def wall_to_clock(until: float | None, clock_now: float, wall_now: float) -> float | None:
+    """A wall-clock block end on the crawl's (monotonic) clock."""
+    if until is None:
+        return None
+    return math.inf if math.isinf(until) else clock_now + (until - wall_now)
+
+
+__all__ = ["FILE", "ControlFile", "HostControl", "wall_to_clock"]

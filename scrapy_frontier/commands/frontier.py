@@ -1,0 +1,197 @@
+"""``scrapy frontier``: the Scrapy command (entry point ``scrapy.commands``).
+
+Reads the same settings as the crawl (the project's, then ``-s KEY=VALUE``): JOBDIR or
+FRONTIER_PATH, FRONTIER_BACKEND, REDIS_URL and FRONTIER_REDIS_*; ``--spider`` names the
+spider whose Redis keys to read. Works inside and outside a project. Errors go to
+stderr with exit code 1, and nothing is changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any, TextIO
+
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+
+from scrapy_frontier.commands import render, steer
+from scrapy_frontier.errors import FrontierCommandError, FrontierError, HostlessURL
+from scrapy_frontier.hostkey import url_host_key
+from scrapy_frontier.settings import FrontierConfig
+
+SUBCOMMANDS = ("status", "hosts", "url", "due", *steer.ACTIONS)
+
+USAGE = """\
+  status                         queued, in flight, hosts by state, seen, history
+  hosts [--limit N] [--sort queued|next]
+                                 the hosts with queued URLs, rests, blocks, retirements
+  url URL                        what the frontier knows about one URL
+  due [--limit N]                the pages of the history due soonest
+  block HOST [--for SECONDS]     stop contacting a host (its URLs are kept)
+  unblock HOST                   contact it again
+  delay HOST SECONDS             a minimum rest after every fetch of the host (0 removes)
+  retire HOST                    drop its queued URLs and refuse new ones
+  budget HOST PAGES              its fetch budget for the crawl (0: unlimited)"""
+
+
+class Command(ScrapyCommand):
+    requires_project = False
+    requires_crawler_process = False
+    default_settings = {"LOG_ENABLED": False}
+
+    def syntax(self) -> str:
+        return "<subcommand> [args] [--json] [--spider NAME] [-s KEY=VALUE ...]"
+
+    def short_desc(self) -> str:
+        return "Look inside a crawl's frontier, and steer it, while it runs"
+
+    def long_desc(self) -> str:
+        return ("Look inside a crawl's frontier, and steer it, while it runs (SQLite: "
+                "JOBDIR / FRONTIER_PATH; Redis: REDIS_URL and --spider).\n\n" + USAGE)
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument("--json", action="store_true", help="print JSON (the documented "
+                            "shapes) instead of a table")
+        parser.add_argument("--spider", help="the spider whose Redis keys to read")
+        parser.add_argument("--limit", type=int, default=20, help="rows to show (hosts, due)")
+        parser.add_argument("--sort", choices=("queued", "next"), default="queued",
+                            help="hosts: most queued first, or next contact first")
+        parser.add_argument("--for", dest="for_seconds", type=float, metavar="SECONDS",
+                            help="block: for this long only")
+        parser.add_argument("--new-host", action="store_true",
+                            help="steer a host the crawl has not seen yet")
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        assert self.settings is not None
+        try:
+            main(args, opts, self.settings, sys.stdout)
+        except UsageError:
+            raise
+        except FrontierError as exc:
+            print(f"scrapy frontier: {exc}", file=sys.stderr)
+            self.exitcode = 1
+
+
+def main(args: list[str], opts: argparse.Namespace, settings: Any, out: TextIO) -> None:
+    if not args or args[0] not in SUBCOMMANDS:
+        raise UsageError(f"give a subcommand:\n{USAGE}", print_help=False)
+    sub, rest = args[0], args[1:]
+    want = {"url": 1, "block": 1, "unblock": 1, "retire": 1, "delay": 2, "budget": 2}
+    if len(rest) != want.get(sub, 0):
+        raise UsageError(f"{sub}: wrong arguments\n{USAGE}", print_help=False)
+    if opts.limit < 0:
+        raise UsageError("--limit must be >= 0", print_help=False)
+    config = FrontierConfig.from_settings(settings)
+    inspector = open_inspector(config, settings, opts.spider)
+    try:
+        data, text = run_subcommand(inspector, sub, rest, opts)
+    finally:
+        inspector.close()
+    out.write((json.dumps(data, indent=2) if opts.json else text) + "\n")
+
+
+def open_inspector(config: FrontierConfig, settings: Any, spider: str | None) -> Any:
+    if config.backend == "memory":
+        raise FrontierCommandError(
+            "FRONTIER_BACKEND is 'memory': the crawl keeps its frontier inside its own process, "
+            "where nothing else can read or steer it. Crawl with FRONTIER_BACKEND='sqlite' "
+            "(set JOBDIR) or 'redis' to use scrapy frontier; if the crawl does, pass the same "
+            "settings here (-s JOBDIR=... or -s FRONTIER_BACKEND=redis -s REDIS_URL=...).")
+    if config.backend == "sqlite":
+        from scrapy_frontier.commands.inspect_sqlite import SQLiteInspector
+
+        return SQLiteInspector(config)
+    if config.backend == "redis":
+        from scrapy_frontier.backends.redis.connection import redis_from_settings
+        from scrapy_frontier.commands.inspect_redis import RedisInspector
+
+        name = spider or _only_spider(settings)
+        if name is None and "%(spider)s" in config.redis.key:
+            raise FrontierCommandError(
+                "the Redis keys depend on the spider (FRONTIER_REDIS_KEY="
+                f"{config.redis.key!r}): give --spider NAME")
+        return RedisInspector(config, redis_from_settings(settings), name or "")
+    raise FrontierCommandError(
+        f"FRONTIER_BACKEND={config.backend!r} is a third-party driver: scrapy frontier reads "
+        "'sqlite' and 'redis' state only")
+
+
+def _only_spider(settings: Any) -> str | None:
+    """Inside a project with one spider, that spider."""
+    try:
+        from scrapy.spiderloader import get_spider_loader
+
+        names = get_spider_loader(settings).list()
+    except Exception:  # noqa: BLE001 - no project, or one that does not load: ask for --spider
+        return None
+    return names[0] if len(names) == 1 else None
+
+
+def normalize_host(raw: str) -> str:
+    if "://" in raw:
+        try:
+            return url_host_key(raw)
+        except HostlessURL as exc:
+            raise FrontierCommandError(f"{raw!r} has no host ({exc})") from None
+    return raw.strip().lower()
+
+
+def _number(action: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise FrontierCommandError(f"{action}: {raw!r} is not a number") from None
+    return value
+
+
+def run_subcommand(inspector: Any, sub: str, rest: list[str],
+                   opts: argparse.Namespace) -> tuple[Any, str]:
+    if sub == "status":
+        data = inspector.status()
+        return data, render.status(data)
+    if sub == "hosts":
+        rows, notes = inspector.hosts(opts.limit, opts.sort)
+        return rows, render.hosts(rows, notes)
+    if sub == "due":
+        rows = inspector.due(opts.limit or 20)
+        return rows, render.due(rows)
+    if sub == "url":
+        from scrapy import Request
+
+        from scrapy_frontier.fingerprint import Fingerprinter64
+
+        url = rest[0]
+        try:
+            request = Request(url)
+            host = url_host_key(request.url)
+        except (ValueError, HostlessURL) as exc:
+            raise FrontierCommandError(f"{url!r} is not a URL the frontier can hold ({exc})") \
+                from None
+        data = inspector.url(request.url, host, Fingerprinter64()(request))
+        return data, render.url(data)
+    host = normalize_host(rest[0])
+    value: float | None = _number(sub, rest[1]) if len(rest) > 1 else None
+    if sub == "block" and opts.for_seconds is not None:
+        value = opts.for_seconds
+    if not host or "\0" in host:
+        raise FrontierCommandError(f"{rest[0]!r} is not a host")
+    steer.check_value(sub, value)
+    if not opts.new_host and not inspector.known_host(host):
+        raise FrontierCommandError(
+            f"host {host!r} is not known to this crawl (nothing queued, resting, fetched or "
+            "steered for it): check the spelling (lower-case, no port; see scrapy frontier "
+            "hosts), or pass --new-host to steer it before the crawl finds it. Nothing was "
+            "changed.")
+    if inspector.backend == "sqlite":
+        data = steer.steer_sqlite(inspector, sub, host, value)
+    else:
+        data = steer.steer_redis(inspector, sub, host, value)
+    what = {"block": "blocked" + ("" if value is None or math.isinf(value)
+                                  else f" for {render.seconds(value)}"),
+            "unblock": "unblocked", "delay": f"minimum rest {value} s",
+            "retire": "retired", "budget": f"budget {int(value or 0) or 'unlimited'} pages"}[sub]
+    return data, f"{host}: {what} ({data['applied']})"

@@ -1,0 +1,286 @@
+"""The read side of ``scrapy frontier`` on the Redis backend.
+
+Reads only (HGETALL, ZRANGE, LRANGE, SCARD...), pipelined, never a script or a write: the
+workers of the crawl are not held up by more than the reads themselves. Times come from
+the Redis server's clock (``TIME``), as the frontier's rests do. A frontier whose keys
+are not there is an error, never created.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from scrapy_frontier.backends.redis.connection import describe, guard, text
+from scrapy_frontier.backends.redis.frontier import FORMAT, VERSION
+from scrapy_frontier.backends.redis.seen import RedisSeenSet
+from scrapy_frontier.commands import shapes
+from scrapy_frontier.commands.shapes import HostView
+from scrapy_frontier.core.history import PageRecord
+from scrapy_frontier.errors import FrontierCommandError
+from scrapy_frontier.settings import FrontierConfig
+
+#: Front-queue entries read per LRANGE, and at most in all (per call of ``views``).
+CHUNK = 10_000
+FRONT_CAP = 2_000_000
+
+
+def _floats(pairs: list[tuple[bytes, float]]) -> dict[str, float]:
+    return {text(member): float(score) for member, score in pairs}
+
+
+class RedisInspector:
+    """A read-only look at one spider's frontier, seen set and page history in Redis."""
+
+    backend = "redis"
+
+    def __init__(self, config: FrontierConfig, client: Any, spider: str) -> None:
+        self.config = config
+        self.client = client
+        self.prefix, self.seen_prefix, self.history_prefix = config.redis.keys_for(spider)
+        meta = self._read("reading the frontier's meta key",
+                          lambda: client.hgetall(self.prefix + "meta"))
+        meta = {text(k): text(v) for k, v in meta.items()}
+        if not meta:
+            raise FrontierCommandError(
+                f"no frontier under {self.prefix!r} on {describe(client)}: no crawl of spider "
+                f"{spider!r} has run there. Check --spider, FRONTIER_REDIS_KEY and REDIS_URL. "
+                "Nothing was created.")
+        if meta.get("format") != FORMAT or meta.get("version") != str(VERSION):
+            raise FrontierCommandError(
+                f"{self.prefix}meta says format {meta.get('format')!r} version "
+                f"{meta.get('version')!r}; this scrapy-frontier reads {FORMAT!r} version "
+                f"{VERSION}. Use the scrapy-frontier release that wrote it. Nothing was changed.")
+        self.levels = int(meta.get("levels", self.config.front_queues))
+        self.spider = meta.get("spider", spider)
+
+    def _read(self, doing: str, fn: Any) -> Any:
+        return guard(self.client, self.prefix, doing, fn)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def k(self, name: str) -> str:
+        return self.prefix + name
+
+    # -- hosts -------------------------------------------------------------------------
+
+    def _snapshot(self) -> dict[str, Any]:
+        k = self.k
+
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=True)  # one consistent view
+            pipe.time()
+            pipe.hgetall(k("count"))
+            pipe.hgetall(k("active"))
+            pipe.hkeys(k("leases"))
+            pipe.zrange(k("ready"), 0, -1, withscores=True)
+            pipe.zrange(k("rest"), 0, -1, withscores=True)
+            pipe.zrange(k("blocked"), 0, -1, withscores=True)
+            pipe.hgetall(k("fetch"))
+            pipe.hgetall(k("minrest"))
+            pipe.hgetall(k("delay"))
+            pipe.smembers(k("retired"))
+            pipe.smembers(k("capped"))
+            pipe.hgetall(k("budgets"))
+            pipe.hgetall(k("fetched"))
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        (sec, usec), count, active, leases, ready, rest, blocked, fetch, minrest, delay, \
+            retired, capped, budgets, fetched = self._read("reading the frontier", read)
+        return {
+            "now": sec + usec / 1e6,
+            "count": {text(a): int(b) for a, b in count.items()},
+            "active": {text(a): int(b) for a, b in active.items()},
+            "leases": {text(h) for h in leases},
+            "ready": _floats(ready), "rest": _floats(rest), "blocked": _floats(blocked),
+            "fetch": {text(a): float(b) for a, b in fetch.items()},
+            "minrest": {text(a): float(b) for a, b in minrest.items()},
+            "delay": {text(a): float(b) for a, b in delay.items()},
+            "retired": {text(h) for h in retired}, "capped": {text(h) for h in capped},
+            "budgets": {text(a): int(b) for a, b in budgets.items()},
+            "fetched": {text(a): int(b) for a, b in fetched.items()},
+        }
+
+    def _front_hosts(self) -> dict[str, int]:
+        """URLs per host in the front queues (reads at most FRONT_CAP entries)."""
+        out: dict[str, int] = {}
+        read = 0
+        for level in range(1, self.levels + 1):
+            key = self.k(f"f:{level}")
+            start = 0
+            while read < FRONT_CAP:
+                chunk = self._read("reading a front queue",
+                                   lambda key=key, start=start: self.client.lrange(
+                                       key, start, start + CHUNK - 1))
+                for entry in chunk:
+                    host = bytes(entry).partition(b"\0")[0].decode()
+                    out[host] = out.get(host, 0) + 1
+                read += len(chunk)
+                start += CHUNK
+                if len(chunk) < CHUNK:
+                    break
+        return out
+
+    def views(self) -> tuple[dict[str, HostView], int, dict[str, Any]]:
+        snap = self._snapshot()
+        now = snap["now"]
+        views: dict[str, HostView] = {}
+
+        def view(host: str) -> HostView:
+            v = views.get(host)
+            if v is None:
+                v = views[host] = HostView(host)
+            return v
+
+        for host, n in self._front_hosts().items():
+            view(host).front = n
+        for host, n in snap["active"].items():
+            v = view(host)
+            v.back_queue = True
+            v.back = n
+        for host in snap["leases"]:
+            view(host).in_flight = 1
+        for host, t in {**snap["rest"], **snap["ready"]}.items():
+            v = view(host)
+            if not math.isinf(t):
+                v.next_contact_in = max(v.next_contact_in or 0.0, t - now)
+        policy = self.config.policy
+        for host, f in snap["fetch"].items():
+            v = view(host)
+            v.last_fetch_s = f
+            v.rest_s = policy.delay(f)
+        for name in ("minrest", "delay"):
+            for host, d in snap[name].items():
+                v = view(host)
+                v.crawl_delay = max(v.crawl_delay or 0.0, d)
+                v.rest_s = max(v.rest_s or 0.0, d)
+        for host, until in snap["blocked"].items():
+            if until > now:
+                view(host).blocked_for = until - now
+        for host in snap["retired"]:
+            view(host).retired = "budget" if host in snap["capped"] else "retired"
+        return views, len(views), snap
+
+    def notes(self, views: dict[str, HostView], snap: dict[str, Any]) -> dict[str, str]:
+        notes: dict[str, str] = {}
+        for host, v in views.items():
+            budget = snap["budgets"].get(host, self.config.budget_for(host))
+            fetched = snap["fetched"].get(host, 0)
+            if v.retired == "budget":
+                notes[host] = (f"budget {fetched}/{budget}" if budget
+                             else f"budget reached at {fetched}")
+            elif budget:
+                notes[host] = f"{fetched}/{budget} of budget"
+        return notes
+
+    # -- seen set and history ----------------------------------------------------------
+
+    def _seen_count(self) -> int:
+        bits = self._read("reading the seen set", lambda: self.client.hget(
+            self.seen_prefix + "meta", "bits"))
+        if bits is None:
+            return 0
+        n = 1 << int(bits)
+
+        def count() -> int:
+            total = 0
+            for first in range(0, n, 4096):
+                pipe = self.client.pipeline(transaction=False)
+                for b in range(first, min(n, first + 4096)):
+                    pipe.scard(f"{self.seen_prefix}{b:x}")
+                total += sum(pipe.execute())
+            return total
+
+        return int(self._read("counting the seen set", count))
+
+    def _history_counts(self) -> tuple[int, int]:
+        h = self.history_prefix
+
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hlen(h + "pages")
+            pipe.zcount(h + "due", "-inf", time.time())  # the history runs on wall clocks
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        pages, due = self._read("reading the page history", read)
+        return int(pages), int(due)
+
+    # -- the subcommands -------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        seen = self._seen_count()  # first: see SQLiteInspector.status
+        pages, due = self._history_counts()
+        views, known, snap = self.views()
+        count = snap["count"]
+        return shapes.status(
+            self.backend, count.get("front", 0) + count.get("back", 0), len(snap["leases"]),
+            shapes.host_counts(list(views.values()), known), seen, pages, due)
+
+    def hosts(self, limit: int, sort: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        views, _, snap = self.views()
+        chosen = shapes.sort_hosts(list(views.values()), sort, limit)
+        return [shapes.host_row(v) for v in chosen], self.notes(views, snap)
+
+    def known_host(self, host: str) -> bool:
+        views, _, snap = self.views()
+        return host in views or host in snap["budgets"] or host in snap["fetched"]
+
+    def url(self, url: str, host: str, fp: int) -> dict[str, Any]:
+        client = self.client
+        seen = False
+        bits = self._read("reading the seen set",
+                          lambda: client.hget(self.seen_prefix + "meta", "bits"))
+        if bits is not None:
+            probe = RedisSeenSet.__new__(RedisSeenSet)  # no setup: it would write the meta key
+            probe.bits = int(bits)
+            probe.prefix = self.seen_prefix
+            key, member = probe.bucket(fp)
+            seen = bool(self._read("reading the seen set",
+                                   lambda: client.sismember(key, member)))
+        queued = self._queued(host, url, fp)
+        raw = self._read("reading the page history",
+                         lambda: client.hget(self.history_prefix + "pages", fp))
+        record = None if raw is None else PageRecord.from_json(fp, text(raw))
+        return shapes.url(url, host, seen, queued, record, self.config.recrawl.predictor)
+
+    def _queued(self, host: str, url: str, fp: int) -> bool:
+        from scrapy_frontier.codec import saved_url
+
+        def matches(data: bytes) -> bool:
+            # Entries are 8 bytes of fingerprint, then the request.
+            return data[:8] == fp.to_bytes(8, "big", signed=True) or saved_url(data[8:]) == url
+
+        for level in range(1, self.levels + 1):
+            items = self._read("reading a back queue", lambda level=level: self.client.lrange(
+                self.k(f"b:{level}:{host}"), 0, -1))
+            if any(matches(bytes(i)) for i in items):
+                return True
+        prefix = host.encode() + b"\0"
+        for level in range(1, self.levels + 1):
+            start = 0
+            while start < FRONT_CAP:
+                chunk = self._read("reading a front queue",
+                                   lambda level=level, start=start: self.client.lrange(
+                                       self.k(f"f:{level}"), start, start + CHUNK - 1))
+                for entry in chunk:
+                    e = bytes(entry)
+                    if e.startswith(prefix) and matches(e[len(prefix):]):
+                        return True
+                start += CHUNK
+                if len(chunk) < CHUNK:
+                    break
+        return False
+
+    def due(self, limit: int) -> list[dict[str, Any]]:
+        h = self.history_prefix
+        first = self._read("reading the page history",
+                           lambda: self.client.zrange(h + "due", 0, limit - 1))
+        if not first:
+            return []
+        raws = self._read("reading the page history",
+                          lambda: self.client.hmget(h + "pages", first))
+        now = time.time()
+        return [shapes.due_row(PageRecord.from_json(int(fp), text(raw)), now)
+                for fp, raw in zip(first, raws, strict=True) if raw is not None]

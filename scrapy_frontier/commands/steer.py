@@ -1,0 +1,85 @@
+"""The control writes of ``scrapy frontier``: block, unblock, delay, retire, budget.
+
+SQLite: one short transaction in ``control.sqlite`` (never in the crawl's own files); the
+running crawl applies it within a second (:mod:`scrapy_frontier.scheduler.control`), a
+stopped one when it starts again. Redis: one script on the shared frontier
+(``lua/control.lua``), atomic with the workers' claims, so it holds for every worker at
+once and is kept with the rest of the state.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from scrapy_frontier.backends.redis.frontier import RedisFrontier
+from scrapy_frontier.backends.sqlite.control import ControlFile
+from scrapy_frontier.commands.inspect_redis import RedisInspector
+from scrapy_frontier.commands.inspect_sqlite import SQLiteInspector
+from scrapy_frontier.errors import FrontierCommandError
+
+ACTIONS = ("block", "unblock", "delay", "retire", "budget")
+
+
+def check_value(action: str, value: float | None) -> None:
+    if action in ("delay", "budget") and value is None:
+        raise FrontierCommandError(f"{action} needs a value: scrapy frontier {action} HOST "
+                                   f"{'SECONDS' if action == 'delay' else 'PAGES'}")
+    if value is not None and (math.isnan(value) or value < 0 or math.isinf(value)):
+        raise FrontierCommandError(f"{action}: the value must be a finite number >= 0, got "
+                                   f"{value}")
+    if action == "budget" and value is not None and not float(value).is_integer():
+        raise FrontierCommandError(f"budget: a whole number of pages, got {value}")
+
+
+def steer_sqlite(inspector: SQLiteInspector, action: str, host: str,
+                 value: float | None) -> dict[str, Any]:
+    check_value(action, value)
+    control = ControlFile(inspector.directory)
+    try:
+        if action == "block":
+            until = math.inf if value is None else time.time() + value
+            control.update(host, blocked_until=until)
+        elif action == "unblock":
+            control.update(host, blocked_until=None)
+        elif action == "delay":
+            control.update(host, delay=value or None)
+        elif action == "retire":
+            control.update(host, retired=True)
+        else:
+            control.update(host, budget=int(value or 0))
+    finally:
+        control.close()
+    return _result(action, host, value, inspector.running,
+                   "applied by the running crawl within a second" if inspector.running
+                   else "applied when the crawl starts again")
+
+
+def steer_redis(inspector: RedisInspector, action: str, host: str,
+                value: float | None) -> dict[str, Any]:
+    check_value(action, value)
+    remote = RedisFrontier(
+        inspector.client, inspector.prefix, front_queues=inspector.levels,
+        back_queues=inspector.config.back_queues,
+        back_queues_max=inspector.config.back_queues_max, policy=inspector.config.policy,
+        lease_timeout=inspector.config.lease_timeout)
+    if action == "block":
+        remote.control("block", host, math.inf if value is None else float(value))
+    elif action == "unblock":
+        remote.control("unblock", host)
+    elif action == "delay":
+        remote.control("delay", host, float(value or 0.0))
+    elif action == "retire":
+        dropped = remote.control("retire", host)[0]
+        return _result(action, host, value, True,
+                       f"applied to every worker now; {int(dropped)} queued URLs dropped")
+    else:
+        remote.control("budget", host, int(value or 0))
+    return _result(action, host, value, True, "applied to every worker now")
+
+
+def _result(action: str, host: str, value: float | None, running: bool,
+            when: str) -> dict[str, Any]:
+    return {"action": action, "host": host, "value": value, "crawl_running": running,
+            "applied": when}

@@ -1,0 +1,166 @@
+"""Operators' controls reach a running SQLite crawl: the control timer.
+
+``scrapy frontier block|unblock|delay|retire|budget`` writes ``control.sqlite`` in the
+job directory (:mod:`scrapy_frontier.backends.sqlite.control`). Once a second -- from a
+timer, never from ``next_request`` -- the crawl reads the file's ``seq`` (one indexed
+read); when it changed, it reads the controls and applies what differs from what it
+applied last: a block or its end, a delay, a retirement, a budget. The same step writes
+back the per-host fetch counts of the budget and the hosts the crawl closed, which
+``scrapy frontier hosts`` shows and which a restart resumes from.
+
+At open the controls are applied before the first request is handed out, so a restart
+keeps them. A busy or unreadable control file is logged once and tried again at the
+next tick: the crawl itself never stops for it. (On Redis the command changes the shared
+state directly; see :mod:`scrapy_frontier.backends.redis.control`.)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from scrapy_frontier.backends.sqlite.control import ControlFile, HostControl, wall_to_clock
+from scrapy_frontier.errors import StoreError
+from scrapy_frontier.scheduler.timer import Timer, call_later
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.statscollectors import StatsCollector
+
+    from scrapy_frontier.core.frontier import Frontier
+
+logger = logging.getLogger("scrapy_frontier.control")
+
+#: Seconds between two looks at the control file (the "about 2 s" of a steering command).
+INTERVAL = 1.0
+
+
+class ControlPoller:
+    """Applies ``control.sqlite`` to one process's core frontier."""
+
+    def __init__(self, directory: str, frontier: Frontier[Request], stats: StatsCollector,
+                 clock: Callable[[], float], *, closed: dict[str, str],
+                 interval: float = INTERVAL) -> None:
+        # A short busy timeout: this runs on the reactor; a busy file is tried next tick.
+        self.file = ControlFile(directory, timeout=0.5)
+        self.frontier = frontier
+        self.stats = stats
+        self.clock = clock
+        self.interval = interval
+        #: Why hosts were closed (shared with the driver): "budget", "failures", "retired".
+        self.closed = closed
+        self._seq = -1
+        self._applied: dict[str, HostControl] = {}
+        self._saved: dict[str, tuple[int, str | None]] = {}
+        self._timer: Timer | None = None
+        self._warned = False
+        self.polls = 0
+
+    def start(self) -> None:
+        """Resume the counts of an earlier run and apply the controls, then tick."""
+        for host, (fetched, _) in self.file.crawl_hosts().items():
+            if fetched:
+                self.frontier.set_fetched(host, fetched)
+                if self.frontier.over_budget(host):
+                    self.closed[host] = "budget"
+        self._saved = self.file.crawl_hosts()
+        self.poll()
+        self._arm()
+
+    def _arm(self) -> None:
+        self._timer = call_later(self.interval, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        try:
+            self.poll()
+        finally:
+            self._arm()
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        try:
+            self._save_counts()
+        except (sqlite3.Error, StoreError) as exc:
+            logger.warning("Could not save the hosts' fetch counts in %s: %s", self.file.path,
+                           exc)
+        self.file.close()
+
+    def poll(self) -> None:
+        self.polls += 1
+        try:
+            seq = self.file.seq()
+            if seq != self._seq:
+                self._apply(self.file.controls())
+                self._seq = seq
+            self._save_counts()
+        except (sqlite3.Error, StoreError) as exc:
+            if not self._warned:
+                self._warned = True
+                logger.warning("Cannot read the control file %s (%s); trying again every "
+                               "%.0f s", self.file.path, exc, self.interval)
+            return
+        self._warned = False
+
+    def _apply(self, controls: dict[str, HostControl]) -> None:
+        frontier = self.frontier
+        now, wall = self.clock(), time.time()
+        for host in set(controls) | set(self._applied):
+            new = controls.get(host, HostControl(host))
+            old = self._applied.get(host, HostControl(host))
+            if new.blocked_until != old.blocked_until:
+                until = wall_to_clock(new.blocked_until, now, wall)
+                if until is None or until <= now:
+                    if frontier.unblock(host):
+                        logger.info("Host %r unblocked", host)
+                else:
+                    frontier.block(host, until)
+                    logger.info("Host %r blocked %s", host, "until unblocked"
+                                if math.isinf(until) else f"for {until - now:.0f} s")
+            if new.delay != old.delay:
+                frontier.set_delay(host, new.delay or 0.0)
+                logger.info("Host %r: minimum rest %s s", host, new.delay or 0)
+            if new.budget != old.budget:
+                was = frontier.over_budget(host)
+                frontier.set_budget(host, new.budget)
+                if frontier.over_budget(host):
+                    self.closed[host] = "budget"
+                elif was:
+                    self.closed.pop(host, None)
+                logger.info("Host %r: budget %s pages (%d fetched)", host,
+                            frontier.budget_of(host) or "unlimited", frontier.fetched(host))
+            if new.retired and not old.retired:
+                self._retire(host)
+        self._applied = controls
+
+    def _retire(self, host: str) -> None:
+        dropped = self.frontier.retire(host)
+        self.closed[host] = "retired"
+        self.stats.inc_value("frontier/retired_hosts")
+        self.stats.inc_value("frontier/retired_hosts/by_hand")
+        if dropped:
+            self.stats.inc_value("frontier/retired_requests", len(dropped))
+        logger.warning("Retired host %r by hand (scrapy frontier retire): dropped %d queued "
+                       "requests", host, len(dropped))
+
+    def _save_counts(self) -> None:
+        """Write the fetch counts and closed hosts that changed since the last save."""
+        frontier = self.frontier
+        counts = frontier.fetch_counts()
+        changed: dict[str, tuple[int, str | None]] = {}
+        for host in counts:
+            if host not in self.closed and frontier.over_budget(host):
+                self.closed[host] = "budget"
+        for host in set(counts) | set(self.closed):
+            row = (counts.get(host, 0), self.closed.get(host))
+            if self._saved.get(host) != row:
+                changed[host] = row
+        if changed:
+            self.file.save_crawl_hosts(changed)
+            self._saved.update(changed)

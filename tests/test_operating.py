@@ -1,0 +1,335 @@
+"""``scrapy frontier`` on real crawls of the test web: inspected while they run, steered,
+budgeted, and fed bad input. The command runs as users run it (a ``scrapy`` subprocess);
+the server's request log is the judge."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from scrapy_frontier.testweb import ServerProcess, audit, read_log
+from scrapy_frontier.testweb.crawl import FRONTIER_ADDON, CrawlResult, run_crawl
+from tests.redis_server import RedisServer, free_port
+
+pytestmark = pytest.mark.crawl
+
+_names = itertools.count()
+SCRAPY = [sys.executable, "-m", "scrapy.cmdline"]
+STATES = {"active", "resting", "blocked", "retired", "waiting"}
+
+
+def frontier(args: list[str], settings: dict[str, Any], *, check: bool = True,
+             cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``scrapy frontier ARGS`` with the crawl's settings as -s options."""
+    opts: list[str] = []
+    for key, value in settings.items():
+        if key in ("ADDONS",):
+            continue
+        opts += ["-s", f"{key}={json.dumps(value) if isinstance(value, dict) else value}"]
+    proc = subprocess.run([*SCRAPY, "frontier", *args, *opts], capture_output=True, text=True,
+                          timeout=120, cwd=cwd or Path("/tmp"))
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def as_json(proc: subprocess.CompletedProcess[str]) -> Any:
+    return json.loads(proc.stdout)
+
+
+class Backend:
+    """The settings of a crawl on one backend, and what the command needs to find it."""
+
+    def __init__(self, name: str, tmp: Path, redis_server: RedisServer | None) -> None:
+        self.name = name
+        self.crawl: dict[str, Any] = {"ADDONS": FRONTIER_ADDON}
+        self.command: dict[str, Any] = {}
+        self.args: list[str] = []
+        if name == "sqlite":
+            self.crawl["JOBDIR"] = self.command["JOBDIR"] = str(tmp / "job")
+        elif name == "redis":
+            assert redis_server is not None
+            n = next(_names)
+            shared = {"FRONTIER_BACKEND": "redis", "REDIS_URL": redis_server.url,
+                      "FRONTIER_REDIS_KEY": f"op{n}:frontier:",
+                      "FRONTIER_REDIS_SEEN_KEY": f"op{n}:seen:",
+                      "FRONTIER_REDIS_HISTORY_KEY": f"op{n}:history:"}
+            self.crawl.update(shared, FRONTIER_REDIS_IDLE_GRACE=1.0)
+            self.command.update(shared)
+            self.args = ["--spider", "testweb"]
+
+    def run(self, args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        return frontier([*args, *self.args], self.command, **kwargs)
+
+
+def crawl_in_thread(web: ServerProcess, settings: dict[str, Any], tmp: Path,
+                    timeout: float = 180) -> tuple[threading.Thread, dict[str, CrawlResult]]:
+    out: dict[str, CrawlResult] = {}
+
+    def run() -> None:
+        out["result"] = run_crawl(web.start_urls, settings, allowed_domains=web.allowed_domains,
+                                  workdir=tmp / "crawl", timeout=timeout)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, out
+
+
+def wait_until(check: Callable[[], bool], thread: threading.Thread, tries: int = 200) -> bool:
+    """Poll ``check`` (every 0.1 s, bounded) while the crawl runs."""
+    for _ in range(tries):
+        if check():
+            return True
+        if not thread.is_alive():
+            return False
+        time.sleep(0.1)
+    return False
+
+
+def pages(log: Path, host: str | None = None) -> list[Any]:
+    return [e for e in read_log(log) if e.path != "/robots.txt"
+            and (host is None or e.host == host)]
+
+
+# -- inspected while it runs -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_a_running_crawl_is_inspected_and_the_numbers_agree_with_the_server(
+        backend: str, tmp_path: Path, redis_server: RedisServer) -> None:
+    b = Backend(backend, tmp_path, redis_server)
+    b.crawl["FRONTIER_MIN_DELAY"] = b.command["FRONTIER_MIN_DELAY"] = 0.3
+    log = tmp_path / "server.jsonl"
+    web_args = ["--shape", "wide", "--hosts", "4", "--pages", "12", "--latency", "0.005",
+                "0.01", "--seed", "3"]
+    hosts_of_web: set[str] = set()
+    live: list[dict[str, Any]] = []
+    with ServerProcess(web_args, log_path=str(log)) as web:
+        hosts_of_web = {e[0] for e in web.expected}
+        thread, out = crawl_in_thread(web, b.crawl, tmp_path)
+        for _ in range(40):  # bounded: the crawl takes about 4 s
+            if not thread.is_alive():
+                break
+            proc = b.run(["status", "--json"], check=False)
+            after = time.monotonic()
+            if proc.returncode != 0:
+                # Only before the crawl made its state: then the error says there is none.
+                assert "no frontier" in proc.stderr, proc.stderr
+                time.sleep(0.2)
+                continue
+            status = as_json(proc)
+            status["_fetched_by_then"] = sum(1 for e in pages(log) if e.start <= after)
+            live.append(status)
+            rows = as_json(b.run(["hosts", "--json", "--sort", "next"]))
+            for row in rows:
+                assert row["host"] in hosts_of_web and row["state"] in STATES, row
+                assert set(row) == {"host", "queued", "state", "next_contact_in",
+                                    "last_fetch_s", "rest_s", "failures", "crawl_delay"}
+        thread.join(timeout=200)
+    result = out["result"]
+    assert result.returncode == 0, result.output[-3000:]
+    running = [s for s in live if s["queued"] + s["in_flight"] > 0]
+    assert running, f"never saw the crawl running: {live}"
+    for s in live:
+        assert s["backend"] == backend
+        assert set(s) == {"backend", "queued", "in_flight", "hosts", "seen", "history",
+                          "_fetched_by_then"}
+        assert set(s["hosts"]) == {"known", "active", "resting", "blocked", "retired"}
+        # Every URL seen is queued, in flight, or done -- and done ones reached the server.
+        done = s["seen"] - s["queued"] - s["in_flight"]
+        assert 0 <= done <= s["_fetched_by_then"], s
+        assert s["hosts"]["known"] <= 4
+    fetched = len(pages(log))
+    assert fetched == 48
+    final = as_json(b.run(["status", "--json"]))
+    assert final["queued"] == 0 and final["in_flight"] == 0, final
+    assert final["seen"] == fetched and final["history"]["pages"] == fetched, final
+    # SQLite remembers every host it rested; Redis forgets one with nothing left to do.
+    assert final["hosts"]["known"] == (4 if backend == "sqlite" else 0)
+    assert max(s["hosts"]["known"] for s in live) == 4
+    # url: a fetched page, with its history; and one the crawl never saw.
+    url = web.start_urls[0]
+    host = urlsplit(url).hostname
+    info = as_json(b.run(["url", url, "--json"]))
+    assert info["seen"] is True and info["queued"] is False and info["host"] == host
+    assert info["history"]["visits"] == 1 and info["history"]["next_due"]
+    unknown = as_json(b.run(["url", url.rstrip("/") + "/never-linked", "--json"]))
+    assert unknown["seen"] is False and unknown["history"] is None
+    due = as_json(b.run(["due", "--limit", "5", "--json"]))
+    assert len(due) == 5 and all(row["visits"] == 1 for row in due)
+    assert "queued" in b.run(["status"]).stdout  # the table
+
+
+# -- steering ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_block_and_delay_reach_the_running_crawl_and_lose_nothing(
+        backend: str, tmp_path: Path, redis_server: RedisServer) -> None:
+    b = Backend(backend, tmp_path, redis_server)
+    b.crawl["FRONTIER_MIN_DELAY"] = 0.2
+    log = tmp_path / "server.jsonl"
+    web_args = ["--shape", "wide", "--hosts", "3", "--pages", "30", "--latency", "0.005",
+                "0.01", "--seed", "5"]
+    with ServerProcess(web_args, log_path=str(log)) as web:
+        blocked, delayed, _ = sorted({e[0] for e in web.expected})
+        thread, out = crawl_in_thread(web, b.crawl, tmp_path)
+        assert wait_until(lambda: len(pages(log, blocked)) >= 2
+                          and len(pages(log, delayed)) >= 2, thread)
+        said = b.run(["block", blocked]).stdout
+        assert "running crawl" in said or backend == "redis", said  # the lock file is seen
+        b.run(["delay", delayed, "1.0"])
+        steered = time.monotonic()
+        listed = {r["host"]: r for r in as_json(b.run(["hosts", "--json"]))}
+        assert listed[blocked]["state"] == "blocked"
+        assert listed[delayed]["crawl_delay"] == 1.0
+        time.sleep(4.0)
+        unblocked = time.monotonic()  # before: on Redis the command acts at once
+        b.run(["unblock", blocked])
+        thread.join(timeout=300)
+    result = out["result"]
+    assert result.returncode == 0, result.output[-3000:]
+    during = [e for e in pages(log, blocked) if steered + 2.0 < e.start < unblocked]
+    assert not during, f"{len(during)} requests to the blocked host after 2 s"
+    late = [e for e in pages(log, delayed) if e.start > steered + 2.0]
+    assert len(late) >= 2
+    gaps = [b2.start - a.end for a, b2 in zip(late, late[1:], strict=False)]
+    assert min(gaps) >= 1.0, gaps
+    report = audit(read_log(log), expected=web.expected, min_delay=0.2)
+    assert report.coverage == 1.0 and report.duplicates == 0, report.summary()  # nothing lost
+
+
+def test_steering_is_kept_in_the_state_and_applied_at_the_next_start(tmp_path: Path) -> None:
+    """SQLite: a block set while no crawl runs holds from the first request of the next."""
+    b = Backend("sqlite", tmp_path, None)
+    b.crawl["FRONTIER_MIN_DELAY"] = 0.0
+    log = tmp_path / "server.jsonl"
+    with ServerProcess(["--shape", "wide", "--hosts", "2", "--pages", "4", "--seed", "2"],
+                       log_path=str(log)) as web:
+        host = sorted({e[0] for e in web.expected})[0]
+        missing = b.run(["block", host], check=False)
+        assert missing.returncode == 1 and "no frontier state" in missing.stderr
+        assert not (tmp_path / "job").exists()  # nothing created
+        os.makedirs(tmp_path / "job")
+        # A state must exist for the command: a first crawl of nothing makes one.
+        result = run_crawl([], b.crawl, workdir=tmp_path / "first", timeout=60)
+        assert result.returncode == 0, result.output[-2000:]
+        b.run(["block", host, "--new-host", "--for", "3600"])
+        result = run_crawl(web.start_urls, {**b.crawl, "CLOSESPIDER_TIMEOUT": 4},
+                           allowed_domains=web.allowed_domains, workdir=tmp_path / "crawl",
+                           timeout=60)
+    assert result.returncode == 0, result.output[-2000:]
+    assert not pages(log, host), "the blocked host was contacted"
+    assert len(pages(log)) == 4  # the other host was crawled
+    listed = {r["host"]: r for r in as_json(b.run(["hosts", "--json"]))}
+    assert listed[host]["state"] == "blocked" and listed[host]["queued"] == 1
+    assert listed[host]["next_contact_in"] > 3000
+
+
+# -- budgets -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "redis"])
+def test_a_budget_caps_a_trap_host_while_the_others_finish(
+        backend: str, tmp_path: Path, redis_server: RedisServer) -> None:
+    b = Backend(backend, tmp_path, redis_server)
+    b.crawl["FRONTIER_MIN_DELAY"] = 0.0
+    log = tmp_path / "server.jsonl"
+    web_args = ["--shape", "wide", "--hosts", "4", "--pages", "8", "--latency", "0.002",
+                "0.005", "--seed", "9", "--trap-host", "3"]
+    with ServerProcess(web_args, log_path=str(log)) as web:
+        hosts = sorted({e[0] for e in web.expected})
+        trap = [h for h in hosts if h.endswith(".4")][0]
+        if backend == "sqlite":
+            # The per-host budget from the command, set before the crawl starts...
+            os.makedirs(tmp_path / "job")
+            assert run_crawl([], b.crawl, workdir=tmp_path / "first").returncode == 0
+            b.run(["budget", trap, "15", "--new-host"])
+        else:
+            # ... or from the settings (a dict), with a global budget the others stay under.
+            for settings in (b.crawl, b.command):
+                settings["FRONTIER_HOST_BUDGETS"] = {trap: 15}
+                settings["FRONTIER_HOST_BUDGET"] = 100
+        result = run_crawl(web.start_urls, b.crawl, allowed_domains=web.allowed_domains,
+                           workdir=tmp_path / "crawl", timeout=240)
+    assert result.returncode == 0, result.output[-3000:]
+    assert result.stats["finish_reason"] == "finished"
+    assert len(pages(log, trap)) == 15
+    others = {e for e in web.expected if e[0] != trap}
+    fetched = {(e.host, e.path) for e in pages(log) if e.host != trap}
+    assert fetched == others
+    assert result.stats["frontier/budget/hosts"] == 1
+    assert result.stats["frontier/budget/requests"] >= 2  # each page links to two more
+    assert result.stats.get("frontier/retired_hosts") is None
+    if backend != "memory":
+        listed = {r["host"]: r for r in as_json(b.run(["hosts", "--json"]))}
+        assert listed[trap]["state"] == "retired" and listed[trap]["queued"] == 0
+        assert "budget 15/15" in b.run(["hosts"]).stdout
+
+
+# -- bad input -----------------------------------------------------------------------------
+
+
+def steering(job: Path) -> tuple[Any, ...]:
+    db = sqlite3.connect(job / "control.sqlite")
+    try:
+        return (db.execute("SELECT value FROM control_meta WHERE key = 'seq'").fetchone(),
+                db.execute("SELECT * FROM controls ORDER BY host").fetchall())
+    finally:
+        db.close()
+
+
+def test_bad_input_is_a_clear_error_and_changes_nothing(tmp_path: Path) -> None:
+    # The memory backend: nothing outside the crawl can read it.
+    proc = frontier(["status"], {}, check=False)
+    assert proc.returncode == 1 and "FRONTIER_BACKEND is 'memory'" in proc.stderr
+    # A JOBDIR without state.
+    proc = frontier(["status"], {"JOBDIR": str(tmp_path / "none")}, check=False)
+    assert proc.returncode == 1 and "no frontier state" in proc.stderr
+    assert not (tmp_path / "none").exists()
+    # A state written by an incompatible version.
+    job = tmp_path / "job"
+    assert run_crawl([], {"ADDONS": FRONTIER_ADDON, "JOBDIR": str(job)},
+                     workdir=tmp_path / "c").returncode == 0
+    state = job / "frontier.sqlite"
+    db = sqlite3.connect(state)
+    db.execute("UPDATE meta SET value = '99' WHERE key = 'version'")
+    db.commit()
+    db.close()
+    before, controls = state.read_bytes(), steering(job)
+    for args in (["status"], ["hosts"], ["block", "a.example", "--new-host"]):
+        proc = frontier(args, {"JOBDIR": str(job)}, check=False)
+        assert proc.returncode == 1 and "version '99'" in proc.stderr, proc.stderr
+    assert state.read_bytes() == before and steering(job) == controls
+    db = sqlite3.connect(state)
+    db.execute("UPDATE meta SET value = '2' WHERE key = 'version'")
+    db.commit()
+    db.close()
+    # An unknown host.
+    proc = frontier(["block", "nowhere.example"], {"JOBDIR": str(job)}, check=False)
+    assert proc.returncode == 1 and "not known to this crawl" in proc.stderr
+    assert steering(job) == controls
+    # A bad value.
+    proc = frontier(["delay", "a.example", "-3", "--new-host"], {"JOBDIR": str(job)},
+                    check=False)
+    assert proc.returncode != 0 and steering(job) == controls
+    frontier(["delay", "a.example", "3", "--new-host"], {"JOBDIR": str(job)})
+    assert steering(job) != controls  # the check above can see a change
+    # A Redis that is down.
+    down = {"FRONTIER_BACKEND": "redis", "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+            "REDIS_PARAMS": json.dumps({"socket_connect_timeout": 1})}
+    proc = frontier(["status", "--spider", "s"], down, check=False)
+    assert proc.returncode == 1 and "Redis" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
