@@ -5,9 +5,10 @@ every response -- 304s and error statuses included -- before anything filters
 them. For each response it reports to the scheduler's
 :class:`~scrapy_frontier.core.recrawl.Recrawler`:
 
-* 2xx: an exact digest of the body (BLAKE2b-128) and a 64-bit simhash of the
-  visible text (HTML without tags, scripts and styles; plain text as is; none
-  for binary bodies, which then compare by digest only), plus ETag and
+* 2xx: an exact digest of the body (BLAKE2b-128) and a way to make the visible
+  text (HTML without tags, scripts and styles; plain text as is; none for binary
+  bodies, which then compare by digest only), which the recrawler calls only when
+  it needs a simhash (a new or changed body, not in exact mode), plus ETag and
   Last-Modified for the next conditional GET;
 * 304: a visit with no change;
 * 404 / 410: the page is retired; other 4xx / 5xx: a failed visit.
@@ -21,6 +22,7 @@ if any, sees it).
 from __future__ import annotations
 
 import hashlib
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from scrapy.http import HtmlResponse, TextResponse
@@ -71,7 +73,9 @@ def visit_of(response: Response, request: Request) -> Visit:
         body = response.body
         visit.digest = hashlib.blake2b(body, digest_size=16).hexdigest()
         visit.size = len(body)
-        visit.text = visible_text(response)
+        # Made only if the history needs a simhash (a new or changed body): the text of a
+        # large page takes milliseconds, and most recrawled pages are byte-identical.
+        visit.text_source = partial(visible_text, response)
         headers = response.headers
         etag = headers.get(b"ETag")
         modified = headers.get(b"Last-Modified")

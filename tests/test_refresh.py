@@ -40,7 +40,7 @@ from scrapy_frontier.core.refresh import (
     TimelyReturn,
     estimate_rate,
 )
-from scrapy_frontier.core.simhash import hamming, is_change, simhash
+from scrapy_frontier.core.simhash import hamming, is_change, simhash, simhash_reference
 
 CONFIG = RefreshConfig(
     min_interval=HOUR, max_interval=30 * DAY, initial_interval=DAY, base_interval=2 * HOUR
@@ -492,6 +492,16 @@ class TestSimhash:
         assert 0 < simhash("the quick brown fox") < 2**64
         with pytest.raises(ValueError):
             simhash("x", shingle=0)
+
+    def test_vectorised_matches_the_reference(self):
+        rng = random.Random(11)
+        texts = ["", "one", "two words", "the quick brown fox", "x x x x x",
+                 "Grüße aus Köln, naïve café — ünïcödé 東京 テスト",
+                 " ".join(_text(rng, 3000))]
+        texts += [" ".join(_text(random.Random(seed), rng.randint(1, 60))) for seed in range(30)]
+        for text in texts:
+            for shingle in (1, 2, 3, 5):
+                assert simhash(text, shingle) == simhash_reference(text, shingle), (text, shingle)
 
     def test_fast_enough_for_100kb(self):
         text = " ".join(_text(random.Random(5), 17_000))

@@ -161,7 +161,15 @@ class FrontierScheduler:
         mode = self.config.recrawl.mode
         try:
             self.driver.open(spider)
-            if mode != "off":
+            if mode == "due" and not self.driver.persistent:
+                # Nothing would read this history: it dies with the process.
+                logger.info(
+                    "No page history is kept: FRONTIER_RECRAWL='due' recrawls across runs, "
+                    "and this frontier's state ends with the run (backend %r without JOBDIR "
+                    "or FRONTIER_PATH). Set JOBDIR or FRONTIER_PATH (SQLite) or use Redis to "
+                    "recrawl incrementally.", self.driver.name,
+                )
+            elif mode != "off":
                 self.recrawl = RecrawlHooks.with_store(self.config.recrawl,
                                                        self.driver.open_history())
         except FrontierError as exc:
