@@ -135,6 +135,21 @@ def test_stall_meter_leaves_congestion_out_and_records_nothing_it_cannot_tell(
     blind.stop()
 
 
+def test_stall_meter_without_an_event_loop_records_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from scrapy_frontier.scheduler import stalls
+
+    def no_loop(delay: float, func: Any) -> Any:
+        raise RuntimeError("is_asyncio_available() called without an installed reactor")
+
+    monkeypatch.setattr(stalls, "call_later", no_loop)
+    meter = StallMeter(FakeClock(1.0))
+    meter.start()  # a scheduler opened by hand, outside a crawl: no error
+    assert meter.log.count == 0
+    meter.stop()
+
+
 def _rest_after(sched: Any, clock: FakeClock, request: Request) -> float:
     """Seconds until the host's next request is handed out (0.01 s steps)."""
     waited = 0.0

@@ -67,7 +67,13 @@ class StallMeter:
             except OSError:
                 self._schedstat = None
         self._waited = self._cpu_wait()
-        self._schedule(self.clock())
+        try:
+            self._schedule(self.clock())
+        except RuntimeError:
+            # No reactor or event loop (a scheduler driven by hand, as in the scheduler-cost
+            # benchmark): no stall can be seen, so none is recorded and nothing discounted.
+            self._running = False
+            self._timer = None
 
     def _cpu_wait(self) -> float:
         """Seconds this thread has waited for a CPU so far (0 where unknown)."""
