@@ -526,7 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     seen = [r.get("code") or {} for rs in runs.values() for r in rs] + [
         t.get("code") or {} for t in traced.values()
     ]
-    hashes = {c.get("source_sha1") for c in seen} | {code["source_sha1"]}
+    # Scrapy's own configurations report no frontier source hash: leave them out.
+    hashes = {h for c in seen if (h := c.get("source_sha1"))} | {code["source_sha1"]}
     if len(hashes) > 1:
         code["changed_during_run"] = sorted(h for h in hashes if h)
         print(

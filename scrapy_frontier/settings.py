@@ -57,6 +57,7 @@ DEFAULTS: dict[str, Any] = {
     "FRONTIER_BACKOFF_MAX": 600.0,
     "FRONTIER_RETIRE_AFTER": 10,
     "FRONTIER_IP_POLITENESS": False,
+    "FRONTIER_STALL_DISCOUNT": True,
     "FRONTIER_SEEN_CACHE_SIZE": DEFAULT_CACHE_SIZE,
     "FRONTIER_SEEN_CACHE_POLICY": "clock",
     "FRONTIER_RECRAWL": "due",
@@ -145,6 +146,7 @@ class FrontierConfig:
     retire_after: int = 10
     """Consecutive failures after which a host is retired; 0 never retires."""
     ip_politeness: bool = False
+    stall_discount: bool = True
     """Hosts that resolve to one IP address also share one fetch at a time and one rest."""
     dns_timeout: float = 60.0
     """Scrapy's DNS_TIMEOUT, for the lookups per-IP politeness makes."""
@@ -237,6 +239,7 @@ class FrontierConfig:
             backoff_max=backoff_max,
             retire_after=_int(settings, "FRONTIER_RETIRE_AFTER", minimum=0),
             ip_politeness=ip_politeness,
+            stall_discount=_bool(settings, "FRONTIER_STALL_DISCOUNT"),
             dns_timeout=_float(settings, "DNS_TIMEOUT", 60.0, minimum=0.001),
             backend=backend,
             recrawl=_recrawl(settings),

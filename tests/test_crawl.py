@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from scrapy_frontier.testweb import ServerProcess, audit, read_log
+from scrapy_frontier.testweb.audit import rest_report
 from scrapy_frontier.testweb.crawl import FRONTIER_ADDON, CrawlResult, run_crawl
 
 pytestmark = pytest.mark.crawl
@@ -170,3 +171,65 @@ def test_a_startup_error_is_one_clear_line_first(tmp_path: Path) -> None:
     assert "scrapy-frontier cannot start: FRONTIER_FRONT_QUEUES must be >= 1" in errors[0]
     assert result.output.index("cannot start") < result.output.find("Traceback") or (
         "Traceback" not in result.output)
+
+
+def test_a_spider_that_blocks_the_reactor_gets_rests_its_pauses_do_not_inflate(
+    tmp_path: Path,
+) -> None:
+    """A callback that blocks 300 ms on every 5th page: with the stall discount the rests
+    follow the server's fetch times (not 10 x the pause), and the crawl stays polite; the
+    same crawl without the discount is the control."""
+    import json
+
+    web_args = ["--shape", "wide", "--hosts", "4", "--pages", "15", "--latency", "0.02",
+                "0.04", "--seed", "2"]
+    settings = {"ADDONS": FRONTIER_ADDON, "FRONTIER_MIN_DELAY": 0.0,
+                "FRONTIER_DELAY_FACTOR": 10.0, "LOG_LEVEL": "WARNING"}
+    outcome: dict[bool, Any] = {}
+    for discount in (True, False):
+        log = tmp_path / f"server-{discount}.jsonl"
+        pauses_path = tmp_path / f"pauses-{discount}.jsonl"
+        with ServerProcess(web_args, log_path=str(log)) as web:
+            result = run_crawl(web.start_urls, {**settings, "FRONTIER_STALL_DISCOUNT": discount},
+                               allowed_domains=web.allowed_domains, timeout=240,
+                               workdir=tmp_path / f"crawl-{discount}", pause_every=5,
+                               pause_seconds=0.3, pause_log=pauses_path)
+        assert result.returncode == 0, result.output[-3000:]
+        entries = read_log(log)
+        report = audit(entries, expected=web.expected, factor=10.0, min_delay=0.0)
+        assert report.coverage == 1.0 and report.duplicates == 0
+        assert report.overlaps == 0 and report.short_gaps == 0, report.summary()
+        pauses = [tuple(json.loads(line)) for line in pauses_path.read_text().splitlines()]
+        assert len(pauses) == len(web.expected) // 5
+        rests = rest_report(entries, factor=10.0, pauses=pauses)  # type: ignore[arg-type]
+        outcome[discount] = (rests, result.stats)
+    with_discount, stats = outcome[True]
+    control, control_stats = outcome[False]
+    print(f"inflated rests: {with_discount.inflated}/{with_discount.rests} with the discount, "
+          f"{control.inflated}/{control.rests} without")
+    assert stats["frontier/fetch/discounted"] > 0
+    assert "frontier/fetch/discounted" not in control_stats
+    # Undiscounted, a fetch that waited out a pause makes its host rest 10 x the pause.
+    assert control.worst_excess > 0.3
+    assert with_discount.worst_excess < control.worst_excess
+    assert with_discount.wasted < control.wasted
+
+
+def test_links_after_a_mailto_link_are_still_followed(tmp_path: Path) -> None:
+    """Real documentation links mailto: before ordinary pages: the test spider must not
+    lose a page's remaining links to the Request that refuses one."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(5):
+        (docs / f"page{i}.html").write_text(f"<html><title>p{i}</title></html>")
+    links = "".join(f'<a href="page{i}.html">{i}</a>' for i in range(5))
+    (docs / "index.html").write_text(
+        f'<html><a href="mailto:someone@example.org">mail</a>'
+        f'<a href="javascript:void(0)">js</a>{links}</html>')
+    web_args = ["--shape", "wide", "--hosts", "1", "--pages", "2", "--docs-root", str(docs)]
+    settings = {"ADDONS": FRONTIER_ADDON, "FRONTIER_MIN_DELAY": 0.0}
+    result, report, _ = crawl_web(tmp_path, web_args, settings)
+    fetched = {e.path for e in read_log(tmp_path / "server.jsonl")}
+    assert {f"/page{i}.html" for i in range(5)} <= fetched, sorted(fetched)
+    assert report.overlaps == 0 and report.duplicates == 0, report.summary()
+    assert result.stats.get("spider_exceptions/ValueError") is None

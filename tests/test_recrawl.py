@@ -246,6 +246,68 @@ def test_priority_from_change_share_quality_and_rules() -> None:
     assert rc.priority(rec) == 2 + 1  # changes every visit, depth 0
 
 
+def lazy_page(text: str, calls: list[str]) -> Visit:
+    """A visit whose text is made on demand, recording each time it is made."""
+    visit = page(text)
+    visit.text = None
+
+    def make() -> str:
+        calls.append(text)
+        return text
+
+    visit.text_source = make
+    return visit
+
+
+def test_text_and_simhash_only_when_a_decision_needs_them() -> None:
+    rc, clock = make_recrawler()
+    calls: list[str] = []
+    rc.visited(1, "u", lazy_page(WORDS, calls))
+    assert calls == [WORDS]  # a new page: its simhash is kept for the next visit
+    first = rc.store.get(1)
+    assert first is not None and first.simhash is not None
+    clock.advance(DAY)
+    rec, changed = rc.visited(1, "u", lazy_page(WORDS, calls))
+    assert not changed and calls == [WORDS]  # same bytes: the stored simhash stands
+    assert rec.simhash == first.simhash and rc.counters["recrawl/simhash_reused"] == 1
+    clock.advance(DAY)
+    noisy = WORDS + " generated 12345"
+    _, changed = rc.visited(1, "u", lazy_page(noisy, calls))
+    assert not changed and calls == [WORDS, noisy]  # new bytes: hashed, noise only
+    assert rc.counters["recrawl/simhash_computed"] == 2
+    # Exact mode: the digest decides alone, no text is ever made.
+    exact, clock2 = make_recrawler(exact=True)
+    exact_calls: list[str] = []
+    exact.visited(1, "u", lazy_page(WORDS, exact_calls))
+    clock2.advance(DAY)
+    assert exact.visited(1, "u", lazy_page(noisy, exact_calls))[1]
+    assert exact_calls == []
+
+
+def test_a_simhash_of_an_older_version_is_not_compared() -> None:
+    rc, clock = make_recrawler()
+    rc.visited(1, "u", page(WORDS))
+    stored = rc.store.get(1)
+    assert stored is not None and stored.simhash_version == 2
+    # A record as an older release wrote it: no "sv" key, so simhash version 1.
+    old_json = stored.to_json().replace(',"sv":2', "")
+    old = PageRecord.from_json(1, old_json)
+    assert old.simhash == stored.simhash and old.simhash_version == 1
+    rc.store.put(old)
+    clock.advance(DAY)
+    # Same bytes: no change, whatever the simhash version.
+    rec, changed = rc.visited(1, "u", page(WORDS))
+    assert not changed and rec.simhash_version == 2
+    rc.store.put(PageRecord.from_json(1, old_json))
+    clock.advance(DAY)
+    # New bytes and a simhash that cannot be compared: the digest decides (a change),
+    # and the new simhash is stored for next time.
+    rec, changed = rc.visited(1, "u", page(WORDS + " generated 12345"))
+    assert changed and rec.simhash_version == 2
+    clock.advance(DAY)
+    assert not rc.visited(1, "u", page(WORDS + " generated 67890"))[1]
+
+
 # -- the spider middleware's view of responses ---------------------------------------------
 
 
@@ -259,10 +321,15 @@ def test_visit_of_html_response_extracts_validators_and_visible_text() -> None:
     )
     visit = visit_of(response, request)
     assert visit.etag == '"x1"' and visit.last_modified.startswith("Sun, 29 Nov")
-    assert visit.text is not None and "Hello & welcome" in visit.text
-    assert "var x" not in visit.text and visit.depth == 2 and visit.size == len(body)
+    # The text is made only when the recrawler asks for it.
+    assert visit.text is None and visit.text_source is not None
+    text = visit.text_source()
+    assert text is not None and "Hello & welcome" in text
+    assert "var x" not in text and visit.depth == 2 and visit.size == len(body)
     binary = Response("http://a.example/f.bin", body=b"\x00\x01", request=request)
-    assert visit_of(binary, request).text is None
+    binary_visit = visit_of(binary, request)
+    assert binary_visit.text is None and binary_visit.text_source is not None
+    assert binary_visit.text_source() is None
 
 
 def test_middleware_hides_304_from_the_callback_unless_asked() -> None:

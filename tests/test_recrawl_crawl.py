@@ -160,3 +160,41 @@ def test_continuous_mode_recrawls_as_pages_fall_due_and_stops_on_sigint(tmp_path
     from scrapy_frontier.testweb import audit
 
     assert audit(entries, min_delay=0.0, factor=1.0).overlaps == 0
+
+
+@pytest.mark.crawl
+def test_no_history_without_state_and_lazy_simhash_with_it(tmp_path: Path) -> None:
+    """Without JOBDIR the history could not outlive the run: none is kept, said once.
+    With JOBDIR, each new page is hashed once, and a byte-identical refetch not at all."""
+    web_args = ["--shape", "wide", "--hosts", "2", "--pages", "5", "--latency", "0.002",
+                "0.005", "--cross-links", "0", "--seed", "5"]
+    notice = "No page history is kept"
+    log = tmp_path / "server.jsonl"
+    with ServerProcess(web_args, log_path=str(log)) as web:
+        pages = len(web.expected)
+        settings = {"ADDONS": FRONTIER_ADDON, "FRONTIER_MIN_DELAY": 0.0,
+                    "FRONTIER_DELAY_FACTOR": 1.0, "LOG_LEVEL": "INFO"}
+        bare = run_crawl(web.start_urls, settings, allowed_domains=web.allowed_domains,
+                         workdir=tmp_path / "bare")
+        assert bare.returncode == 0, bare.output[-3000:]
+        assert bare.output.count(notice) == 1
+        assert bare.stats["response_received_count"] == pages
+        assert not [k for k in bare.stats if k.startswith("frontier/recrawl/")]
+
+        job = tmp_path / "job"
+        kept = {**settings, "JOBDIR": str(job), "FRONTIER_RECRAWL_INITIAL": 0.3,
+                "FRONTIER_RECRAWL_MIN": 0.2}
+        first = run_crawl(web.start_urls, kept, allowed_domains=web.allowed_domains,
+                          workdir=tmp_path / "first")
+        assert first.returncode == 0, first.output[-3000:]
+        assert notice not in first.output
+        assert first.stats["frontier/recrawl/pages_new"] == pages
+        assert first.stats["frontier/recrawl/simhash_computed"] == pages
+        time.sleep(0.5)  # every page falls due; the server sends no validators
+        second = run_crawl(web.start_urls, kept, allowed_domains=web.allowed_domains,
+                           workdir=tmp_path / "second")
+        assert second.returncode == 0, second.output[-3000:]
+        assert second.stats["frontier/recrawl/fed"] == pages
+        assert second.stats["frontier/recrawl/pages_unchanged"] == pages
+        assert second.stats["frontier/recrawl/simhash_reused"] == pages
+        assert "frontier/recrawl/simhash_computed" not in second.stats

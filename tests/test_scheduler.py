@@ -474,3 +474,37 @@ def test_scrapys_own_queue_settings_are_said_to_be_ignored(
     with caplog.at_level(logging.WARNING, logger="scrapy_frontier"):
         FrontierScheduler.from_crawler(get_crawler(_Spider, {}))
     assert not any("ignored by scrapy-frontier" in r.getMessage() for r in caplog.records)
+
+
+def test_a_scheduler_driven_by_hand_without_a_reactor(tmp_path: Any) -> None:
+    """Benchmarks and tools drive the scheduler with no reactor installed: the timers it
+    starts at open (progress line, stall meter) must not stop it there."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        from scrapy import Request, Spider
+        from scrapy.utils.test import get_crawler
+        from scrapy_frontier.scheduler import FrontierScheduler
+
+        class S(Spider):
+            name = "s"
+
+        crawler = get_crawler(S, {"FRONTIER_MIN_DELAY": 0, "FRONTIER_DELAY_FACTOR": 0,
+                                  "FRONTIER_PROGRESS_INTERVAL": 1})
+        crawler.spider = S.from_crawler(crawler)
+        scheduler = FrontierScheduler.from_crawler(crawler)
+        scheduler.open(crawler.spider)
+        for i in range(3):
+            assert scheduler.enqueue_request(Request(f"http://h{i}.example/"))
+        got = [scheduler.next_request() for _ in range(3)]
+        assert all(r is not None for r in got), got
+        for r in got:
+            scheduler.fetch_finished(r)
+        scheduler.close("finished")
+        print("OK")
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr[-3000:]

@@ -488,3 +488,19 @@ def test_doc_tree_search_is_bounded() -> None:
         assert h.doc_root is not None and os.path.isdir(h.doc_root) and h.pages >= 5
     assert len({h.doc_root for h in hosts}) == len(hosts)
     assert doc_tree_hosts(max_hosts=0) == []
+
+
+def test_doc_trees_by_size_cap_or_named_in_order(tmp_path: Path) -> None:
+    roots = []
+    for name, files in (("small", 6), ("big", 12)):
+        root = tmp_path / name
+        root.mkdir()
+        for i in range(files):
+            (root / f"p{i}.html").write_text(f"<html><body>{i}</body></html>")
+        roots.append(str(root))
+    by_size = doc_tree_hosts(max_hosts=2, roots=roots)
+    assert [h.pages for h in by_size] == [12, 6]  # the biggest first
+    capped = doc_tree_hosts(max_hosts=2, roots=roots, max_pages=10)
+    assert [h.pages for h in capped] == [6]  # the 12-page tree is over the cap
+    named = doc_tree_hosts(max_hosts=2, roots=roots, keep_order=True)
+    assert [h.pages for h in named] == [6, 12]

@@ -45,6 +45,9 @@ class PageRecord:
     """The raw Last-Modified header, sent back as If-Modified-Since."""
     digest: str | None = None
     simhash: int | None = None
+    simhash_version: int = 0
+    """Which simhash function made ``simhash`` (core.simhash.SIMHASH_VERSION); 1 when an
+    older release stored it. Simhashes of different versions do not compare."""
     size: int = 0
     """Body bytes of the last full (200) response: what a 304 saves."""
     status: int = 0
@@ -77,6 +80,7 @@ class PageRecord:
             ("lm", self.last_modified),
             ("dg", self.digest),
             ("sh", self.simhash),
+            ("sv", None if self.simhash is None else self.simhash_version),
             ("sz", self.size),
             ("st", self.status),
             ("ft", self.fetched_at),
@@ -111,6 +115,8 @@ class PageRecord:
                 last_modified=data.get("lm"),
                 digest=data.get("dg"),
                 simhash=None if data.get("sh") is None else int(data["sh"]),
+                # Records written before simhash versions existed hold version 1.
+                simhash_version=0 if data.get("sh") is None else int(data.get("sv", 1)),
                 size=int(data.get("sz", 0)),
                 status=int(data.get("st", 0)),
                 fetched_at=float(data.get("ft", 0.0)),

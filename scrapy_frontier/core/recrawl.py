@@ -51,7 +51,7 @@ from scrapy_frontier.core.refresh import (
     TimelyReturn,
     calibrate,
 )
-from scrapy_frontier.core.simhash import is_change, simhash
+from scrapy_frontier.core.simhash import SIMHASH_VERSION, is_change, simhash
 
 MODES = ("off", "due", "continuous")
 PREDICTORS = (
@@ -109,6 +109,8 @@ class Visit:
     digest: str | None = None
     text: str | None = None
     """The visible text, simhashed only when the digest changed (None: binary body)."""
+    text_source: Callable[[], str | None] | None = None
+    """Makes the visible text when ``text`` is None; called only if a simhash is needed."""
     simhash: int | None = None
     size: int = 0
     etag: str | None = None
@@ -279,15 +281,13 @@ class Recrawler:
         """A full response: returns the record and whether the page really changed."""
         record = self._record(fp, url)
         first = not record.history.visits
-        if visit.simhash is None and visit.text is not None:
-            if visit.digest == record.digest and record.simhash is not None:
-                visit.simhash = record.simhash  # same bytes, same text
-            else:
-                visit.simhash = simhash(visit.text[:SIMHASH_MAX_CHARS])
+        old_simhash = record.simhash if record.simhash_version == SIMHASH_VERSION else None
+        if visit.simhash is None and not self.settings.exact:
+            self._simhash_of(visit, record.digest, old_simhash)
         changed = is_change(
             record.digest,
             visit.digest,
-            record.simhash,
+            old_simhash,
             visit.simhash,
             threshold=self.settings.simhash_threshold,
             exact=self.settings.exact,
@@ -301,11 +301,32 @@ class Recrawler:
         self.refresher.visited(record.history, changed, _http_date(visit.last_modified))
         record.digest = visit.digest
         record.simhash = visit.simhash
+        record.simhash_version = SIMHASH_VERSION if visit.simhash is not None else 0
         record.size = visit.size
         record.etag = visit.etag
         record.last_modified = visit.last_modified
         self._update(record, visit)
         return record, changed
+
+    def _simhash_of(self, visit: Visit, old_digest: str | None, old_simhash: int | None) -> None:
+        """Set ``visit.simhash``, doing only the work the decision needs.
+
+        Same bytes as last time: the stored simhash is still right, no text is made.
+        Otherwise the text is made (lazily, by the middleware's ``text_source``) and
+        hashed, capped at SIMHASH_MAX_CHARS. ``exact`` mode never comes here: the
+        digest alone decides.
+        """
+        if visit.digest is not None and visit.digest == old_digest and old_simhash is not None:
+            visit.simhash = old_simhash  # same bytes, same text
+            self._count("recrawl/simhash_reused")
+            return
+        text = visit.text
+        if text is None and visit.text_source is not None:
+            text = visit.text_source()
+        visit.text_source = None  # the response it holds can be freed
+        if text is not None:
+            visit.simhash = simhash(text[:SIMHASH_MAX_CHARS])
+            self._count("recrawl/simhash_computed")
 
     def not_modified(self, fp: int, url: str, visit: Visit) -> PageRecord:
         """A 304: a visit that saw no change; the body it saved is counted."""

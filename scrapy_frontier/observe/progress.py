@@ -88,7 +88,12 @@ class ProgressReporter:
 
     def start(self) -> None:
         self._last = (self._clock(), self._census().fetched)
-        self._schedule()
+        try:
+            self._schedule()
+        except RuntimeError:
+            # No reactor or event loop (a scheduler driven by hand, as in the
+            # scheduler-cost benchmark): nothing could tick, so no progress line.
+            logger.debug("no reactor running: no progress line")
 
     def stop(self) -> None:
         """Cancel the timer and log the last line (the crawl's final numbers)."""

@@ -19,6 +19,7 @@ from scrapy import Request, signals
 from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.misc import build_from_crawler, load_object
 
+from scrapy_frontier.core.fetch_time import FetchTimeEstimator
 from scrapy_frontier.core.prioritizer import PriorityMapper
 from scrapy_frontier.core.recrawl_priority import HostRules
 from scrapy_frontier.dupefilter import FrontierDupeFilter
@@ -32,6 +33,7 @@ from scrapy_frontier.fingerprint import Fingerprinter64, occurrence_key
 from scrapy_frontier.hostkey import HostlessURL, host_key
 from scrapy_frontier.meta import (
     BOOST_META,
+    FETCH_END_META,
     FETCH_START_META,
     FORCE_META,
     LEASE_META,
@@ -44,6 +46,7 @@ from scrapy_frontier.scheduler.engine import EngineAdapter
 from scrapy_frontier.scheduler.inflight import InFlight
 from scrapy_frontier.scheduler.recrawl import RecrawlHooks
 from scrapy_frontier.scheduler.site_rules import SiteRules
+from scrapy_frontier.scheduler.stalls import HOLD_SLACK, StallMeter
 from scrapy_frontier.scheduler.timer import Timer, call_later
 from scrapy_frontier.settings import FrontierConfig
 
@@ -95,6 +98,10 @@ class FrontierScheduler:
         self.inflight = InFlight(config.lease_timeout)
         self.rules = SiteRules(config, self.stats, clock)
         self.fp64 = Fingerprinter64(crawler.request_fingerprinter)
+        # Fetch times as the server saw them: the end where the bytes were read, less
+        # the loop's own stalls (see core.fetch_time).
+        self.stalls = StallMeter(clock)
+        self.fetch_times = FetchTimeEstimator()
         self.recrawl: RecrawlHooks | None = None
         self.spider: Spider | None = None
         context = DriverContext(
@@ -158,6 +165,11 @@ class FrontierScheduler:
         self._closed = False
         if self.engine.has_downloader_middleware(TIMING_MIDDLEWARE) is False:
             self._use_signals()
+        sig = self.crawler.signals
+        sig.connect(self._on_headers_received, signal=signals.headers_received)
+        sig.connect(self._on_bytes_received, signal=signals.bytes_received)
+        if self.config.stall_discount:
+            self.stalls.start()
         robots_parsed = getattr(signals, "robots_parsed", None)
         if robots_parsed is not None:
             self.crawler.signals.connect(self._on_robots_parsed, signal=robots_parsed)
@@ -172,7 +184,15 @@ class FrontierScheduler:
                 clock=self.clock, call_later=call_later, spider=spider.name)
             observer.start_metrics()  # first: a port it cannot serve stops before any state
             self.driver.open(spider)
-            if mode != "off":
+            if mode == "due" and not self.driver.persistent:
+                # Nothing would read this history: it dies with the process.
+                logger.info(
+                    "No page history is kept: FRONTIER_RECRAWL='due' recrawls across runs, "
+                    "and this frontier's state ends with the run (backend %r without JOBDIR "
+                    "or FRONTIER_PATH). Set JOBDIR or FRONTIER_PATH (SQLite) or use Redis to "
+                    "recrawl incrementally.", self.driver.name,
+                )
+            elif mode != "off":
                 self.recrawl = RecrawlHooks.with_store(self.config.recrawl,
                                                        self.driver.open_history())
         except FrontierError as exc:
@@ -191,6 +211,7 @@ class FrontierScheduler:
     def close(self, reason: str) -> Deferred[None] | None:
         self._closed = True
         self._cancel_timer()
+        self.stalls.stop()
         out, ended = self.inflight.take_all()
         # The engine has processed every response by now.
         for flight in ended:
@@ -242,18 +263,19 @@ class FrontierScheduler:
             # the fetch that held this lease is over whatever happened to it.
             ticket = meta.pop(LEASE_META, None)
             started = meta.pop(FETCH_START_META, None)
+            ended = meta.pop(FETCH_END_META, None)
             try:
                 host = host_key(request)
             except HostlessURL as exc:
                 self.stats.inc_value(f"frontier/rejected/{exc.reason}")
                 logger.warning("Dropped %s: %s", request, exc)
                 if ticket is not None:
-                    self._fetch_ended(ticket, started)
+                    self._fetch_ended(ticket, started, ended=ended)
                 return False
             queued = self._route(request, meta, host, ticket)
             if ticket is not None:
                 # After the push, so that the request this one became is stored first.
-                self._fetch_ended(ticket, started)
+                self._fetch_ended(ticket, started, ended=ended)
             return queued
         except StoreError as exc:
             # The request is in the store's pending writes: not lost, but the
@@ -462,8 +484,9 @@ class FrontierScheduler:
                 self.driver.record_visit(self.fp64(request), request.url, None)
             ticket = request.meta.get(LEASE_META)
             if ticket is not None:
-                self._fetch_ended(ticket, request.meta.get(FETCH_START_META), response,
-                                  exception)
+                meta = request.meta
+                self._fetch_ended(ticket, meta.get(FETCH_START_META), response, exception,
+                                  ended=meta.get(FETCH_END_META))
         except StoreError as exc:
             self._store_failed(exc)
 
@@ -473,6 +496,8 @@ class FrontierScheduler:
         started: float | None,
         response: Response | None = None,
         exception: BaseException | None = None,
+        *,
+        ended: float | None = None,
     ) -> None:
         if self._closed:
             return
@@ -482,7 +507,7 @@ class FrontierScheduler:
         now = self.clock()
         # No start stamp: the response never touched the network (a cache hit,
         # or an IgnoreRequest before the downloader).
-        duration = 0.0 if started is None or started > now else now - started
+        duration = 0.0 if started is None else self._fetch_seconds(host, started, ended, now)
         rest, failures = 0.0, 0
         if response is not None or exception is not None:
             rest, failures = self.rules.outcome_rest(host, response, exception)
@@ -495,8 +520,51 @@ class FrontierScheduler:
         if failures and self.rules.should_retire(failures):
             self._retire(host, failures, response, exception)
         if self._debug:
-            politeness_log.debug("host %r: fetch took %.4f s, rest at least %.3f s",
-                                 host, duration, rest)
+            politeness_log.debug(
+                "host %r: fetch took %.4f s, rest at least %.3f s (sent %.4f, read %s, "
+                "stalls %s)", host, duration, rest, started or 0.0, ended,
+                self.stalls.log.recent(started or 0.0, now),
+            )
+
+    def _fetch_seconds(self, host: str, started: float, ended: float | None,
+                       now: float) -> float:
+        """The fetch time the host rests by; the rest itself still counts from ``now``.
+
+        The end is when the answer's last bytes were read (Scrapy's signals), not
+        after the middlewares (a download handler that sends no signals: ``now``).
+        Time a stall the loop was seen in kept the answer unread is discounted, down
+        to 1.5 x the host's recent clean fetch times, never below (core.fetch_time)."""
+        end = ended if ended is not None and started <= ended <= now else now
+        measured = end - started
+        if measured <= 0.0:
+            return 0.0
+        if not self.config.stall_discount:
+            return measured
+        held = self.stalls.log.held(started, end, HOLD_SLACK)
+        return self.fetch_times.estimate(host, measured, held)
+
+    def _on_headers_received(self, headers: Any, body_length: Any, request: Request,
+                             spider: Spider) -> None:
+        meta = request.meta
+        if LEASE_META not in meta:
+            return
+        now = self.clock()
+        meta[FETCH_END_META] = now
+        # Scrapy's HTTP handler times from just before it writes the request
+        # ("download_latency", set as the headers arrive): a later, truer start than
+        # the middleware's, which the download slot's queue and the connection pool
+        # still lay ahead of. Used only if it is inside the middleware's interval.
+        latency = meta.get("download_latency")
+        started = meta.get(FETCH_START_META)
+        if isinstance(latency, float) and started is not None:
+            sent = now - latency
+            if started < sent <= now:
+                meta[FETCH_START_META] = sent
+
+    def _on_bytes_received(self, data: bytes, request: Request, spider: Spider) -> None:
+        meta = request.meta
+        if LEASE_META in meta:
+            meta[FETCH_END_META] = self.clock()
 
     def _retire(self, host: str, failures: int, response: Response | None,
                 exception: BaseException | None) -> None:
@@ -660,8 +728,10 @@ class FrontierScheduler:
         sig.connect(self._on_response_received, signal=signals.response_received)
 
     def _on_reached_downloader(self, request: Request, spider: Spider) -> None:
-        if LEASE_META in request.meta:
-            request.meta[FETCH_START_META] = self.clock()
+        meta = request.meta
+        if LEASE_META in meta:
+            meta[FETCH_START_META] = self.clock()
+            meta.pop(FETCH_END_META, None)
 
     def _on_left_downloader(self, request: Request, spider: Spider) -> None:
         self.fetch_finished(request)
@@ -724,6 +794,16 @@ class FrontierScheduler:
         if self._completed:
             set_value("frontier/completed", self._completed)
         set_value("frontier/queued", len(self.driver))
+        stalls, times = self.stalls.log, self.fetch_times
+        if stalls.count:
+            set_value("frontier/reactor/stalls_seen", stalls.count)
+            set_value("frontier/reactor/stalled_seconds", round(stalls.total, 3))
+        if self.stalls.congested:
+            set_value("frontier/reactor/stalls_congested", self.stalls.congested)
+        if times.stalled:
+            set_value("frontier/fetch/stalled", times.stalled)
+            set_value("frontier/fetch/discounted", times.discounted)
+            set_value("frontier/fetch/seconds_discounted", round(times.seconds_discounted, 3))
         self.driver.publish_stats(self.stats)
         if self.recrawl is not None:
             self.recrawl.publish_stats(self.stats)

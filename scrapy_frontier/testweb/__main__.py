@@ -82,8 +82,13 @@ def build_spec(args: argparse.Namespace) -> WebSpec:
         if args.pages is not None:
             common["pages"] = args.pages
         spec = wide_web(**common)
-    if args.docs:
-        spec = spec.with_hosts(doc_tree_hosts(max_hosts=args.docs_max))
+    if args.docs_root:
+        # Named trees: served whatever their size, in the order given.
+        spec = spec.with_hosts(doc_tree_hosts(max_hosts=len(args.docs_root), roots=args.docs_root,
+                                              max_pages=None, keep_order=True))
+    elif args.docs:
+        spec = spec.with_hosts(doc_tree_hosts(max_hosts=args.docs_max,
+                                              max_pages=args.docs_max_pages))
     return spec
 
 
@@ -248,6 +253,14 @@ def parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--docs", action="store_true", help="add hosts serving installed HTML docs")
     s.add_argument("--docs-max", type=int, default=2)
+    s.add_argument(
+        "--docs-max-pages", type=int, default=100, metavar="N",
+        help="--docs picks only trees of at most N pages (default 100: quick test crawls)",
+    )
+    s.add_argument(
+        "--docs-root", action="append", metavar="DIR",
+        help="serve this HTML tree as a host (repeatable; replaces the --docs search)",
+    )
     s.add_argument("--max-seconds", type=float, default=3600.0, help="exit after this long")
     s.add_argument(
         "--detached", action="store_true", help="keep serving if the parent process exits"

@@ -155,3 +155,83 @@ def audit(
         hosts=len(by_host),
         errors=sum(1 for e in used if e.status >= 400),
     )
+
+
+@dataclass
+class RestReport:
+    """How the rests a crawl gave compare with what the server's own fetch times required."""
+
+    #: Consecutive requests to one host (each gap between them is a rest).
+    rests: int
+    #: Rests longer than ``ratio`` x the required rest plus the crawler's own pauses within.
+    inflated: int
+    #: Host-seconds the inflated rests waited beyond that bound.
+    wasted: float
+    #: Median of gap / required rest, over rests with a required rest > 0.
+    median_ratio: float
+    #: The largest excess of a rest over its bound (seconds; <= 0 when none is inflated).
+    worst_excess: float = -math.inf
+
+    @property
+    def inflated_share(self) -> float:
+        return self.inflated / self.rests if self.rests else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        d: dict[str, object] = asdict(self)
+        d["inflated_share"] = self.inflated_share
+        return d
+
+
+def _overlap(spans: Sequence[tuple[float, float]], start: float, end: float) -> float:
+    total = 0.0
+    for a, b in spans:
+        lo, hi = max(a, start), min(b, end)
+        if hi > lo:
+            total += hi - lo
+    return total
+
+
+def rest_report(
+    entries: Sequence[LogEntry],
+    *,
+    factor: float = 10.0,
+    min_delay: float = 0.0,
+    max_delay: float = 60.0,
+    pauses: Sequence[tuple[float, float]] = (),
+    ratio: float = 2.0,
+    include_robots: bool = False,
+) -> RestReport:
+    """Count rests inflated beyond ``ratio`` x what the server's time required, plus pauses.
+
+    The required rest after a request is ``clamp(factor x server duration)``; the crawler's
+    own pauses (``pauses``: (start, end) intervals on the same monotonic clock, e.g. a
+    callback that blocked) that fall inside a gap are allowed on top: nothing can be sent
+    while the crawler is blocked.
+    """
+    policy = DelayPolicy(factor=factor, min_delay=min_delay, max_delay=max_delay)
+    spans = sorted(pauses)
+    by_host: dict[str, list[LogEntry]] = defaultdict(list)
+    for e in entries:
+        if include_robots or e.path != ROBOTS_PATH:
+            by_host[e.host].append(e)
+    rests = inflated = 0
+    wasted = 0.0
+    worst = -math.inf
+    ratios: list[float] = []
+    for host_entries in by_host.values():
+        host_entries.sort(key=lambda e: (e.start, e.end))
+        for prev, nxt in zip(host_entries, host_entries[1:], strict=False):
+            rests += 1
+            required = policy.delay(prev.duration)
+            gap = nxt.start - prev.end
+            if required > 0:
+                ratios.append(gap / required)
+            bound = ratio * required + _overlap(spans, prev.end, nxt.start)
+            worst = max(worst, gap - bound)
+            if gap > bound:
+                inflated += 1
+                wasted += gap - bound
+    ratios.sort()
+    median = ratios[len(ratios) // 2] if ratios else math.nan
+    return RestReport(rests=rests, inflated=inflated, wasted=wasted, median_ratio=median,
+                      worst_excess=worst)

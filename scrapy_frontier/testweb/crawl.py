@@ -54,6 +54,9 @@ def run_crawl(
     kill_after: float | None = None,
     cwd: Path | None = None,
     file_size_limit: int | None = None,
+    pause_every: int = 0,
+    pause_seconds: float = 0.0,
+    pause_log: Path | None = None,
 ) -> CrawlResult:
     """Crawl ``start_urls`` in a fresh process; follow every link found.
 
@@ -64,6 +67,9 @@ def run_crawl(
     ``kill_after`` SIGKILLs the crawl after that many seconds (crash tests).
     ``file_size_limit`` makes every write past that many bytes in one file fail, as on a
     full disk (fault tests).
+    ``pause_every`` N > 0 makes the callback block the reactor for ``pause_seconds`` on every
+    N-th page (heavy parsing, a synchronous pipeline); each pause's (start, end) on the
+    monotonic clock is appended to ``pause_log`` as a JSON line.
     """
     tmp = Path(workdir or tempfile.mkdtemp(prefix="frontier-crawl-"))
     tmp.mkdir(parents=True, exist_ok=True)
@@ -76,6 +82,9 @@ def run_crawl(
                 "allowed_domains": list(allowed_domains),
                 "settings": {**BASE_SETTINGS, **settings},
                 "file_size_limit": file_size_limit,
+                "pause_every": pause_every,
+                "pause_seconds": pause_seconds,
+                "pause_log": None if pause_log is None else str(pause_log),
             }
         )
     )
@@ -114,6 +123,20 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
         resource.setrlimit(resource.RLIMIT_FSIZE, (int(limit), int(limit)))
     # Doc-tree hosts link to the real web: stay on loopback.
     domains: list[str] = spec.get("allowed_domains") or []
+    pause_every = int(spec.get("pause_every") or 0)
+    pause_seconds = float(spec.get("pause_seconds") or 0.0)
+    pause_log = spec.get("pause_log")
+    parsed = [0]
+
+    def maybe_pause() -> None:
+        parsed[0] += 1
+        if pause_every <= 0 or parsed[0] % pause_every:
+            return
+        started = time.monotonic()
+        time.sleep(pause_seconds)  # blocks the reactor on purpose
+        if pause_log:
+            with open(pause_log, "a", encoding="utf-8") as f:
+                f.write(json.dumps([started, time.monotonic()]) + "\n")
 
     class TestWebSpider(scrapy.Spider):
         name = "testweb"
@@ -130,10 +153,15 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
                 yield scrapy.Request(url)
 
         def parse(self, response: Any) -> Any:
+            maybe_pause()
             if not hasattr(response, "css"):
                 return
             for href in response.css("a::attr(href)").getall():
-                yield response.follow(href, callback=self.parse)
+                # Real documentation links mailto: and javascript: too: Request refuses
+                # those, and the error would lose the rest of the page's links.
+                url = response.urljoin(href)
+                if url.startswith(("http://", "https://")):
+                    yield scrapy.Request(url, callback=self.parse)
 
     spider_cls: Any = TestWebSpider
     redis_key = spec.get("redis_key")

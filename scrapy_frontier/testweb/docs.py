@@ -99,13 +99,17 @@ def doc_tree_hosts(
     latency: float = 0.01,
     time_budget: float = 2.0,
     roots: list[str] | None = None,
+    max_pages: int | None = None,
+    keep_order: bool = False,
 ) -> list[HostSpec]:
     """Up to ``max_hosts`` documentation trees installed here, as hosts; [] when there are none.
 
     Picks the trees with the most HTML files (ties by path, so the choice is stable on one
     machine). Packages often ship the same tree twice (e.g. -dev and runtime packages), so trees
     whose file listings match are counted once. The search stops after ``time_budget`` seconds.
-    ``roots`` replaces the built-in search locations (useful in tests).
+    ``roots`` replaces the built-in search locations (useful in tests, and to name the trees a
+    benchmark serves; ``keep_order`` then keeps their order instead of sorting by size).
+    ``max_pages`` leaves out trees with more HTML files (None: no limit).
     """
     if max_hosts <= 0:
         return []
@@ -120,9 +124,12 @@ def doc_tree_hosts(
         count, names = _count_html(root, deadline)
         if count < MIN_HTML_FILES or (count, names) in signatures:
             continue
+        if max_pages is not None and count > max_pages:
+            continue
         signatures.add((count, names))
         found.append((count, root))
-    found.sort(key=lambda item: (-item[0], item[1]))
+    if not keep_order:
+        found.sort(key=lambda item: (-item[0], item[1]))
     chosen: list[tuple[int, str]] = []
     for count, root in found:
         if len(chosen) >= max_hosts:

@@ -166,11 +166,8 @@ class LocalDriver:
             logger.info("Page history: %s (%d pages), recrawl mode %r", path, len(store),
                         settings.mode)
             return store
-        if settings.mode == "due":
-            logger.info(
-                "FRONTIER_RECRAWL='due' keeps the page history in memory for this run only; "
-                "set JOBDIR or FRONTIER_PATH to recrawl incrementally across runs"
-            )
+        # Continuous mode without JOBDIR: the history lives as long as the crawl
+        # (the scheduler keeps none in "due" mode without state).
         return MemoryHistoryStore()
 
     def attach_recrawler(self, recrawler: Recrawler) -> None:
