@@ -152,9 +152,7 @@ class FrontierScheduler:
         self._closed = False
         if self.engine.has_downloader_middleware(TIMING_MIDDLEWARE) is False:
             self._use_signals()
-        robots_parsed = getattr(signals, "robots_parsed", None)
-        if robots_parsed is not None:
-            self.crawler.signals.connect(self._on_robots_parsed, signal=robots_parsed)
+        self.engine.on_robots_parsed(self._on_robots_parsed)
         self.stats.set_value("frontier/backend", self.driver.name)
         self.stats.set_value("frontier/back_queues/floor", self.config.back_queues)
         self.stats.set_value("frontier/back_queues/max", self.config.back_queues_max)
@@ -504,7 +502,7 @@ class FrontierScheduler:
 
     # -- robots.txt ------------------------------------------------------------------------
 
-    def _on_robots_parsed(self, robotparser: Any, request: Request, **kwargs: Any) -> None:
+    def _on_robots_parsed(self, robotparser: Any, request: Request) -> None:
         try:
             host = host_key(request)
         except HostlessURL:
