@@ -126,25 +126,23 @@ class EngineAdapter:
         except Exception:  # noqa: BLE001 -- a Mock or a foreign engine
             logger.debug("engine: closing the spider (%r) failed", reason, exc_info=True)
 
-    def on_robots_parsed(self, handler: RobotsHandler) -> str:
+    def on_robots_parsed(self, handler: RobotsHandler) -> None:
         """Call ``handler(robotparser, request)`` for each robots.txt parsed in this crawl.
 
         The parser answers ``crawl_delay(agent)``, and ``rp.request_rate(agent)``
-        when it is Protego's. Returns where the parsers come from: ``"signal"``
-        (Scrapy's ``robots_parsed``) or ``"responses"`` (robots.txt responses,
-        parsed here, on a Scrapy without that signal).
+        when it is Protego's. It comes from Scrapy's ``robots_parsed`` signal, or
+        on a Scrapy without it, from the robots.txt responses, parsed here.
         """
         self._robots_handler = handler
         robots_parsed = getattr(signals, "robots_parsed", None)
-        # Strong references: the signal dispatcher holds receivers weakly, and this
+        # Bound methods: the signal dispatcher holds receivers weakly, and this
         # adapter lives as long as its scheduler.
         if robots_parsed is not None:
             self.crawler.signals.connect(self._robots_signal, signal=robots_parsed)
-            return "signal"
-        if not self.crawler.settings.getbool("ROBOTSTXT_OBEY"):
-            return "responses"  # no robots.txt middleware: nothing is fetched
-        self.crawler.signals.connect(self._robots_response, signal=signals.response_received)
-        return "responses"
+        elif self.crawler.settings.getbool("ROBOTSTXT_OBEY"):  # else nothing is fetched
+            self._fallback("signals.robots_parsed", "missing: reading robots.txt responses")
+            self.crawler.signals.connect(self._robots_response,
+                                         signal=signals.response_received)
 
     def _robots_signal(self, robotparser: Any, request: Request, **kwargs: Any) -> None:
         if self._robots_handler is not None:
