@@ -28,12 +28,13 @@ directly, exactly as ``__init__`` would have.
 
 Both halves of the compact form read and write ``Request``'s private slots, a
 layout Scrapy has had since 2.15 (before, ``Request`` has no ``__slots__`` and
-keeps ``headers``, ``cookies`` and ``flags`` as plain attributes). So the first
-codec probes this Scrapy's ``Request`` (see :func:`compact_layout`): its slots
-must be exactly the ones named here, and a probe request with every attribute
-set must come back identical from the compact form. If not, plain requests are
-written in the full form (``Request.to_dict``) for the whole process, and
-compact rows a newer Scrapy wrote are still read, through ``Request(...)``. A
+keeps ``headers``, ``cookies`` and ``flags`` as plain attributes). So each
+codec, when it is made, probes this Scrapy's ``Request`` (see
+:func:`compact_layout`): its slots must be exactly the ones named here, and a
+bare and a fully set probe request must come back identical from the compact
+form. If not, that codec writes plain requests in the full form
+(``Request.to_dict``), and still reads compact rows a newer Scrapy wrote,
+through ``Request(...)``. A
 second check compares the filled request with ``Request(...)`` slot by slot; if
 any value differs, the decoder uses ``Request(...)`` for every compact row.
 """
