@@ -24,10 +24,19 @@ through ``w3lib.url.safe_url_string`` again -- most of the cost of a dequeue.
 A stored URL is already the output of that function; when it is also *plain*
 (:data:`scrapy_frontier.hostkey.PLAIN_URL`: only characters and a shape that
 function leaves unchanged) the compact decoder fills the request's slots
-directly, exactly as ``__init__`` would have. At start-up a probe request with
-every attribute set is rebuilt both ways and compared slot by slot; if this
-Scrapy's ``Request`` has slots the decoder does not know, or any value
-differs, the decoder falls back to ``Request(...)`` for the whole crawl.
+directly, exactly as ``__init__`` would have.
+
+Both halves of the compact form read and write ``Request``'s private slots, a
+layout Scrapy has had since 2.15 (before, ``Request`` has no ``__slots__`` and
+keeps ``headers``, ``cookies`` and ``flags`` as plain attributes). So each
+codec, when it is made, probes this Scrapy's ``Request`` (see
+:func:`compact_layout`): its slots must be exactly the ones named here, and a
+bare and a fully set probe request must come back identical from the compact
+form. If not, that codec writes plain requests in the full form
+(``Request.to_dict``), and still reads compact rows a newer Scrapy wrote,
+through ``Request(...)``. A
+second check compares the filled request with ``Request(...)`` slot by slot; if
+any value differs, the decoder uses ``Request(...)`` for every compact row.
 """
 
 from __future__ import annotations
@@ -87,8 +96,14 @@ _KNOWN_SLOTS = frozenset(
 )
 
 
-def request_codec(spider: Any) -> Codec[Any]:
-    """The codec of queued requests; callbacks must be methods of ``spider``."""
+def request_codec(spider: Any, *, compact: bool = True) -> Codec[Any]:
+    """The codec of queued requests; callbacks must be methods of ``spider``.
+
+    Plain requests are written in the compact form if this Scrapy's ``Request``
+    passes :func:`compact_layout`. ``compact=False`` writes every request in
+    the full form, as on a Scrapy that fails it (tests run that path on any
+    Scrapy with it).
+    """
     names: dict[Any, str] = {}  # callback function -> spider method name
 
     def method_name(func: Any) -> str | None:
@@ -112,27 +127,30 @@ def request_codec(spider: Any) -> Codec[Any]:
         except Exception as exc:  # ValueError for lambdas, PicklingError and others for meta
             raise Unserializable(f"{request}: {exc}") from exc
 
-    def encode(request: Any) -> bytes:
+    def compact_fields(request: Any) -> tuple[Any, ...]:
+        """The compact form's fields, read from the slots (no lazy default is built)."""
+        headers = request._headers
+        return (
+            request._url,
+            method_name(request.callback),
+            method_name(request.errback),
+            request.method,
+            dict(headers) if headers else None,
+            request._body,
+            request._cookies or None,
+            request._meta or None,
+            request._encoding,
+            request.priority,
+            request.dont_filter,
+            request._flags or None,
+            request._cb_kwargs or None,
+        )
+
+    def encode_compact(request: Any) -> bytes:
         if type(request) is not Request:
             return encode_full(request)
         try:
-            headers = request._headers
-            fields = (
-                request._url,
-                method_name(request.callback),
-                method_name(request.errback),
-                request.method,
-                dict(headers) if headers else None,
-                request._body,
-                request._cookies or None,
-                request._meta or None,
-                request._encoding,
-                request.priority,
-                request.dont_filter,
-                request._flags or None,
-                request._cb_kwargs or None,
-            )
-            return _COMPACT_TAG + pickle.dumps(fields, protocol=_PROTOCOL)
+            return _COMPACT_TAG + pickle.dumps(compact_fields(request), protocol=_PROTOCOL)
         except Exception as exc:
             raise Unserializable(f"{request}: {exc}") from exc
 
@@ -153,6 +171,7 @@ def request_codec(spider: Any) -> Codec[Any]:
         return request_from_dict(d, spider=spider)
 
     def construct(fields: tuple[Any, ...]) -> Request:
+        """A compact row through ``Request(...)``: right on every Scrapy."""
         (url, cb, eb, method, headers, body, cookies, meta, encoding, priority, dont_filter,
          flags, cb_kwargs) = fields
         return Request(
@@ -184,7 +203,9 @@ def request_codec(spider: Any) -> Codec[Any]:
         request._flags = flags
         return request
 
-    fast = _fill_matches_init(fill, construct, encode)
+    compact = compact and compact_layout(compact_fields, construct)
+    fast = compact and _fill_matches_init(fill, construct, compact_fields)
+    encode = encode_compact if compact else encode_full
 
     def decode_compact(data: bytes) -> Request:
         fields = pickle.loads(memoryview(data)[1:])
@@ -241,22 +262,18 @@ def saved_url(data: bytes) -> str | None:
     return None
 
 
-def _fill_matches_init(
-    fill: Callable[[tuple[Any, ...]], Request],
-    construct: Callable[[tuple[Any, ...]], Request],
-    encode: Callable[[Any], bytes],
-) -> bool:
-    """True if ``fill`` builds the same request as ``Request(...)`` on this Scrapy."""
-    slots = {
+def _request_slots() -> set[str]:
+    return {
         name
         for cls in Request.__mro__
-        for name in getattr(cls, "__slots__", ())
+        for name in cls.__dict__.get("__slots__", ())
         if name != "__weakref__"
     }
-    if slots != _KNOWN_SLOTS:
-        logger.debug("Request slots %s: rebuilding queued requests with Request()", slots)
-        return False
-    probe = Request(
+
+
+def _probe_request() -> Request:
+    """A request with every attribute set away from its default."""
+    return Request(
         "http://probe.example/a/b",
         method="POST",
         headers={"X-A": ["1", "2"], "Accept": "text/html"},
@@ -269,8 +286,38 @@ def _fill_matches_init(
         flags=["f"],
         cb_kwargs={"x": 1},
     )
+
+
+def compact_layout(
+    fields_of: Callable[[Any], tuple[Any, ...]],
+    construct: Callable[[tuple[Any, ...]], Request],
+) -> bool:
+    """True if this Scrapy's ``Request`` has the slots the compact form reads, and
+    a bare and a fully set probe come back from it exactly as ``to_dict`` has them."""
+    slots = _request_slots()
+    if slots != _KNOWN_SLOTS:
+        logger.debug("Request slots %s: saving requests with Request.to_dict", sorted(slots))
+        return False
     try:
-        fields = pickle.loads(encode(probe)[1:])
+        for probe in (Request("http://probe.example/"), _probe_request()):
+            if construct(fields_of(probe)).to_dict() != probe.to_dict():
+                logger.debug("Request layout check: %r differs; saving with to_dict", probe)
+                return False
+    except Exception:  # noqa: BLE001 -- any surprise means: use to_dict
+        logger.debug("Request layout check failed: saving with to_dict", exc_info=True)
+        return False
+    return True
+
+
+def _fill_matches_init(
+    fill: Callable[[tuple[Any, ...]], Request],
+    construct: Callable[[tuple[Any, ...]], Request],
+    fields_of: Callable[[Any], tuple[Any, ...]],
+) -> bool:
+    """True if ``fill`` builds the same request as ``Request(...)`` on this Scrapy."""
+    slots = _request_slots()
+    try:
+        fields = fields_of(_probe_request())
         filled, built = fill(fields), construct(fields)
         for name in sorted(slots):
             a, b = getattr(filled, name), getattr(built, name)

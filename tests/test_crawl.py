@@ -40,6 +40,7 @@ def crawl_web(
     return result, report, web
 
 
+@pytest.mark.slow  # about 3 minutes: it crawls the documentation trees found here too
 def test_addon_crawl_is_polite_complete_and_without_duplicates(tmp_path: Path) -> None:
     # --docs adds up to two hosts serving real HTML documentation trees found on
     # this machine (none on a bare one): audited for politeness, not coverage.

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scrapy.settings import default_settings
 
 from scrapy_frontier.scheduler.resolve import HostResolver, ip_literal
 from scrapy_frontier.settings import FrontierConfig
@@ -23,6 +24,10 @@ from scrapy_frontier.testweb.log import LogEntry
 NAMES_A = ["a1.test", "a2.test", "a3.test"]
 NAMES_B = ["b1.test"]
 RESOLVER = "scrapy_frontier.testweb.resolver.AliasResolver"
+#: The resolver setting this Scrapy reads: TWISTED_DNS_RESOLVER from 2.15, DNS_RESOLVER before
+#: (later Scrapy still read it, with a deprecation warning).
+RESOLVER_SETTING = ("TWISTED_DNS_RESOLVER" if hasattr(default_settings, "TWISTED_DNS_RESOLVER")
+                    else "DNS_RESOLVER")
 
 
 def test_ip_literal() -> None:
@@ -64,7 +69,7 @@ def _crawl(tmp_path: Path, ip_politeness: bool) -> tuple[Any, list[LogEntry], Se
             "ADDONS": FRONTIER_ADDON,
             "FRONTIER_MIN_DELAY": 0.0,
             "FRONTIER_IP_POLITENESS": ip_politeness,
-            "TWISTED_DNS_RESOLVER": RESOLVER,
+            RESOLVER_SETTING: RESOLVER,
             "TESTWEB_HOST_ADDRESSES": aliases,
         }
         result = run_crawl(starts, settings, allowed_domains=NAMES_A + NAMES_B,

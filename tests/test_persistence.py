@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from scrapy import Request
@@ -172,16 +173,26 @@ def test_state_of_another_spider_is_refused(tmp_path: Path) -> None:
         make_scheduler(job(tmp_path))
 
 
+@pytest.mark.parametrize("engine_api", ["close_spider_async", "close_spider"])
 def test_write_failure_stops_the_crawl_and_loses_nothing(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, engine_api: str
 ) -> None:
+    """Stopped through Scrapy's engine, as Scrapy >= 2.14 has it or as Scrapy 2.13 does."""
     sched, _, crawler = make_scheduler(job(tmp_path))
     closed: list[str] = []
 
     async def close_spider_async(*, reason: str) -> None:
         closed.append(reason)
 
-    crawler.engine.close_spider_async = close_spider_async
+    def close_spider(spider: Any, reason: str = "cancelled") -> None:
+        assert spider is crawler.spider
+        closed.append(reason)
+
+    if engine_api == "close_spider_async":
+        crawler.engine.close_spider_async = close_spider_async
+    else:
+        crawler.engine.spider = crawler.spider
+        crawler.engine.close_spider = close_spider
     store = sched.driver.store
     store._db.execute("PRAGMA query_only = ON")  # every write now fails, like a full disk
     with caplog.at_level(logging.ERROR, logger="scrapy_frontier"):

@@ -23,6 +23,7 @@ from scrapy_frontier.core import DelayPolicy, FakeClock, Frontier
 from scrapy_frontier.core.site_rules import parse_retry_after, robots_delay
 from scrapy_frontier.errors import FrontierConfigError
 from scrapy_frontier.meta import FETCH_START_META
+from scrapy_frontier.scheduler.engine import ProtegoDelays, robots_view
 from scrapy_frontier.settings import FrontierConfig
 from scrapy_frontier.testweb import ServerProcess, audit, read_log
 from scrapy_frontier.testweb.crawl import FRONTIER_ADDON, run_crawl
@@ -268,20 +269,52 @@ class _Parser:
         return self.delay
 
 
-def test_crawl_delay_from_robots_parsed_signal(caplog: pytest.LogCaptureFixture) -> None:
-    settings = {"FRONTIER_MAX_CRAWL_DELAY": 10, "USER_AGENT": "ua-x"}
-    sched, clock, crawler = make_scheduler(settings)
+ROBOTS_BODIES = {
+    2.0: b"User-agent: *\nCrawl-delay: 2\n",
+    60.0: b"User-agent: ua-x\nCrawl-delay: 60\n\nUser-agent: *\nDisallow:\n",
+    None: b"User-agent: *\nDisallow: /private\n",
+}
+
+
+@pytest.fixture(params=["signal", "responses"])
+def robots_source(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Where the scheduler learns of parsed robots.txt files, whatever this Scrapy has:
+    Scrapy's robots_parsed signal (>= 2.18), or the robots.txt responses (before)."""
     from scrapy import signals
 
+    if request.param == "signal" and not hasattr(signals, "robots_parsed"):
+        monkeypatch.setattr(signals, "robots_parsed", object(), raising=False)
+    if request.param == "responses":
+        monkeypatch.delattr(signals, "robots_parsed", raising=False)
+    return str(request.param)
+
+
+def _announce_robots(crawler: Any, source: str, host: str, delay: float | None) -> _Parser | None:
+    """Tell the crawl that ``host``'s robots.txt was parsed, as this source does."""
+    from scrapy import signals
+    from scrapy.http import TextResponse
+
+    url = f"http://{host}/robots.txt"
     send = crawler.signals.send_catch_log
-    plain = _Parser(2.0)
-    send(signals.robots_parsed, robotparser=plain,
-         request=Request("http://slow.example/robots.txt"))
-    send(signals.robots_parsed, robotparser=_Parser(60.0),
-         request=Request("http://slower.example/robots.txt"))
-    send(signals.robots_parsed, robotparser=_Parser(None),
-         request=Request("http://free.example/robots.txt"))
-    assert plain.asked == ["ua-x"]
+    if source == "signal":
+        parser = _Parser(delay)
+        send(signals.robots_parsed, robotparser=parser, request=Request(f"http://{host}/page"))
+        return parser
+    robots = Request(url, meta={"dont_obey_robotstxt": True})
+    send(signals.response_received, request=robots, spider=crawler.spider,
+         response=TextResponse(url, body=ROBOTS_BODIES[delay], request=robots))
+    return None
+
+
+def test_crawl_delay_from_parsed_robots_txt(caplog: pytest.LogCaptureFixture,
+                                            robots_source: str) -> None:
+    settings = {"FRONTIER_MAX_CRAWL_DELAY": 10, "USER_AGENT": "ua-x", "ROBOTSTXT_OBEY": True}
+    sched, clock, crawler = make_scheduler(settings)
+    plain = _announce_robots(crawler, robots_source, "slow.example", 2.0)
+    _announce_robots(crawler, robots_source, "slower.example", 60.0)
+    _announce_robots(crawler, robots_source, "free.example", None)
+    if plain is not None:
+        assert plain.asked == ["ua-x"]
     assert sched.driver.frontier.min_rest("slow.example") == 2.0
     assert sched.driver.frontier.min_rest("slower.example") == 10.0  # capped, not skipped
     assert sched.driver.frontier.min_rest("free.example") == 0.0
@@ -293,6 +326,39 @@ def test_crawl_delay_from_robots_parsed_signal(caplog: pytest.LogCaptureFixture)
         sched.enqueue_request(Request(f"http://slow.example/{i}"))
     _respond(sched, clock, 200)
     assert sched.driver.frontier.next_contact("slow.example") == pytest.approx(clock.now + 2.0)
+
+
+def test_only_the_robots_txt_middleware_fetches_are_read(robots_source: str) -> None:
+    """Without the robots_parsed signal: a page named robots.txt that the spider asked
+    for itself, or any robots.txt when ROBOTSTXT_OBEY is off, sets no Crawl-delay."""
+    from scrapy import signals
+    from scrapy.http import TextResponse
+
+    for obey, meta in ((True, {}), (False, {"dont_obey_robotstxt": True})):
+        sched, _, crawler = make_scheduler({"ROBOTSTXT_OBEY": obey})
+        url = "http://own.example/robots.txt"
+        request = Request(url, meta=meta)
+        crawler.signals.send_catch_log(
+            signals.response_received, request=request, spider=crawler.spider,
+            response=TextResponse(url, body=ROBOTS_BODIES[2.0], request=request))
+        assert sched.driver.frontier.min_rest("own.example") == 0.0
+
+
+def test_a_robot_parser_without_crawl_delay_is_read_through_protego(robots_source: str) -> None:
+    """Scrapy < 2.18: ProtegoRobotParser has no crawl_delay(), only its Protego parse."""
+    from types import SimpleNamespace
+
+    from protego import Protego
+    from scrapy import signals
+
+    sched, _, crawler = make_scheduler({"ROBOTSTXT_OBEY": True})
+    if robots_source == "signal":
+        old_style = SimpleNamespace(rp=Protego.parse("User-agent: *\nRequest-rate: 1/4\n"))
+        crawler.signals.send_catch_log(signals.robots_parsed, robotparser=old_style,
+                                       request=Request("http://rate.example/"))
+        assert sched.driver.frontier.min_rest("rate.example") == 4.0
+    assert robots_delay(robots_view(SimpleNamespace(rp=Protego.parse(
+        "User-agent: *\nCrawl-delay: 1.5\n"))), "b") == 1.5
 
 
 def test_robots_txt_fetch_counts_as_a_contact() -> None:
@@ -325,14 +391,20 @@ def test_robots_txt_fetch_counts_as_a_contact() -> None:
     assert crawler.stats.get_value("frontier/robots/fetches") == 1
 
 
-def test_robots_delay_reads_protego_request_rate() -> None:
+@pytest.mark.parametrize("parse", ["scrapy", "frontier"])
+def test_robots_delay_reads_protego_request_rate(parse: str) -> None:
+    """Through Scrapy's ProtegoRobotParser (as the signal hands it), or parsed here."""
     from scrapy.robotstxt import ProtegoRobotParser
 
-    body = b"User-agent: *\nCrawl-delay: 2\nRequest-rate: 1/5\n"
-    parser = ProtegoRobotParser(body, None)
-    assert robots_delay(parser, "bot") == 5.0
-    assert robots_delay(ProtegoRobotParser(b"User-agent: *\nCrawl-delay: 3\n", None), "b") == 3.0
-    assert robots_delay(ProtegoRobotParser(b"User-agent: *\nDisallow:\n", None), "b") is None
+    def parser(body: bytes) -> Any:
+        if parse == "frontier":
+            return ProtegoDelays.parse(body)
+        return robots_view(ProtegoRobotParser(body, None))
+
+    assert robots_delay(parser(b"User-agent: *\nCrawl-delay: 2\nRequest-rate: 1/5\n"),
+                        "bot") == 5.0
+    assert robots_delay(parser(b"User-agent: *\nCrawl-delay: 3\n"), "b") == 3.0
+    assert robots_delay(parser(b"User-agent: *\nDisallow:\n"), "b") is None
 
 
 @pytest.mark.parametrize(

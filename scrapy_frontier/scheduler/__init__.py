@@ -170,9 +170,7 @@ class FrontierScheduler:
         sig.connect(self._on_bytes_received, signal=signals.bytes_received)
         if self.config.stall_discount:
             self.stalls.start()
-        robots_parsed = getattr(signals, "robots_parsed", None)
-        if robots_parsed is not None:
-            self.crawler.signals.connect(self._on_robots_parsed, signal=robots_parsed)
+        self.engine.on_robots_parsed(self._on_robots_parsed)
         self.stats.set_value("frontier/backend", self.driver.name)
         self.stats.set_value("frontier/back_queues/floor", self.config.back_queues)
         self.stats.set_value("frontier/back_queues/max", self.config.back_queues_max)
@@ -595,7 +593,7 @@ class FrontierScheduler:
 
     # -- robots.txt ------------------------------------------------------------------------
 
-    def _on_robots_parsed(self, robotparser: Any, request: Request, **kwargs: Any) -> None:
+    def _on_robots_parsed(self, robotparser: Any, request: Request) -> None:
         try:
             host = host_key(request)
         except HostlessURL:

@@ -8,17 +8,33 @@ adapter reads it defensively: when the attribute is missing or is not what
 Scrapy's real engine has (a ``Mock`` engine, as in Scrapy's own tests, or a
 future Scrapy), it falls back to behaviour that is still correct but less
 precise, logs that once at debug level, and never raises.
+
+It is also the one place that tells Scrapy versions apart, by feature, never by
+version number. Across the supported range (docs/quickstart.rst, "Supported versions"):
+
+* ``engine.close_spider_async(reason=...)`` (Scrapy >= 2.14), else
+  ``engine.close_spider(spider, reason)``;
+* ``engine.scheduler`` (2.19), else ``engine._slot.scheduler``;
+* the ``robots_parsed`` signal and ``RobotParser.crawl_delay`` (2.18), else each
+  robots.txt response the robots.txt middleware fetched (``response_received``
+  fires before that middleware parses it), read with Protego.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+#: What the scheduler is told of a parsed robots.txt: (robot parser, request of that site).
+RobotsHandler = Callable[[Any, "Request"], None]
 
 logger = logging.getLogger("scrapy_frontier.engine")
 
@@ -56,6 +72,7 @@ class EngineAdapter:
         self._noted: set[str] = set()
         self._slot_seen: object = _UNSET
         self._inprogress: Collection[Request] | None = None
+        self._robots_handler: RobotsHandler | None = None
 
     def _fallback(self, what: str, why: str) -> None:
         if what not in self._noted:
@@ -95,15 +112,54 @@ class EngineAdapter:
         """Ask the engine to close the spider (the crawl's finish reason is ``reason``)."""
         engine = running_engine(self.crawler)
         close = getattr(engine, "close_spider_async", None)
-        if close is None or not callable(close):
-            self._fallback("engine.close_spider_async", "missing")
-            return
-        from scrapy.utils.defer import deferred_from_coro
-
+        legacy = getattr(engine, "close_spider", None)  # Scrapy < 2.14
+        spider = getattr(engine, "spider", None)
         try:
-            deferred_from_coro(close(reason=reason))
+            if callable(close):
+                from scrapy.utils.defer import deferred_from_coro
+
+                deferred_from_coro(close(reason=reason))
+            elif callable(legacy) and spider is not None:
+                legacy(spider, reason)
+            else:
+                self._fallback("engine.close_spider_async", "missing")
         except Exception:  # noqa: BLE001 -- a Mock or a foreign engine
-            logger.debug("engine.close_spider_async(%r) failed", reason, exc_info=True)
+            logger.debug("engine: closing the spider (%r) failed", reason, exc_info=True)
+
+    def on_robots_parsed(self, handler: RobotsHandler) -> None:
+        """Call ``handler(robotparser, request)`` for each robots.txt parsed in this crawl.
+
+        The parser answers ``crawl_delay(agent)``, and ``rp.request_rate(agent)``
+        when it is Protego's. It comes from Scrapy's ``robots_parsed`` signal, or
+        on a Scrapy without it, from the robots.txt responses, parsed here.
+        """
+        self._robots_handler = handler
+        robots_parsed = getattr(signals, "robots_parsed", None)
+        # Bound methods: the signal dispatcher holds receivers weakly, and this
+        # adapter lives as long as its scheduler.
+        if robots_parsed is not None:
+            self.crawler.signals.connect(self._robots_signal, signal=robots_parsed)
+        elif self.crawler.settings.getbool("ROBOTSTXT_OBEY"):  # else nothing is fetched
+            self._fallback("signals.robots_parsed", "missing: reading robots.txt responses")
+            self.crawler.signals.connect(self._robots_response,
+                                         signal=signals.response_received)
+
+    def _robots_signal(self, robotparser: Any, request: Request, **kwargs: Any) -> None:
+        if self._robots_handler is not None:
+            self._robots_handler(robots_view(robotparser), request)
+
+    def _robots_response(self, response: Response, request: Request, **kwargs: Any) -> None:
+        # The robots.txt middleware's own request: marked so that it skips itself.
+        if self._robots_handler is None or not request.meta.get("dont_obey_robotstxt"):
+            return
+        if not request.url.partition("?")[0].endswith("/robots.txt"):
+            return
+        try:
+            parser = ProtegoDelays.parse(response.body)
+        except Exception:  # noqa: BLE001 -- a robots.txt must not stop the crawl
+            logger.debug("engine: cannot parse %s", request.url, exc_info=True)
+            return
+        self._robots_handler(parser, request)
 
     def download_slots(self) -> tuple[int, int] | None:
         """(requests in the downloader, CONCURRENT_REQUESTS), or None if this engine
@@ -127,3 +183,33 @@ class EngineAdapter:
             return None
         return any(f"{c.__module__}.{c.__qualname__}" == path
                    for mw in middlewares for c in type(mw).__mro__)
+
+
+def robots_view(robotparser: Any) -> Any:
+    """``robotparser`` as the delay rules read it: as is if it has
+    ``crawl_delay`` (Scrapy >= 2.18), else its Protego parse (Scrapy's
+    ``ProtegoRobotParser`` before 2.18 keeps it as ``rp``), else as is."""
+    if not callable(getattr(robotparser, "crawl_delay", None)):
+        inner = getattr(robotparser, "rp", None)
+        if callable(getattr(inner, "crawl_delay", None)):
+            return ProtegoDelays(inner)
+    return robotparser
+
+
+class ProtegoDelays:
+    """A robots.txt parsed by Protego, shaped as Scrapy's RobotParser where the
+    delay rules read it: ``crawl_delay(agent)`` and ``rp`` (the Protego parse)."""
+
+    def __init__(self, rp: Any) -> None:
+        self.rp = rp
+
+    @classmethod
+    def parse(cls, body: bytes) -> ProtegoDelays:
+        from protego import Protego  # a dependency of Scrapy itself
+
+        # As Scrapy decodes robots.txt: UTF-8, undecodable bytes dropped.
+        return cls(Protego.parse(body.decode("utf-8", errors="ignore")))
+
+    def crawl_delay(self, user_agent: str) -> float | None:
+        delay = self.rp.crawl_delay(user_agent)
+        return None if delay is None else float(delay)

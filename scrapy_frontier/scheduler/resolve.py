@@ -1,9 +1,10 @@
 """IP addresses of hosts, for per-IP politeness, without blocking the reactor.
 
 Lookups go through the reactor's installed resolver (Scrapy installs the one
-named by TWISTED_DNS_RESOLVER, by default a caching resolver in front of a
-thread pool), so Scrapy's DNS cache, timeout and any override apply, and the
-download that follows finds the address already cached.
+named by TWISTED_DNS_RESOLVER, DNS_RESOLVER before Scrapy 2.15, by default a
+caching resolver in front of a thread pool), so Scrapy's DNS cache, timeout and
+any override apply, and the download that follows finds the address already
+cached.
 """
 
 from __future__ import annotations

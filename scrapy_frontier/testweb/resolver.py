@@ -1,8 +1,9 @@
 """A DNS resolver for crawls of the test web: chosen hostnames map to loopback addresses.
 
-Set ``TWISTED_DNS_RESOLVER = "scrapy_frontier.testweb.resolver.AliasResolver"`` and
-``TESTWEB_HOST_ADDRESSES = {"a.test": "127.0.9.1", ...}``. Several names may share one
-address, which is how the tests simulate virtual hosts on one IP. Names not in the map fail
+Set ``TWISTED_DNS_RESOLVER = "scrapy_frontier.testweb.resolver.AliasResolver"``
+(``DNS_RESOLVER`` before Scrapy 2.15) and ``TESTWEB_HOST_ADDRESSES = {"a.test": "127.0.9.1",
+...}``. Several names may share one address, which is how the tests simulate virtual hosts on
+one IP. Names not in the map fail
 with ``DNSLookupError``: a test crawl never asks a real DNS server. Answers come after
 ``TESTWEB_DNS_DELAY`` seconds (default 0.01), asynchronously like a real lookup.
 """

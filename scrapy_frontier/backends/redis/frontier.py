@@ -281,9 +281,13 @@ class RedisFrontier:
                         "another FRONTIER_REDIS_KEY prefix, or move those keys away if they are "
                         "left over."
                     )
-                client.hsetnx(meta_key, "format", FORMAT)
-                client.hsetnx(meta_key, "version", str(VERSION))
-                client.hsetnx(meta_key, "levels", str(self.levels))
+                # One transaction: a connection lost midway must not leave a meta hash
+                # with some fields only (redis-py < 6 does not retry a command by itself).
+                pipe = client.pipeline(transaction=True)
+                pipe.hsetnx(meta_key, "format", FORMAT)
+                pipe.hsetnx(meta_key, "version", str(VERSION))
+                pipe.hsetnx(meta_key, "levels", str(self.levels))
+                pipe.execute()
                 meta = {text(k): text(v) for k, v in client.hgetall(meta_key).items()}
             if self.spider is not None and meta.get("format") == FORMAT:
                 # Frontiers from before the spider was recorded adopt the first opener's.
