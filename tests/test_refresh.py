@@ -8,7 +8,7 @@ import os
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from scrapy_frontier.core import FakeClock
@@ -195,6 +195,10 @@ class TestAllocation:
         st.lists(st.floats(0.01, 50.0), min_size=1, max_size=30),
         st.floats(0.1, 100.0),
     )
+    # Found by Hypothesis: the root lay closer to mu = 1 / 25 than floats resolve in mu,
+    # and the whole budget went to the slow page.
+    @example([25.0, 25.0, 0.05], 2.0)
+    @example([50.0, 0.01, 0.02], 0.1)  # the fastest page given up
     def test_optimal_beats_uniform_and_spends_the_budget(self, rates, budget):
         alloc = optimal_allocation(rates, budget)
         # mu is ill-conditioned when every page has rate / f >> 1: allow 1e-6.

@@ -294,7 +294,15 @@ def _solve_r(y: float) -> float:
     Rewritten as ``h(r) = ln(1 + r) - r = ln(1 - y)``: ``h`` is concave and falling,
     so Newton's method started to the right of the root converges monotonically.
     """
-    c = math.log1p(-y)
+    return _solve_r_log(math.log1p(-y))
+
+
+def _solve_r_log(c: float) -> float:
+    """The ``r > 0`` with ``ln(1 + r) - r = c``, for ``c < 0`` (see :func:`_solve_r`).
+
+    Taking ``c = ln(1 - y)`` itself keeps the precision that ``1 - y`` loses when ``y``
+    is within float rounding of 1 (a page changing far faster than it is visited).
+    """
     a = -c
     r = a + math.sqrt(2.0 * a) + 1e-300
     for _ in range(_MAX_ITER):
@@ -349,8 +357,8 @@ def optimal_allocation(
     ``rel_tol`` (then rescaled to sum to it exactly, a correction that only
     matters when every page changes much faster than it can be visited). The sum
     falls continuously from +inf to 0 as ``mu`` grows to ``1 / min(rate)``, so
-    the root exists whenever some rate is > 0. ``mu_hint`` (a previous ``mu``)
-    only narrows the first bracket.
+    the root exists whenever some rate is > 0; pages with ``mu >= 1 / rate`` get
+    nothing. ``mu_hint`` (a previous ``mu``) only narrows the first bracket.
     """
     if budget <= 0:
         raise ValueError(f"budget must be > 0, got {budget}")
@@ -360,32 +368,59 @@ def optimal_allocation(
     if not positive:
         return Allocation(0.0, [0.0] * len(rates), 1.0)
 
-    def total(mu: float) -> float:
-        return sum(optimal_frequency(r, mu) for r in positive)
+    # Bisect on how far the fastest page is from being given up, s = -ln(1 - mu * r_max),
+    # not on mu: near mu = 1 / r_max the fast pages' frequencies fall only like 1 / s, so
+    # the root can lie closer to it than floats can say in mu (then every visit went to
+    # the slow pages). Every page's ln(1 - mu * r) is computed from s without rounding.
+    # A budget too small for every page gives the fastest ones up (mu >= 1 / rate): while
+    # the slower pages alone take the whole budget at the fastest one's limit, drop it.
+    pool = positive
+    while True:
+        fastest = max(pool)
+        slower = [r for r in pool if r < fastest]
+        if not slower or sum(r / _solve_r_log(math.log1p(-r / fastest))
+                             for r in slower) < budget:
+            break
+        pool = slower
 
-    top = 1.0 / min(positive)  # sum is 0 from here on
-    lo = hi = mu_hint if mu_hint and 0 < mu_hint < top else top / 2.0
+    def log_complement(rate: float, s: float) -> float:
+        return math.log((fastest - rate) / fastest + math.exp(-s) * rate / fastest)
+
+    def frequency(rate: float, s: float) -> float:
+        if rate > fastest:
+            return 0.0  # given up
+        c = -s if rate == fastest else log_complement(rate, s)
+        return rate / _solve_r_log(c) if c < 0 else math.inf
+
+    def total(s: float) -> float:  # grows as s falls (mu falls)
+        return sum(frequency(r, s) for r in pool)
+
+    start = 1.0
+    if mu_hint and 0 < mu_hint < 1.0 / fastest:
+        start = -math.log1p(-mu_hint * fastest)
+    lo = hi = start  # total(lo) >= budget >= total(hi)
     for _ in range(_MAX_ITER):
-        if total(lo) > budget:
+        if total(lo) >= budget or lo < 1e-300:
             break
         hi = lo
-        lo /= 2.0
+        lo /= 4.0
     for _ in range(_MAX_ITER):
-        if hi >= top or total(hi) < budget:
+        if total(hi) <= budget or hi > 1e300:
             break
         lo = hi
-        hi = min(top, hi * 2.0)
-    mu = math.sqrt(lo * hi)
+        hi *= 4.0
+    s = math.sqrt(lo * hi)
     for _ in range(_MAX_ITER):
-        mu = math.sqrt(lo * hi)
-        s = total(mu)
-        if abs(s - budget) <= rel_tol * budget or hi - lo <= 1e-15 * hi:
+        s = math.sqrt(lo * hi)
+        spent_s = total(s)
+        if abs(spent_s - budget) <= rel_tol * budget or hi - lo <= 1e-15 * hi:
             break
-        if s > budget:
-            lo = mu
+        if spent_s > budget:
+            lo = s
         else:
-            hi = mu
-    freqs = [optimal_frequency(r, mu) if r > 0 else 0.0 for r in rates]
+            hi = s
+    mu = -math.expm1(-s) / fastest
+    freqs = [frequency(r, s) if r > 0 else 0.0 for r in rates]
     # When every page has rate / f >> 1, the sum is so steep in mu that float
     # precision leaves it ~1e-5 off: rescale so the budget is spent exactly.
     spent = sum(freqs)
