@@ -491,8 +491,15 @@ def test_a_scheduler_driven_by_hand_without_a_reactor(tmp_path: Any) -> None:
         class S(Spider):
             name = "s"
 
-        crawler = get_crawler(S, {"FRONTIER_MIN_DELAY": 0, "FRONTIER_DELAY_FACTOR": 0,
-                                  "FRONTIER_PROGRESS_INTERVAL": 1})
+        settings = {"FRONTIER_MIN_DELAY": 0, "FRONTIER_DELAY_FACTOR": 0,
+                    "FRONTIER_PROGRESS_INTERVAL": 1}
+        try:
+            crawler = get_crawler(S, settings)
+        except RuntimeError:
+            # Scrapy 2.13's get_crawler needs an installed reactor: installed, never run.
+            from scrapy.utils.reactor import install_reactor
+            install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
+            crawler = get_crawler(S, settings)
         crawler.spider = S.from_crawler(crawler)
         scheduler = FrontierScheduler.from_crawler(crawler)
         scheduler.open(crawler.spider)
