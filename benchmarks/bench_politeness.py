@@ -27,7 +27,7 @@ Webs:
 On ``cpu`` and ``real`` the frontier also runs with ``FRONTIER_RECRAWL = "off"``, and on
 ``cpu`` with a ``JOBDIR`` (a page history that is kept, with and without recrawl): the
 cost of the history bookkeeping. On ``stall`` it also runs with
-``FRONTIER_STALL_DISCOUNT = False``.
+``FRONTIER_STALL_DISCOUNT = True`` (the discount is opt-in).
 
 The floor of each web is the largest of the per-host polite bound, the
 concurrency bound, and the impolite crawl's makespan in the same run (what
@@ -110,7 +110,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "frontier-jobdir": {**FRONTIER, "JOBDIR": True},
     # ... against the same durable frontier without one.
     "frontier-jobdir-off": {**FRONTIER, "JOBDIR": True, "FRONTIER_RECRAWL": "off"},
-    "frontier-no-discount": {**FRONTIER, "FRONTIER_STALL_DISCOUNT": False},
+    "frontier-discount": {**FRONTIER, "FRONTIER_STALL_DISCOUNT": True},
 }
 #: Which configurations each web runs by default (impolite always: the floor needs it).
 WEB_CONFIGS: dict[str, list[str]] = {
@@ -119,7 +119,7 @@ WEB_CONFIGS: dict[str, list[str]] = {
     "cpu": ["impolite", "autothrottle", "scrapy-frontier", "frontier-recrawl-off",
             "frontier-jobdir", "frontier-jobdir-off"],
     "real": ["impolite", "autothrottle", "scrapy-frontier", "frontier-recrawl-off"],
-    "stall": ["impolite", "autothrottle", "scrapy-frontier", "frontier-no-discount"],
+    "stall": ["impolite", "autothrottle", "scrapy-frontier", "frontier-discount"],
 }
 FACTOR = 10.0
 

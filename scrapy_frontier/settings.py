@@ -57,7 +57,7 @@ DEFAULTS: dict[str, Any] = {
     "FRONTIER_BACKOFF_MAX": 600.0,
     "FRONTIER_RETIRE_AFTER": 10,
     "FRONTIER_IP_POLITENESS": False,
-    "FRONTIER_STALL_DISCOUNT": True,
+    "FRONTIER_STALL_DISCOUNT": False,  # opt-in: see docs/design.rst
     "FRONTIER_SEEN_CACHE_SIZE": DEFAULT_CACHE_SIZE,
     "FRONTIER_SEEN_CACHE_POLICY": "clock",
     "FRONTIER_RECRAWL": "due",
@@ -146,7 +146,7 @@ class FrontierConfig:
     retire_after: int = 10
     """Consecutive failures after which a host is retired; 0 never retires."""
     ip_politeness: bool = False
-    stall_discount: bool = True
+    stall_discount: bool = False
     """Hosts that resolve to one IP address also share one fetch at a time and one rest."""
     dns_timeout: float = 60.0
     """Scrapy's DNS_TIMEOUT, for the lookups per-IP politeness makes."""

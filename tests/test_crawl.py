@@ -199,7 +199,11 @@ def test_a_spider_that_blocks_the_reactor_gets_rests_its_pauses_do_not_inflate(
         entries = read_log(log)
         report = audit(entries, expected=web.expected, factor=10.0, min_delay=0.0)
         assert report.coverage == 1.0 and report.duplicates == 0
-        assert report.overlaps == 0 and report.short_gaps == 0, report.summary()
+        assert report.overlaps == 0, report.summary()
+        # Only a fetch the (opt-in) discount cut can leave a short gap: never without it,
+        # and never more gaps than cuts.
+        cut = result.stats.get("frontier/fetch/discounted", 0)
+        assert report.short_gaps <= (cut if discount else 0), report.summary()
         pauses = [tuple(json.loads(line)) for line in pauses_path.read_text().splitlines()]
         assert len(pauses) == len(web.expected) // 5
         rests = rest_report(entries, factor=10.0, pauses=pauses)  # type: ignore[arg-type]

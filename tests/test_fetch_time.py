@@ -161,7 +161,8 @@ def _rest_after(sched: Any, clock: FakeClock, request: Request) -> float:
 
 
 def test_scheduler_rests_by_the_bytes_arrival_and_discounts_its_own_stalls() -> None:
-    sched, clock, crawler = make_scheduler({"FRONTIER_DELAY_FACTOR": 10})
+    sched, clock, crawler = make_scheduler({"FRONTIER_DELAY_FACTOR": 10,
+                                                "FRONTIER_STALL_DISCOUNT": True})
     for i in range(4):
         sched.enqueue_request(Request(f"http://a.example/{i}"))
     first = sched.next_request()
@@ -173,7 +174,8 @@ def test_scheduler_rests_by_the_bytes_arrival_and_discounts_its_own_stalls() -> 
     clock.advance(0.08)
     sched.fetch_finished(first)
     assert _rest_after(sched, clock, first) == pytest.approx(0.2, abs=0.015)
-    sched2, clock2, _ = make_scheduler({"FRONTIER_DELAY_FACTOR": 10})
+    sched2, clock2, _ = make_scheduler({"FRONTIER_DELAY_FACTOR": 10,
+                                                "FRONTIER_STALL_DISCOUNT": True})
     for i in range(4):
         sched2.enqueue_request(Request(f"http://b.example/{i}"))
     req = sched2.next_request()
