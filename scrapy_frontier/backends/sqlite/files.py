@@ -225,10 +225,7 @@ class WALFileStore:
 
     def _unlock(self, *, refused: bool = False) -> None:
         if self._lock is not None:
-            if refused:
-                self._lock.discard()
-            else:
-                self._lock.release()
+            self._lock.end(refused=refused)
             self._lock = None
 
     def _error(self, exc: sqlite3.Error, doing: str) -> Exception:  # pragma: no cover

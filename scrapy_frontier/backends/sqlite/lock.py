@@ -78,6 +78,14 @@ class FileLock:
             os.close(self._fd)
             self._fd = None
 
+    def end(self, *, refused: bool) -> None:
+        """Done with the file: :meth:`discard` the lock if its open was refused (the
+        directory is left as it was), else :meth:`release` it."""
+        if refused:
+            self.discard()
+        else:
+            self.release()
+
     def discard(self) -> None:
         """Release after a refused open: a lock file this open created goes too, so a
         refused directory is left as it was found."""

@@ -164,10 +164,7 @@ class SQLiteStore(Generic[T]):
 
     def _unlock(self, *, refused: bool = False) -> None:
         if self._lock is not None:
-            if refused:
-                self._lock.discard()
-            else:
-                self._lock.release()
+            self._lock.end(refused=refused)
             self._lock = None
 
     @contextlib.contextmanager
