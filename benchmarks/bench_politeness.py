@@ -89,7 +89,8 @@ QUICK_WEBS: dict[str, list[str]] = {
 PAUSE_EVERY = 10
 PAUSE_SECONDS = 0.3
 
-COMMON = {"CONCURRENT_REQUESTS": 16, "LOG_LEVEL": "WARNING"}
+CONCURRENCY = 16
+COMMON: dict[str, Any] = {"CONCURRENT_REQUESTS": CONCURRENCY, "LOG_LEVEL": "WARNING"}
 FRONTIER = {"ADDONS": FRONTIER_ADDON, "FRONTIER_DELAY_FACTOR": 10, "FRONTIER_MIN_DELAY": 0.0}
 CONFIGS: dict[str, dict[str, Any]] = {
     "impolite": {"CONCURRENT_REQUESTS_PER_DOMAIN": 16, "DOWNLOAD_DELAY": 0},
@@ -164,7 +165,7 @@ def run_one(web_name: str, web_args: list[str], settings: dict[str, Any],
         raise RuntimeError(f"crawl failed:\n{result.output[-3000:]}")
     entries = read_log(log)
     report = audit(entries, expected=web.expected, factor=FACTOR, min_delay=0.0,
-                   concurrency=COMMON["CONCURRENT_REQUESTS"])
+                   concurrency=CONCURRENCY)
     row = report.as_dict()
     pauses: list[tuple[float, float]] = []
     if stalling and pauses_path.exists():
@@ -188,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-install", action="store_true",
                         help="do not apt-get install the real-content web's doc packages")
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of every configuration, interleaved; medians are "
+                             "reported (makespans on a shared machine vary by ~10%%)")
     args = parser.parse_args(argv)
     webs = {k: list(v) for k, v in (QUICK_WEBS if args.quick else WEBS).items()}
     if args.cpu_hosts:
@@ -205,18 +209,27 @@ def main(argv: list[str] | None = None) -> int:
         configs = [c for c in WEB_CONFIGS[web_name] if not args.config or c in args.config]
         if "impolite" not in configs:
             configs = ["impolite", *configs]  # the floor needs it
-        rows: dict[str, Any] = {}
-        for name in configs:
-            with tempfile.TemporaryDirectory(prefix=f"bench-{web_name}-{name}-") as tmp:
-                print(f"[{web_name}] {name} ...", file=sys.stderr, flush=True)
-                rows[name] = run_one(web_name, webs[web_name], CONFIGS[name], Path(tmp))
+        rounds: list[dict[str, Any]] = []
+        for r in range(args.repeat):
+            # Each round starts one configuration later: slow drift in the machine's
+            # load does not always fall on the same configuration.
+            order = configs[r % len(configs):] + configs[:r % len(configs)]
+            runs: dict[str, Any] = {}
+            for name in order:
+                with tempfile.TemporaryDirectory(prefix=f"bench-{web_name}-{name}-") as tmp:
+                    print(f"[{web_name}] round {r + 1}/{args.repeat}: {name} ...",
+                          file=sys.stderr, flush=True)
+                    runs[name] = run_one(web_name, webs[web_name], CONFIGS[name], Path(tmp))
+            impolite_r = runs["impolite"]["makespan"]
+            for row in runs.values():
+                row["floor"] = max(row["host_bound"], row["concurrency_bound"], impolite_r)
+                row["ratio"] = row["makespan"] / row["floor"]
+                row["x_impolite"] = row["makespan"] / impolite_r
+            rounds.append(runs)
+        rows = {name: combine_rounds([runs[name] for runs in rounds]) for name in configs}
         impolite = rows["impolite"]["makespan"]
         any_row = next(iter(rows.values()))
-        floor = max(any_row["host_bound"], any_row["concurrency_bound"], impolite)
-        for row in rows.values():
-            row["floor"] = floor
-            row["ratio"] = row["makespan"] / floor
-            row["x_impolite"] = row["makespan"] / impolite
+        floor = rows["impolite"]["floor"]
         results["webs"][web_name] = {"args": webs[web_name], "rows": rows, "floor": floor,
                                      "generated": results["generated"]}
         print_table(web_name, rows, any_row, impolite, floor)
@@ -229,10 +242,41 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def combine_rounds(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One configuration's rounds as one row: the round of median makespan, with the
+    medians of the per-round ratios (each against that round's own impolite crawl),
+    every round's makespan, and violations and inflated rests summed over all rounds."""
+    by_makespan = sorted(runs, key=lambda row: row["makespan"])
+    row = dict(by_makespan[(len(runs) - 1) // 2])
+    row["rounds"] = len(runs)
+    row["makespans"] = [round(r["makespan"], 3) for r in runs]
+    for key in ("makespan", "ratio", "x_impolite", "floor"):
+        row[key] = _median([r[key] for r in runs])
+    for key in ("overlaps", "short_gaps", "duplicates", "missing"):
+        row[key] = sum(r[key] for r in runs)
+    row["coverage"] = min(r["coverage"] for r in runs)
+    rests = dict(row["rests"])
+    rests["rests"] = sum(r["rests"]["rests"] for r in runs)
+    rests["inflated"] = sum(r["rests"]["inflated"] for r in runs)
+    rests["inflated_share"] = rests["inflated"] / rests["rests"] if rests["rests"] else 0.0
+    rests["median_ratio"] = _median([r["rests"]["median_ratio"] for r in runs])
+    row["rests"] = rests
+    return row
+
+
 def print_table(web: str, rows: dict[str, Any], any_row: dict[str, Any], impolite: float,
                 floor: float) -> None:
+    rounds = any_row.get("rounds", 1)
     print(f"\n== {web} web: host bound {any_row['host_bound']:.2f} s, concurrency bound "
-          f"{any_row['concurrency_bound']:.2f} s, impolite {impolite:.2f} s -> floor {floor:.2f} s")
+          f"{any_row['concurrency_bound']:.2f} s, impolite {impolite:.2f} s -> floor {floor:.2f} s"
+          + (f" (medians of {rounds} interleaved rounds; violations and inflated rests summed)"
+             if rounds > 1 else ""))
     print(f"{'configuration':<22}{'requests':>9}{'overlaps':>9}{'short gaps':>11}"
           f"{'coverage':>9}{'dups':>6}{'makespan':>10}{'x floor':>9}{'x impol.':>9}"
           f"{'inflated':>10}{'rest/req':>9}")
@@ -243,6 +287,9 @@ def print_table(web: str, rows: dict[str, Any], any_row: dict[str, Any], impolit
               f"{row['coverage']:>9.3f}{row['duplicates']:>6}{row['makespan']:>9.2f}s"
               f"{row['ratio']:>9.2f}{row['x_impolite']:>9.3f}{inflated:>10}"
               f"{rests['median_ratio']:>9.2f}")
+        if rounds > 1:
+            spread = ", ".join(f"{m:.2f}" for m in row["makespans"])
+            print(f"{'':<22}makespans by round: {spread}")
     frontier = rows.get("scrapy-frontier")
     if frontier is None:
         return

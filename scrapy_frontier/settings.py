@@ -58,6 +58,7 @@ DEFAULTS: dict[str, Any] = {
     "FRONTIER_RETIRE_AFTER": 10,
     "FRONTIER_IP_POLITENESS": False,
     "FRONTIER_STALL_DISCOUNT": False,  # opt-in: see docs/design.rst
+    "FRONTIER_TCP_TIMING": True,
     "FRONTIER_SEEN_CACHE_SIZE": DEFAULT_CACHE_SIZE,
     "FRONTIER_SEEN_CACHE_POLICY": "clock",
     "FRONTIER_RECRAWL": "due",
@@ -146,8 +147,11 @@ class FrontierConfig:
     retire_after: int = 10
     """Consecutive failures after which a host is retired; 0 never retires."""
     ip_politeness: bool = False
-    stall_discount: bool = False
     """Hosts that resolve to one IP address also share one fetch at a time and one rest."""
+    stall_discount: bool = False
+    """Discount a stall of the crawler's loop from a fetch time, by the host's history."""
+    tcp_timing: bool = True
+    """Time HTTP/1.x fetches by the kernel's TCP stamps where it has them (Linux)."""
     dns_timeout: float = 60.0
     """Scrapy's DNS_TIMEOUT, for the lookups per-IP politeness makes."""
     backend: str = "memory"
@@ -240,6 +244,7 @@ class FrontierConfig:
             retire_after=_int(settings, "FRONTIER_RETIRE_AFTER", minimum=0),
             ip_politeness=ip_politeness,
             stall_discount=_bool(settings, "FRONTIER_STALL_DISCOUNT"),
+            tcp_timing=_bool(settings, "FRONTIER_TCP_TIMING"),
             dns_timeout=_float(settings, "DNS_TIMEOUT", 60.0, minimum=0.001),
             backend=backend,
             recrawl=_recrawl(settings),

@@ -42,11 +42,12 @@ from scrapy_frontier.meta import (
 )
 from scrapy_frontier.observe.observer import Observer
 from scrapy_frontier.scheduler.drivers import DriverContext, load_driver
-from scrapy_frontier.scheduler.engine import EngineAdapter
+from scrapy_frontier.scheduler.engine import EngineAdapter, answer_socket
 from scrapy_frontier.scheduler.inflight import InFlight
 from scrapy_frontier.scheduler.recrawl import RecrawlHooks
 from scrapy_frontier.scheduler.site_rules import SiteRules
 from scrapy_frontier.scheduler.stalls import HOLD_SLACK, StallMeter
+from scrapy_frontier.scheduler.tcp_timing import TcpTimes, kernel_tick
 from scrapy_frontier.scheduler.timer import Timer, call_later
 from scrapy_frontier.settings import FrontierConfig
 
@@ -102,6 +103,10 @@ class FrontierScheduler:
         # the loop's own stalls (see core.fetch_time).
         self.stalls = StallMeter(clock)
         self.fetch_times = FetchTimeEstimator()
+        # ... and, where the kernel stamps TCP connections, as the network saw them.
+        self.tcp: TcpTimes | None = None
+        self._tcp_timed = 0
+        self._tcp_seconds_cut = 0.0
         self.recrawl: RecrawlHooks | None = None
         self.spider: Spider | None = None
         context = DriverContext(
@@ -170,6 +175,14 @@ class FrontierScheduler:
         sig.connect(self._on_bytes_received, signal=signals.bytes_received)
         if self.config.stall_discount:
             self.stalls.start()
+        if self.config.tcp_timing:
+            tick = kernel_tick()
+            if tick is None:
+                logger.debug("FRONTIER_TCP_TIMING: this system gives no TCP timestamps; "
+                             "fetches are timed from the reads")
+            else:
+                self.tcp = TcpTimes(tick)
+                self.stats.set_value("frontier/fetch/tcp_tick_ms", round(1000 * tick, 1))
         self.engine.on_robots_parsed(self._on_robots_parsed)
         self.stats.set_value("frontier/backend", self.driver.name)
         self.stats.set_value("frontier/back_queues/floor", self.config.back_queues)
@@ -210,6 +223,8 @@ class FrontierScheduler:
         self._closed = True
         self._cancel_timer()
         self.stalls.stop()
+        if self.tcp is not None:
+            self.tcp.clear()
         out, ended = self.inflight.take_all()
         # The engine has processed every response by now.
         for flight in ended:
@@ -445,6 +460,8 @@ class FrontierScheduler:
                 self._lease_extended(flight)
                 continue
             self.stats.inc_value("frontier/lease_expired")
+            if self.tcp is not None:
+                self.tcp.forget(flight.ticket)
             logger.warning(
                 "No end was reported for %s within %.0f s (FRONTIER_LEASE_TIMEOUT); "
                 "releasing host %r", flight.request, self.config.lease_timeout, flight.host,
@@ -503,9 +520,17 @@ class FrontierScheduler:
         if host is None:
             return  # a late report, or one already made: never release a host twice
         now = self.clock()
+        # The kernel's interval: only for an answer read whole (a failed fetch may have
+        # kept the server busy after the last bytes that came).
+        kernel = None
+        if self.tcp is not None:
+            kernel = self.tcp.end(ticket)
+            if exception is not None:
+                kernel = None
         # No start stamp: the response never touched the network (a cache hit,
         # or an IgnoreRequest before the downloader).
-        duration = 0.0 if started is None else self._fetch_seconds(host, started, ended, now)
+        duration = (0.0 if started is None
+                    else self._fetch_seconds(host, started, ended, now, kernel))
         rest, failures = 0.0, 0
         if response is not None or exception is not None:
             rest, failures = self.rules.outcome_rest(host, response, exception)
@@ -525,17 +550,25 @@ class FrontierScheduler:
             )
 
     def _fetch_seconds(self, host: str, started: float, ended: float | None,
-                       now: float) -> float:
+                       now: float, kernel: float | None = None) -> float:
         """The fetch time the host rests by; the rest itself still counts from ``now``.
 
         The end is when the answer's last bytes were read (Scrapy's signals), not
         after the middlewares (a download handler that sends no signals: ``now``).
-        Time a stall the loop was seen in kept the answer unread is discounted, down
-        to 1.5 x the host's recent clean fetch times, never below (core.fetch_time)."""
+        The kernel's interval (``kernel``, scheduler.tcp_timing), when shorter, is
+        the fetch as the network saw it: time the answer waited unread is not in it.
+        Else, opt-in, time a stall the loop was seen in kept the answer unread is
+        discounted, down to 1.5 x the host's recent clean fetch times (core.fetch_time)."""
         end = ended if ended is not None and started <= ended <= now else now
         measured = end - started
         if measured <= 0.0:
             return 0.0
+        if kernel is not None:
+            if kernel < measured:
+                self._tcp_timed += 1
+                self._tcp_seconds_cut += measured - kernel
+                return kernel
+            return measured
         if not self.config.stall_discount:
             return measured
         held = self.stalls.log.held(started, end, HOLD_SLACK)
@@ -544,10 +577,15 @@ class FrontierScheduler:
     def _on_headers_received(self, headers: Any, body_length: Any, request: Request,
                              spider: Spider) -> None:
         meta = request.meta
-        if LEASE_META not in meta:
+        ticket = meta.get(LEASE_META)
+        if ticket is None:
             return
         now = self.clock()
         meta[FETCH_END_META] = now
+        if self.tcp is not None:
+            sock = answer_socket(request)
+            if sock is not None:
+                self.tcp.begin(ticket, sock, now)
         # Scrapy's HTTP handler times from just before it writes the request
         # ("download_latency", set as the headers arrive): a later, truer start than
         # the middleware's, which the download slot's queue and the connection pool
@@ -561,8 +599,11 @@ class FrontierScheduler:
 
     def _on_bytes_received(self, data: bytes, request: Request, spider: Spider) -> None:
         meta = request.meta
-        if LEASE_META in meta:
-            meta[FETCH_END_META] = self.clock()
+        ticket = meta.get(LEASE_META)
+        if ticket is not None:
+            now = meta[FETCH_END_META] = self.clock()
+            if self.tcp is not None:
+                self.tcp.update(ticket, now)
 
     def _retire(self, host: str, failures: int, response: Response | None,
                 exception: BaseException | None) -> None:
@@ -802,6 +843,9 @@ class FrontierScheduler:
             set_value("frontier/fetch/stalled", times.stalled)
             set_value("frontier/fetch/discounted", times.discounted)
             set_value("frontier/fetch/seconds_discounted", round(times.seconds_discounted, 3))
+        if self._tcp_timed:
+            set_value("frontier/fetch/tcp_timed", self._tcp_timed)
+            set_value("frontier/fetch/tcp_seconds_cut", round(self._tcp_seconds_cut, 3))
         self.driver.publish_stats(self.stats)
         if self.recrawl is not None:
             self.recrawl.publish_stats(self.stats)

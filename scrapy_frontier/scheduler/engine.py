@@ -18,12 +18,20 @@ version number. Across the supported range (docs/quickstart.rst, "Supported vers
 * the ``robots_parsed`` signal and ``RobotParser.crawl_delay`` (2.18), else each
   robots.txt response the robots.txt middleware fetched (``response_received``
   fires before that middleware parses it), read with Protego.
+
+It also finds the socket an HTTP/1.x answer is read from (:func:`answer_socket`), for
+the kernel's fetch times (``scheduler.tcp_timing``): no signal carries the connection,
+so it looks for the HTTP/1.1 handler's ``_cb_bodyready`` frame (the same name in every
+supported Scrapy) and finds nothing, safely, anywhere else (HTTP/2, other handlers).
 """
 
 from __future__ import annotations
 
 import logging
+import socket
+import sys
 from collections.abc import Callable, Collection
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
@@ -39,6 +47,40 @@ RobotsHandler = Callable[[Any, "Request"], None]
 logger = logging.getLogger("scrapy_frontier.engine")
 
 _UNSET = object()
+
+#: Where Scrapy's HTTP/1.1 handler sends ``headers_received``, with the Twisted response.
+_HTTP11_MODULE = "scrapy.core.downloader.handlers.http11"
+_BODYREADY = "_cb_bodyready"
+
+
+def answer_socket(request: Request, depth: int = 12) -> socket.socket | None:
+    """The TCP socket the answer to ``request`` is read from, when called from a
+    ``headers_received`` handler under Scrapy's HTTP/1.1 download handler; else None.
+
+    Looks at most ``depth`` frames up for the handler's ``_cb_bodyready`` (which holds
+    the Twisted response), then follows its transport down to the socket, through a
+    TLS wrapper if there is one.
+    """
+    frame: FrameType | None = sys._getframe(1)
+    for _ in range(depth):
+        if frame is None:
+            return None
+        code = frame.f_code
+        if code.co_name == _BODYREADY and frame.f_globals.get("__name__") == _HTTP11_MODULE:
+            found = frame.f_locals
+            if found.get("request") is not request:
+                return None
+            transport = getattr(getattr(found.get("txresponse"), "_transport", None),
+                                "_producer", None)
+            for _ in range(3):  # the TCP transport, or a TLS protocol wrapping it
+                get_handle = getattr(transport, "getHandle", None)
+                handle = get_handle() if callable(get_handle) else None
+                if isinstance(handle, socket.socket):
+                    return handle if handle.type == socket.SOCK_STREAM else None
+                transport = getattr(transport, "transport", None)
+            return None
+        frame = frame.f_back
+    return None
 
 
 def running_engine(crawler: Crawler) -> Any:

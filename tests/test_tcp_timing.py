@@ -1,0 +1,181 @@
+"""Fetch times from the kernel's TCP stamps: real loopback sockets, and the scheduler's use."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from scrapy import Request
+from scrapy.exceptions import IgnoreRequest
+
+from scrapy_frontier.meta import FETCH_END_META, FETCH_START_META, LEASE_META
+from scrapy_frontier.scheduler.engine import answer_socket
+from scrapy_frontier.scheduler.tcp_timing import TcpTimes, kernel_tick, read_stamps
+from tests.test_scheduler import make_scheduler
+
+linux = pytest.mark.skipif(sys.platform != "linux", reason="TCP_INFO stamps are Linux's")
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """A connected loopback TCP pair: (client, server)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        client = socket.create_connection(listener.getsockname(), timeout=5)
+        server, _ = listener.accept()
+    with client, server:
+        yield client, server
+
+
+@linux
+def test_the_kernel_tick_is_one_jiffy_of_a_real_kernel() -> None:
+    tick = kernel_tick()
+    assert tick is not None
+    assert 0.001 < tick <= 0.011  # 1000 Hz to 100 Hz, plus the 1 ms margin
+    assert kernel_tick() == tick  # measured once per process
+
+
+@linux
+def test_the_interval_contains_the_servers_time_and_not_the_unread_wait(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    client, server = pair
+    tick = kernel_tick()
+    assert tick is not None
+    times = TcpTimes(tick)
+    sent = time.monotonic()
+    client.sendall(b"GET / HTTP/1.1\r\n\r\n")
+    server.recv(100)
+    arrived = time.monotonic()
+    time.sleep(0.03)  # the server works
+    answered = time.monotonic()
+    server.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\n")
+    server.sendall(b"body")
+    done = time.monotonic()
+    time.sleep(0.15)  # the crawler is busy: the answer waits unread
+    times.begin(1, client, time.monotonic())
+    client.recv(100)
+    times.update(1, time.monotonic())
+    read = time.monotonic()
+    interval = times.end(1)
+    assert interval is not None
+    # Polite: never shorter than what the server itself took.
+    assert interval >= answered - arrived
+    # True: the 150 ms the answer waited unread is not in it (50 ms for the kernel's
+    # own delivery on a loaded machine), while a read-time measure has all of it.
+    assert interval <= done - sent + tick + 0.05
+    assert read - sent > interval + 0.09
+    assert times.end(1) is None  # taken once
+
+
+@linux
+def test_data_sent_during_the_answer_makes_the_interval_untrusted(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    client, server = pair
+    tick = kernel_tick()
+    assert tick is not None
+    times = TcpTimes(tick)
+    client.sendall(b"request")
+    server.recv(100)
+    server.sendall(b"first part")
+    times.begin(7, client, time.monotonic())
+    client.recv(100)
+    time.sleep(3 * tick)
+    client.sendall(b"more")  # a request body still going out, a retransmission, a reuse
+    server.recv(100)
+    server.sendall(b"rest")
+    time.sleep(0.01)
+    times.update(7, time.monotonic())
+    assert times.end(7) is None
+
+
+@linux
+def test_a_closed_connection_is_not_trusted(pair: tuple[socket.socket, socket.socket]) -> None:
+    client, server = pair
+    tick = kernel_tick()
+    assert tick is not None
+    times = TcpTimes(tick)
+    client.sendall(b"request")
+    server.recv(100)
+    server.sendall(b"answer")
+    times.begin(3, client, time.monotonic())
+    client.close()
+    times.update(3, time.monotonic())
+    assert times.end(3) is None
+    assert read_stamps(client) is None
+
+
+def test_no_socket_is_found_outside_scrapys_http11_handler() -> None:
+    assert answer_socket(Request("http://a.example/")) is None
+
+
+class FakeTcpSocket:
+    """Only what read_stamps reads: TCP_INFO with given ages (ms)."""
+
+    def __init__(self, sent_ms: int, received_ms: int, retrans: int = 0) -> None:
+        self.info = bytearray(104)
+        struct.pack_into("=I", self.info, 44, sent_ms)
+        struct.pack_into("=I", self.info, 52, received_ms)
+        struct.pack_into("=I", self.info, 100, retrans)
+
+    def getsockopt(self, *args: Any) -> bytes:
+        return bytes(self.info)
+
+
+def _fetch_with_kernel(settings: dict[str, Any], kernel: tuple[int, int, int] | None,
+                       exception: BaseException | None = None) -> tuple[float, Any]:
+    """One fetch of 300 ms by the read (20 ms of it on the wire, per ``kernel``), then the
+    seconds until the host's next request is handed out."""
+    sched, clock, _ = make_scheduler({"FRONTIER_DELAY_FACTOR": 10, **settings})
+    if sched.tcp is None:
+        sched.tcp = TcpTimes(0.005)  # a system without TCP stamps: as Linux at 250 Hz
+    for i in range(3):
+        sched.enqueue_request(Request(f"http://a.example/{i}"))
+    req = sched.next_request()
+    assert req is not None
+    req.meta[FETCH_START_META] = clock()
+    clock.advance(0.3)
+    req.meta[FETCH_END_META] = clock()
+    if kernel is not None and sched.config.tcp_timing:
+        sched.tcp.begin(req.meta[LEASE_META], FakeTcpSocket(*kernel), clock())  # type: ignore[arg-type]
+    sched.fetch_finished(req, exception=exception)
+    waited = 0.0
+    while sched.next_request() is None:
+        clock.advance(0.01)
+        waited += 0.01
+        assert waited < 60
+    sched.publish_stats()
+    return waited, sched.stats
+
+
+def test_the_scheduler_rests_by_the_kernels_interval_plus_one_tick() -> None:
+    # Sent 290 ms ago, last bytes in 270 ms ago: 20 ms + 5 ms tick, not 300 ms.
+    waited, stats = _fetch_with_kernel({}, (290, 270, 0))
+    assert waited == pytest.approx(0.25, abs=0.015)
+    assert stats.get_value("frontier/fetch/tcp_timed") == 1
+    assert stats.get_value("frontier/fetch/tcp_seconds_cut") == pytest.approx(0.275, abs=0.001)
+
+
+@pytest.mark.parametrize("case", ["retransmitted", "failed fetch", "turned off"])
+def test_the_scheduler_keeps_its_own_measure_when_the_kernels_is_not_trusted(case: str) -> None:
+    settings: dict[str, Any] = {"FRONTIER_TCP_TIMING": case != "turned off"}
+    kernel = (290, 270, 1 if case == "retransmitted" else 0)
+    # (IgnoreRequest: an exception that asks for no back-off of its own.)
+    exception = IgnoreRequest("dropped") if case == "failed fetch" else None
+    waited, stats = _fetch_with_kernel(settings, kernel, exception)
+    assert waited == pytest.approx(3.0, abs=0.015)
+    assert stats.get_value("frontier/fetch/tcp_timed") is None
+
+
+def test_a_longer_kernel_interval_changes_nothing() -> None:
+    # The read measure is the shorter one (both contain the server's time).
+    waited, stats = _fetch_with_kernel({}, (900, 100, 0))
+    assert waited == pytest.approx(3.0, abs=0.015)
+    assert stats.get_value("frontier/fetch/tcp_timed") is None
