@@ -62,7 +62,8 @@ class Backend:
     def pop(self) -> Claim | None:
         raise NotImplementedError
 
-    def complete(self, claim: Claim, fetch: float, rest_at_least: float = 0.0) -> float | None:
+    def complete(self, claim: Claim, fetch: float, rest_at_least: float = 0.0,
+                 ended_ago: float = 0.0) -> float | None:
         raise NotImplementedError
 
     def expire(self) -> list[bytes]:
@@ -124,8 +125,10 @@ class CoreBackend(Backend):
         return Claim(lease.host, lease.level, lease.item, lease.handed_at, lease.deadline,
                      lease.ticket)
 
-    def complete(self, claim: Claim, fetch: float, rest_at_least: float = 0.0) -> float | None:
-        done = self.frontier.complete(claim.handle, fetch, rest_at_least=rest_at_least)
+    def complete(self, claim: Claim, fetch: float, rest_at_least: float = 0.0,
+                 ended_ago: float = 0.0) -> float | None:
+        done = self.frontier.complete(claim.handle, fetch, rest_at_least=rest_at_least,
+                                      ended_ago=ended_ago)
         return None if done is None else self.clock()
 
     def expire(self) -> list[bytes]:
@@ -172,8 +175,10 @@ class RedisBackend(Backend):
             return None
         return Claim(lease.host, lease.level, lease.item, lease.handed_at, lease.deadline, lease)
 
-    def complete(self, claim: Claim, fetch: float, rest_at_least: float = 0.0) -> float | None:
-        done = self.frontier.complete(claim.handle, fetch, rest_at_least=rest_at_least)
+    def complete(self, claim: Claim, fetch: float, rest_at_least: float = 0.0,
+                 ended_ago: float = 0.0) -> float | None:
+        done = self.frontier.complete(claim.handle, fetch, rest_at_least=rest_at_least,
+                                      ended_ago=ended_ago)
         return None if done is None else done.at
 
     def expire(self) -> list[bytes]:
@@ -329,6 +334,31 @@ def test_rest_is_honoured(make: Any, how: str) -> None:
     second = pop_soon(b)
     assert second.item == b"a2"
     assert second.handed_at >= ended + rest - EPS
+
+
+@pytest.mark.parametrize("how", ["policy", "min_rest", "rest_at_least"])
+def test_the_policy_rest_counts_from_the_answers_end(make: Any, how: str) -> None:
+    """The delay policy's rest counts from when the answer was complete (``ended_ago``
+    before the report); a minimum rest and ``rest_at_least`` still count from the report."""
+    rest, ago = 0.6, 0.2
+    b = make(DelayPolicy(factor=2.0 if how == "policy" else 0.0, min_delay=0.0, max_delay=10.0))
+    if how == "min_rest":
+        b.set_min_rest("a", rest)
+    b.push("a", 1, b"a1")
+    b.push("a", 1, b"a2")
+    claim = pop_soon(b)
+    fetch = rest / 2 if how == "policy" else 0.0
+    before = b.now()
+    ended = b.complete(claim, fetch, rest_at_least=rest if how == "rest_at_least" else 0.0,
+                       ended_ago=ago)
+    assert ended is not None
+    wake = b.next_wakeup()
+    assert wake is not None
+    expected = rest - ago if how == "policy" else rest
+    assert expected - (b.now() - before) - EPS <= wake <= expected + EPS
+    second = pop_soon(b)
+    assert second.item == b"a2"
+    assert second.handed_at >= ended + expected - EPS
 
 
 def test_rest_survives_giving_up_the_back_queue(make: Any) -> None:

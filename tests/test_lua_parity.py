@@ -300,24 +300,27 @@ class Twins:
                 break
         return core_out, red_out
 
-    def complete_next(self, fetch: float) -> str:
-        """Complete the oldest outstanding lease in both, after ``fetch`` seconds; its host."""
+    def complete_next(self, fetch: float, ago: float = 0.0) -> str:
+        """Complete the oldest outstanding lease in both, after ``fetch`` seconds, the
+        answer complete ``ago`` seconds before; its host."""
         core, red = self._leases.pop(0)
         assert core.host == red.host
-        done = self.red.complete(red, fetch)
+        done = self.red.complete(red, fetch, ended_ago=ago)
         assert done is not None
         self.clock.now = done.at
-        assert self.core.complete(core.ticket, fetch) is not None
+        assert self.core.complete(core.ticket, fetch, ended_ago=ago) is not None
         # The rest itself agrees too (release() in the prelude, Frontier._release).
         next_contact = self.core.next_contact(core.host)
         assert next_contact is not None
         assert abs(next_contact - done.next_contact) <= EPS, (core.host, fetch)
         return core.host
 
-    def complete_all(self, fetch_of: Callable[[str], float]) -> None:
+    def complete_all(self, fetch_of: Callable[[str], float],
+                     ago_of: Callable[[str], float] = lambda _host: 0.0) -> None:
         """Complete the outstanding leases in claim order, with the same fetch times."""
         while self._leases:
-            self.complete_next(fetch_of(self._leases[0][1].host))
+            host = self._leases[0][1].host
+            self.complete_next(fetch_of(host), ago_of(host))
 
     def wait_rest(self) -> None:
         """Let every rest end (real time: the Redis frontier reads the server's clock)."""
@@ -387,7 +390,10 @@ def run_random_scenario(twins: Twins, rng: random.Random, fetches: Sequence[floa
         handed += len(out)
         for host, _, _ in out:
             remaining[host] -= 1
-        twins.complete_all(lambda _host: rng.choice(fetches))
+        # Some answers complete a while before they are reported (read late, or
+        # processed): the delay counts from then, in both.
+        twins.complete_all(lambda _host: rng.choice(fetches),
+                           lambda _host: rng.choice((0.0, 0.0, 0.01, 0.3, 50.0)))
         if number in (1, 2):
             active = sorted(h for h, n in remaining.items() if n > 0)
             extra = rng.sample(active, min(len(active), rng.randint(0, 2)))

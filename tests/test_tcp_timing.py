@@ -16,9 +16,17 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy_frontier.meta import FETCH_END_META, FETCH_START_META, LEASE_META
 from scrapy_frontier.scheduler.engine import answer_socket
 from scrapy_frontier.scheduler.tcp_timing import TcpTimes, kernel_tick, read_stamps
+from tests.test_fetch_time import _rest_after
 from tests.test_scheduler import make_scheduler
 
 linux = pytest.mark.skipif(sys.platform != "linux", reason="TCP_INFO stamps are Linux's")
+
+
+@pytest.fixture
+def times() -> TcpTimes:
+    tick = kernel_tick()
+    assert tick is not None
+    return TcpTimes(tick)
 
 
 @pytest.fixture
@@ -43,12 +51,9 @@ def test_the_kernel_tick_is_one_jiffy_of_a_real_kernel() -> None:
 
 @linux
 def test_the_interval_contains_the_servers_time_and_not_the_unread_wait(
-    pair: tuple[socket.socket, socket.socket],
+    pair: tuple[socket.socket, socket.socket], times: TcpTimes,
 ) -> None:
     client, server = pair
-    tick = kernel_tick()
-    assert tick is not None
-    times = TcpTimes(tick)
     sent = time.monotonic()
     client.sendall(b"GET / HTTP/1.1\r\n\r\n")
     server.recv(100)
@@ -63,31 +68,32 @@ def test_the_interval_contains_the_servers_time_and_not_the_unread_wait(
     client.recv(100)
     times.update(1, time.monotonic())
     read = time.monotonic()
-    interval = times.end(1)
-    assert interval is not None
-    # Polite: never shorter than what the server itself took.
+    kernel = times.end(1)
+    assert kernel is not None
+    interval, came_in = kernel
+    # Polite: never shorter than what the server itself took, and the answer is never
+    # said to have come in before the server sent it.
     assert interval >= answered - arrived
-    # True: the 150 ms the answer waited unread is not in it (50 ms for the kernel's
-    # own delivery on a loaded machine), while a read-time measure has all of it.
-    assert interval <= done - sent + tick + 0.05
+    assert came_in >= answered
+    # True: the 150 ms the answer waited unread is not in either (50 ms for the
+    # kernel's own delivery on a loaded machine), while a read-time measure has all of it.
+    assert interval <= done - sent + times.tick + 0.05
+    assert came_in <= done + times.tick + 0.05
     assert read - sent > interval + 0.09
     assert times.end(1) is None  # taken once
 
 
 @linux
 def test_data_sent_during_the_answer_makes_the_interval_untrusted(
-    pair: tuple[socket.socket, socket.socket],
+    pair: tuple[socket.socket, socket.socket], times: TcpTimes,
 ) -> None:
     client, server = pair
-    tick = kernel_tick()
-    assert tick is not None
-    times = TcpTimes(tick)
     client.sendall(b"request")
     server.recv(100)
     server.sendall(b"first part")
     times.begin(7, client, time.monotonic())
     client.recv(100)
-    time.sleep(3 * tick)
+    time.sleep(3 * times.tick)
     client.sendall(b"more")  # a request body still going out, a retransmission, a reuse
     server.recv(100)
     server.sendall(b"rest")
@@ -97,11 +103,9 @@ def test_data_sent_during_the_answer_makes_the_interval_untrusted(
 
 
 @linux
-def test_a_closed_connection_is_not_trusted(pair: tuple[socket.socket, socket.socket]) -> None:
+def test_a_closed_connection_is_not_trusted(pair: tuple[socket.socket, socket.socket],
+                                            times: TcpTimes) -> None:
     client, server = pair
-    tick = kernel_tick()
-    assert tick is not None
-    times = TcpTimes(tick)
     client.sendall(b"request")
     server.recv(100)
     server.sendall(b"answer")
@@ -134,8 +138,8 @@ def _fetch_with_kernel(settings: dict[str, Any], kernel: tuple[int, int, int] | 
     """One fetch of 300 ms by the read (20 ms of it on the wire, per ``kernel``), then the
     seconds until the host's next request is handed out."""
     sched, clock, _ = make_scheduler({"FRONTIER_DELAY_FACTOR": 10, **settings})
-    if sched.tcp is None:
-        sched.tcp = TcpTimes(0.005)  # a system without TCP stamps: as Linux at 250 Hz
+    if sched.config.tcp_timing:
+        sched.tcp = TcpTimes(0.005)  # as Linux at 250 Hz, whatever this kernel's jiffy
     for i in range(3):
         sched.enqueue_request(Request(f"http://a.example/{i}"))
     req = sched.next_request()
@@ -143,24 +147,22 @@ def _fetch_with_kernel(settings: dict[str, Any], kernel: tuple[int, int, int] | 
     req.meta[FETCH_START_META] = clock()
     clock.advance(0.3)
     req.meta[FETCH_END_META] = clock()
-    if kernel is not None and sched.config.tcp_timing:
+    if kernel is not None and sched.tcp is not None:
         sched.tcp.begin(req.meta[LEASE_META], FakeTcpSocket(*kernel), clock())  # type: ignore[arg-type]
     sched.fetch_finished(req, exception=exception)
-    waited = 0.0
-    while sched.next_request() is None:
-        clock.advance(0.01)
-        waited += 0.01
-        assert waited < 60
+    waited = _rest_after(sched, clock, req)
     sched.publish_stats()
     return waited, sched.stats
 
 
-def test_the_scheduler_rests_by_the_kernels_interval_plus_one_tick() -> None:
-    # Sent 290 ms ago, last bytes in 270 ms ago: 20 ms + 5 ms tick, not 300 ms.
-    waited, stats = _fetch_with_kernel({}, (290, 270, 0))
-    assert waited == pytest.approx(0.25, abs=0.015)
+def test_the_scheduler_rests_by_the_kernels_interval_from_the_kernels_arrival() -> None:
+    # Sent 290 ms before the release, last bytes in 200 ms before it: a fetch of 90 ms
+    # + 5 ms tick (not the 300 ms the reads took), whose 950 ms rest counts from the
+    # latest moment the bytes can have come in (195 ms before the release): 755 ms more.
+    waited, stats = _fetch_with_kernel({}, (290, 200, 0))
+    assert waited == pytest.approx(0.755, abs=0.015)
     assert stats.get_value("frontier/fetch/tcp_timed") == 1
-    assert stats.get_value("frontier/fetch/tcp_seconds_cut") == pytest.approx(0.275, abs=0.001)
+    assert stats.get_value("frontier/fetch/tcp_seconds_cut") == pytest.approx(0.205, abs=0.001)
 
 
 @pytest.mark.parametrize("case", ["retransmitted", "failed fetch", "turned off"])
@@ -175,7 +177,8 @@ def test_the_scheduler_keeps_its_own_measure_when_the_kernels_is_not_trusted(cas
 
 
 def test_a_longer_kernel_interval_changes_nothing() -> None:
-    # The read measure is the shorter one (both contain the server's time).
-    waited, stats = _fetch_with_kernel({}, (900, 100, 0))
+    # The read measure is the shorter one (both contain the server's time), and the
+    # last bytes came in as they were read: the kernel changes nothing.
+    waited, stats = _fetch_with_kernel({}, (900, 0, 0))
     assert waited == pytest.approx(3.0, abs=0.015)
     assert stats.get_value("frontier/fetch/tcp_timed") is None

@@ -786,9 +786,12 @@ class Frontier(Generic[T]):
         *,
         ack: bool = True,
         rest_at_least: float = 0.0,
+        ended_ago: float = 0.0,
     ) -> Lease[T] | None:
-        """Report that the fetch of lease ``ticket`` ended now after ``fetch_seconds``.
+        """Report that the fetch of lease ``ticket`` ended after ``fetch_seconds``.
 
+        The delay policy's rest counts from when the answer was complete, ``ended_ago``
+        seconds before now (the caller knows it no later than the server's end; 0: now).
         ``rest_at_least`` makes the host rest at least that long from now, whatever
         the delay policy says (a Retry-After header, a back-off after errors).
 
@@ -802,7 +805,8 @@ class Frontier(Generic[T]):
             return None
         if not rest_at_least >= 0:  # NaN too
             raise ValueError(f"rest_at_least must be >= 0, got {rest_at_least}")
-        self._release(lease, fetch_seconds, self.clock(), ack=ack, rest_at_least=rest_at_least)
+        self._release(lease, fetch_seconds, self.clock(), ack=ack, rest_at_least=rest_at_least,
+                      ended_ago=ended_ago)
         self.stats.completed += 1
         if self.budget or self._budgets:
             host = lease.host
@@ -823,6 +827,7 @@ class Frontier(Generic[T]):
         *,
         ack: bool = True,
         rest_at_least: float = 0.0,
+        ended_ago: float = 0.0,
     ) -> None:
         hs = self._hosts[lease.host]
         hs.lease = None
@@ -832,6 +837,8 @@ class Frontier(Generic[T]):
         if self.group_hosts:
             self._release_group(hs.key, fetch_seconds, now)
         rest = self.policy.delay(fetch_seconds)
+        if ended_ago > 0.0:  # (NaN is not > 0)
+            rest = rest - ended_ago if rest > ended_ago else 0.0
         if self._min_rest:
             floor = self._min_rest.get(hs.key, 0.0)
             if floor > rest:

@@ -123,6 +123,8 @@ class FrontierScheduler:
         self._route_fp = self._frontier_df or self._shared_seen
         self._driver_dedupes = self._frontier_df and self._shared_seen
         self._needs_ack = self.driver.needs_ack
+        # A driver written before budgets (FRONTIER_BACKEND as an import path) has none.
+        self._over_budget = getattr(self.driver, "over_budget", None) or _no_budget
         self._debug = politeness_log.isEnabledFor(logging.DEBUG)
         # Start requests of this run already let through (Scrapy fetches a start URL
         # listed twice twice); their fingerprints only.
@@ -345,8 +347,7 @@ class FrontierScheduler:
                             start, key):
             self._enqueued += 1
             return True
-        over_budget = getattr(self.driver, "over_budget", None)
-        if over_budget is not None and over_budget(host):
+        if self._over_budget(host):
             return False  # counted by the driver (frontier/budget/requests), not logged each
         self.stats.inc_value("frontier/retired_requests")
         self.stats.inc_value("frontier/retired_requests/refused")
@@ -520,17 +521,26 @@ class FrontierScheduler:
         if host is None:
             return  # a late report, or one already made: never release a host twice
         now = self.clock()
-        # The kernel's interval: only for an answer read whole (a failed fetch may have
-        # kept the server busy after the last bytes that came).
-        kernel = None
-        if self.tcp is not None:
-            kernel = self.tcp.end(ticket)
-            if exception is not None:
-                kernel = None
+        # The kernel's interval and arrival: only for an answer read whole (a failed
+        # fetch may have kept the server busy after the last bytes that came).
+        kernel = self.tcp.end(ticket) if self.tcp is not None else None
+        if exception is not None:
+            kernel = None
         # No start stamp: the response never touched the network (a cache hit,
         # or an IgnoreRequest before the downloader).
-        duration = (0.0 if started is None
-                    else self._fetch_seconds(host, started, ended, now, kernel))
+        duration = 0.0
+        ended_at: float | None = None
+        if started is not None:
+            duration = self._fetch_seconds(host, started, ended, now,
+                                           None if kernel is None else kernel[0])
+            if exception is None:
+                # The delay counts from the answer's end, not from after Scrapy's
+                # processing of it: the kernel's arrival, else the last read.
+                # (Both are no earlier than the server's end; the earlier one is taken.)
+                if ended is not None and started <= ended <= now:
+                    ended_at = ended
+                if kernel is not None and started < kernel[1] < (ended_at or now):
+                    ended_at = kernel[1]
         rest, failures = 0.0, 0
         if response is not None or exception is not None:
             rest, failures = self.rules.outcome_rest(host, response, exception)
@@ -538,7 +548,7 @@ class FrontierScheduler:
             robots_end = self.rules.robots_rest_end(host, take=True)
             if robots_end is not None:
                 rest = max(rest, robots_end - now)
-        self.driver.release(ticket, duration, rest)
+        self.driver.release(ticket, duration, rest, ended_at)
         self._completed += 1
         if failures and self.rules.should_retire(failures):
             self._retire(host, failures, response, exception)
@@ -849,6 +859,10 @@ class FrontierScheduler:
         self.driver.publish_stats(self.stats)
         if self.recrawl is not None:
             self.recrawl.publish_stats(self.stats)
+
+
+def _no_budget(host: str) -> bool:
+    return False
 
 
 def _sample_urls(requests: list[Request], limit: int = 10) -> str:

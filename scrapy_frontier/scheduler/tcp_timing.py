@@ -109,7 +109,8 @@ class TcpTimes:
 
     def __init__(self, tick: float) -> None:
         self.tick = tick
-        #: ticket -> [socket, send stamp (ms, relative to the first read), interval ms or -1]
+        #: ticket -> [socket, send stamp (ms, on the caller's clock), interval ms or -1,
+        #: latest moment the last bytes can have come in (s, on the caller's clock)]
         self._open: dict[int, list[Any]] = {}
 
     def begin(self, ticket: int, sock: socket.socket, now: float) -> None:
@@ -119,7 +120,8 @@ class TcpTimes:
             return
         sent, received, _ = stamps
         if sent >= received:  # else the request went out after the answer: not this fetch
-            self._open[ticket] = [sock, now * 1000.0 - sent, sent - received]
+            self._open[ticket] = [sock, now * 1000.0 - sent, sent - received,
+                                  now - received / 1000.0 + self.tick]
 
     def update(self, ticket: int, now: float) -> None:
         """More of the answer was read: the receive stamp moves on, the send stamp must not."""
@@ -132,13 +134,15 @@ class TcpTimes:
             entry[2] = -1  # closed, retransmitted, or sent data mid-answer: not trusted
             return
         entry[2] = stamps[0] - stamps[1]
+        entry[3] = now - stamps[1] / 1000.0 + self.tick
 
-    def end(self, ticket: int) -> float | None:
-        """The fetch's interval in seconds (plus one tick), or None when not known."""
+    def end(self, ticket: int) -> tuple[float, float] | None:
+        """(the fetch's interval, plus one tick; the latest moment its last bytes can have
+        come in, on the caller's clock), or None when not known."""
         entry = self._open.pop(ticket, None)
         if entry is None or entry[2] < 0:
             return None
-        return entry[2] / 1000.0 + self.tick
+        return entry[2] / 1000.0 + self.tick, entry[3]
 
     def forget(self, ticket: int) -> None:
         self._open.pop(ticket, None)

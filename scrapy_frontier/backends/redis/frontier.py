@@ -396,10 +396,11 @@ class RedisFrontier:
 
     def complete(
         self, lease: RedisLease, fetch_seconds: float, *, rest_at_least: float = 0.0,
-        budget: int = 0,
+        budget: int = 0, ended_ago: float = 0.0,
     ) -> Completion | None:
-        """The fetch of ``lease`` ended now after ``fetch_seconds``: forget the item, and
-        the host rests ``max(policy.delay(fetch), min_rest(host), rest_at_least)``.
+        """The fetch of ``lease`` ended after ``fetch_seconds``: forget the item, and the
+        host rests ``max(policy.delay(fetch) - ended_ago, min_rest(host), rest_at_least)``
+        from now (``ended_ago``: how long before now the answer was complete).
 
         ``budget``: the host's fetch budget from this worker's settings (0: unlimited,
         -1: handed back unfetched, not counted; a budget set with ``scrapy frontier
@@ -416,7 +417,7 @@ class RedisFrontier:
         reply = self._run(
             self._complete, "completing a lease",
             lease.host, lease.ticket, repr(float(fetch_seconds)), repr(float(rest_at_least)),
-            int(budget),
+            int(budget), repr(max(0.0, float(ended_ago))),
         )
         if not reply[0]:
             return None

@@ -112,9 +112,11 @@ class Driver(Protocol):
     def pop(self) -> Handout | Lease[Request] | None:
         """The next request whose host may be contacted now, or None."""
 
-    def release(self, ticket: int, seconds: float, rest: float) -> None:
-        """The fetch of ``ticket`` ended now after ``seconds``: its host rests at least
-        ``rest`` (on top of the delay policy and its minimum rest)."""
+    def release(self, ticket: int, seconds: float, rest: float, ended_at: float | None = None,
+                ) -> None:
+        """The fetch of ``ticket`` ended after ``seconds``: its host rests by the delay
+        policy from ``ended_at`` (the context's clock; None: now, else no later than the
+        server's end), and at least ``rest`` from now (and its minimum rest)."""
 
     def ack(self, ticket: int) -> None:
         """The engine is done with the request of ``ticket``: forget it for good."""
@@ -126,6 +128,10 @@ class Driver(Protocol):
 
     def take_dropped(self) -> list[tuple[str, Request]]:
         """Queued requests of retired hosts dropped since the last call."""
+
+    def over_budget(self, host: str) -> bool:
+        """Whether ``host`` has used its page budget (a refused push is then not a
+        retirement). False where the budget is decided later, in the shared store."""
 
     def record_visit(self, fp: int, url: str, visit: Visit | None) -> None:
         """Record a page visit (None: a download error) in the page history."""

@@ -223,8 +223,11 @@ class LocalDriver:
             self._write_through()
         return lease  # a Handout by shape: no copy on the hot path
 
-    def release(self, ticket: int, seconds: float, rest: float) -> None:
-        lease = self.frontier.complete(ticket, seconds, ack=False, rest_at_least=rest)
+    def release(self, ticket: int, seconds: float, rest: float, ended_at: float | None = None,
+                ) -> None:
+        ago = 0.0 if ended_at is None else self.clock() - ended_at
+        lease = self.frontier.complete(ticket, seconds, ack=False, rest_at_least=rest,
+                                       ended_ago=ago)
         if lease is not None and lease.token is not None:
             self._tokens[ticket] = lease.token
         self._dirty = True

@@ -107,7 +107,9 @@ class _Round:
     """What one I/O round sends; kept until Redis acknowledged it (retried otherwise)."""
 
     pushes: list[_Pushed] = field(default_factory=list)
-    completions: list[tuple[RedisLease, float, float]] = field(default_factory=list)
+    #: (lease, fetch seconds, rest at least, when the answer was complete or None).
+    completions: list[tuple[RedisLease, float, float, float | None]] = field(
+        default_factory=list)
     min_rests: list[tuple[str, float]] = field(default_factory=list)
     retire: list[str] = field(default_factory=list)
     #: Page history updates: (fingerprint, URL, the visit, or None for a download error).
@@ -176,7 +178,7 @@ class RedisDriver:
         self._buffer: deque[RedisLease] = deque()
         self._held: dict[int, RedisLease] = {}
         # Fetches that ended, waiting for the engine to be done with their request.
-        self._finished: dict[int, tuple[RedisLease, float, float]] = {}
+        self._finished: dict[int, tuple[RedisLease, float, float, float | None]] = {}
         self._next = _Round()
         self._sending: _Round | None = None
         self._in_flight: Deferred[Any] | None = None
@@ -287,7 +289,7 @@ class RedisDriver:
             final = self._next
             self._next = _Round()
             final.completions.extend(self._finished.values())
-            final.completions.extend((lease, 0.0, 0.0) for lease in self._held.values())
+            final.completions.extend((lease, 0.0, 0.0, None) for lease in self._held.values())
             # Handed back unfetched: not counted against the host's budget.
             self._unfetched.update(lease.ticket for lease in self._held.values())
             self._unfetched.update(lease.ticket for lease in self._buffer)
@@ -296,7 +298,7 @@ class RedisDriver:
             for lease in self._buffer:
                 final.pushes.append(_Pushed(0, 0, False, False, False, lease.host, lease.level,
                                             lease.item))
-                final.completions.append((lease, 0.0, 0.0))
+                final.completions.append((lease, 0.0, 0.0, None))
             self._buffer.clear()
             return deferToThreadPool(_reactor(), pool, self._io_final, final)
 
@@ -354,7 +356,7 @@ class RedisDriver:
                 self._count("redis/undecodable")
                 logger.error("A request claimed from Redis cannot be rebuilt (%s); it is "
                              "completed without being fetched", exc)
-                self._next.completions.append((lease, 0.0, 0.0))
+                self._next.completions.append((lease, 0.0, 0.0, None))
                 continue
             self._held[lease.ticket] = lease
             validators = self._validators.pop(lease.ticket, None)
@@ -369,16 +371,19 @@ class RedisDriver:
             return Handout(-local.ticket, local.host, local.item)
         return None
 
-    def release(self, ticket: int, seconds: float, rest: float) -> None:
+    def release(self, ticket: int, seconds: float, rest: float, ended_at: float | None = None,
+                ) -> None:
         self._fetched += 1
         if ticket < 0:
-            lease = self.local.complete(-ticket, seconds, ack=False, rest_at_least=rest)
+            ago = 0.0 if ended_at is None else self.ctx.clock() - ended_at
+            lease = self.local.complete(-ticket, seconds, ack=False, rest_at_least=rest,
+                                        ended_ago=ago)
             if lease is not None:
                 self._local_tokens[ticket] = lease.token
             return
         remote = self._held.pop(ticket, None)
         if remote is not None and not self._closed:
-            self._finished[ticket] = (remote, seconds, rest)
+            self._finished[ticket] = (remote, seconds, rest, ended_at)
 
     def ack(self, ticket: int) -> None:
         if ticket < 0:
@@ -405,6 +410,9 @@ class RedisDriver:
     def retire(self, host: str) -> list[Request]:
         self._next.retire.append(host)
         return self.local.retire(host)
+
+    def over_budget(self, host: str) -> bool:
+        return False  # budgets are counted in Redis (complete.lua), not at the push
 
     def take_dropped(self) -> list[tuple[str, Request]]:
         return self.local.take_dropped()
@@ -530,9 +538,13 @@ class RedisDriver:
             for fp, url, visit in rnd.visits:
                 recrawler.record(fp, url, visit)
         budget_for = self.config.budget_for
-        for done, seconds, rest in rnd.completions:
+        clock = self.ctx.clock
+        for done, seconds, rest, ended_at in rnd.completions:
             budget = -1 if done.ticket in self._unfetched else budget_for(done.host)
-            remote.complete(done, seconds, rest_at_least=rest, budget=budget)
+            # How long ago the answer was complete, taken now: the script runs later
+            # still, so the rest it counts from its own clock starts no earlier.
+            ago = 0.0 if ended_at is None else max(0.0, clock() - ended_at)
+            remote.complete(done, seconds, rest_at_least=rest, budget=budget, ended_ago=ago)
         leases: list[RedisLease] = []
         for _ in range(rnd.want):
             claimed = remote.pop()

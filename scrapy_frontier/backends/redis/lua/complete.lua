@@ -5,11 +5,13 @@
 -- fetches.
 local host, id = ARGV[13], ARGV[14]
 local fetch, at_least = tonumber(ARGV[15]), tonumber(ARGV[16])
+-- ARGV[18]: seconds before now the answer was complete; the delay counts from then.
+local ago = tonumber(ARGV[18] or '0')
 local rec = redis.call('HGET', K_LEASES, host)
 if not rec then return {0, fmt(now)} end
 local lid = parse_lease(rec)
 if lid ~= id then return {0, fmt(now)} end
-local nc = release(host, fetch, at_least)
+local nc = release(host, fetch, at_least, ago)
 stat('completed', 1)
 local given = tonumber(ARGV[17] or '0')
 local budget = tonumber(redis.call('HGET', K_BUDGETS, host) or math.max(given, 0))

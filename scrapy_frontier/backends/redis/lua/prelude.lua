@@ -168,10 +168,12 @@ end
 
 -- End of a fetch (complete or expiry): the host rests, then is ready again or
 -- gives up its back queue.
-local function release(host, fetch, at_least)
+local function release(host, fetch, at_least, ago)
   local mr = tonumber(redis.call('HGET', K_MINREST, host) or '0')
   local od = tonumber(redis.call('HGET', K_DELAY, host) or '0')
-  local nc = now + math.max(delay(fetch), mr, od, at_least)
+  -- The delay policy's rest counts from the answer's end, ``ago`` seconds back (as
+  -- Frontier._release).
+  local nc = now + math.max(math.max(delay(fetch) - (ago or 0), 0), mr, od, at_least)
   redis.call('HDEL', K_LEASES, host)
   redis.call('ZREM', K_DEADLINES, host)
   redis.call('ZADD', K_REST, fmt(nc), host)
