@@ -16,7 +16,7 @@ from scrapy_frontier.backends.redis.connection import describe, guard, text
 from scrapy_frontier.backends.redis.frontier import FORMAT, VERSION
 from scrapy_frontier.backends.redis.seen import RedisSeenSet
 from scrapy_frontier.commands import shapes
-from scrapy_frontier.commands.shapes import HostView
+from scrapy_frontier.commands.shapes import HostView, HostViews
 from scrapy_frontier.core.history import PageRecord
 from scrapy_frontier.errors import FrontierCommandError
 from scrapy_frontier.settings import FrontierConfig
@@ -126,41 +126,35 @@ class RedisInspector:
     def views(self) -> tuple[dict[str, HostView], int, dict[str, Any]]:
         snap = self._snapshot()
         now = snap["now"]
-        views: dict[str, HostView] = {}
-
-        def view(host: str) -> HostView:
-            v = views.get(host)
-            if v is None:
-                v = views[host] = HostView(host)
-            return v
+        views = HostViews()
 
         for host, n in self._front_hosts().items():
-            view(host).front = n
+            views[host].front = n
         for host, n in snap["active"].items():
-            v = view(host)
+            v = views[host]
             v.back_queue = True
             v.back = n
         for host in snap["leases"]:
-            view(host).in_flight = 1
+            views[host].in_flight = 1
         for host, t in {**snap["rest"], **snap["ready"]}.items():
-            v = view(host)
+            v = views[host]
             if not math.isinf(t):
                 v.next_contact_in = max(v.next_contact_in or 0.0, t - now)
         policy = self.config.policy
         for host, f in snap["fetch"].items():
-            v = view(host)
+            v = views[host]
             v.last_fetch_s = f
             v.rest_s = policy.delay(f)
         for name in ("minrest", "delay"):
             for host, d in snap[name].items():
-                v = view(host)
+                v = views[host]
                 v.crawl_delay = max(v.crawl_delay or 0.0, d)
                 v.rest_s = max(v.rest_s or 0.0, d)
         for host, until in snap["blocked"].items():
             if until > now:
-                view(host).blocked_for = until - now
+                views[host].blocked_for = until - now
         for host in snap["retired"]:
-            view(host).retired = "budget" if host in snap["capped"] else "retired"
+            views[host].retired = "budget" if host in snap["capped"] else "retired"
         return views, len(views), snap
 
     def notes(self, views: dict[str, HostView], snap: dict[str, Any]) -> dict[str, str]:

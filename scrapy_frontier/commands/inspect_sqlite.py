@@ -24,7 +24,7 @@ from scrapy_frontier.backends.sqlite.seen import FORMAT as SEEN_FORMAT
 from scrapy_frontier.backends.sqlite.seen import VERSION as SEEN_VERSION
 from scrapy_frontier.codec import saved_url
 from scrapy_frontier.commands import shapes
-from scrapy_frontier.commands.shapes import HostView
+from scrapy_frontier.commands.shapes import HostView, HostViews
 from scrapy_frontier.core.history import PageRecord
 from scrapy_frontier.dupefilter import STORE_NAME as SEEN_FILE
 from scrapy_frontier.errors import FrontierCommandError
@@ -112,21 +112,15 @@ class SQLiteInspector:
         """Every host the state knows, and how many that is."""
         db = self.db
         now = time.time()
-        views: dict[str, HostView] = {}
-
-        def view(host: str) -> HostView:
-            v = views.get(host)
-            if v is None:
-                v = views[host] = HostView(host)
-            return v
+        views = HostViews()
 
         db.execute("BEGIN")
         try:
             for host, n in db.execute("SELECT host, COUNT(*) FROM front GROUP BY host"):
-                view(host).front = n
+                views[host].front = n
             for host, leased, n in db.execute(
                     "SELECT host, leased, COUNT(*) FROM back GROUP BY host, leased"):
-                v = view(host)
+                v = views[host]
                 v.back_queue = True
                 if leased:
                     v.in_flight = n
@@ -135,7 +129,7 @@ class SQLiteInspector:
             policy = self.config.policy
             for host, rest_until, last_fetch in db.execute(
                     "SELECT host, rest_until, last_fetch FROM hosts"):
-                v = view(host)
+                v = views[host]
                 v.next_contact_in = max(0.0, rest_until - now)
                 v.last_fetch_s = last_fetch
                 if last_fetch is not None:
@@ -143,7 +137,7 @@ class SQLiteInspector:
         finally:
             db.execute("COMMIT")
         for host, c in self.control.controls().items():
-            v = view(host)
+            v = views[host]
             if c.blocked(now):
                 assert c.blocked_until is not None
                 v.blocked_for = c.blocked_until - now
@@ -154,7 +148,7 @@ class SQLiteInspector:
                 v.retired = "retired"
         for host, (_, closed) in self.control.crawl_hosts().items():
             if closed:
-                view(host).retired = view(host).retired or closed
+                views[host].retired = views[host].retired or closed
         return views, len(views)
 
     def notes(self, views: dict[str, HostView]) -> dict[str, str]:

@@ -58,6 +58,14 @@ class HostView:
                     or (self.next_contact_in is not None and self.next_contact_in > 0))
 
 
+class HostViews(dict[str, HostView]):
+    """Host views by host, made on first use (each backend's ``views()`` fills one)."""
+
+    def __missing__(self, host: str) -> HostView:
+        v = self[host] = HostView(host)
+        return v
+
+
 def host_row(view: HostView) -> dict[str, Any]:
     wait = view.next_contact_in
     if view.blocked_for is not None:

@@ -539,7 +539,8 @@ class FrontierScheduler:
                 # (Both are no earlier than the server's end; the earlier one is taken.)
                 if ended is not None and started <= ended <= now:
                     ended_at = ended
-                if kernel is not None and started < kernel[1] < (ended_at or now):
+                if kernel is not None and started < kernel[1] < (now if ended_at is None
+                                                                 else ended_at):
                     ended_at = kernel[1]
         rest, failures = 0.0, 0
         if response is not None or exception is not None:

@@ -56,8 +56,8 @@ def read_stamps(sock: socket.socket) -> tuple[int, int, int] | None:
 
 
 def kernel_tick(budget: float = 0.1) -> float | None:
-    """The TCP stamps' resolution in seconds (one jiffy, plus 1 ms for kernels whose
-    jiffy is not a whole number of ms), or None where the kernel gives no stamps.
+    """The TCP stamps' resolution in seconds (one jiffy, rounded up to whole ms), or
+    None where the kernel gives no stamps.
 
     Measured once per process on a loopback connection: the smallest step the
     "last received" age takes while time passes (at most ``budget`` seconds, ~10 ms
@@ -99,7 +99,11 @@ def _measure_tick(budget: float) -> float | None:
     steps = [b - a for a, b in zip(ages, ages[1:], strict=False) if b > a]
     if len(steps) < 2:
         return None
-    return (min(steps) + 1) / 1000.0
+    jiffy = min(steps)
+    # A jiffy of whole ms (250 Hz: every step 4 ms, or a multiple when a poll came
+    # late) is exact; one that is not (300 Hz: 3.33 ms, steps of 3 and 4) is rounded up.
+    exact = all(step % jiffy == 0 for step in steps)
+    return (jiffy if exact else jiffy + 1) / 1000.0
 
 
 class TcpTimes:
