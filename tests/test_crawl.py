@@ -222,6 +222,10 @@ def test_a_spider_that_blocks_the_reactor_gets_rests_its_pauses_do_not_inflate(
               f"{stats.get('frontier/fetch/discounted')}")
     assert "frontier/fetch/discounted" not in control_stats
     assert "frontier/fetch/tcp_timed" not in control_stats
+    # Whatever this Scrapy does, the defaults inflate no more rests than the control.
+    assert outcome["tcp"][0].inflated <= control.inflated
+    # On Scrapy 2.13 the end of a read is mostly stamped before the callback's stall, so the
+    # control may have no rest that a pause inflated; then there is nothing more to compare.
     if control.worst_excess > 0.3:
         # Timed by its reads, a fetch whose answer waited out a pause made its host rest
         # 10 x the pause (Scrapy 2.19 reads the answer after the callback's stall): the
@@ -233,10 +237,6 @@ def test_a_spider_that_blocks_the_reactor_gets_rests_its_pauses_do_not_inflate(
             assert rests.worst_excess < control.worst_excess, name
             assert rests.wasted < control.wasted, name
         assert outcome["tcp"][0].inflated < control.inflated
-    else:
-        # Scrapy 2.13 stamps the end of the read before the callback's stall: no fetch
-        # measured long (a stall held a read for 16 ms at most), so nothing may be cut.
-        assert outcome["discount"][1].get("frontier/fetch/discounted", 0) == 0
 
 
 def test_links_after_a_mailto_link_are_still_followed(tmp_path: Path) -> None:
