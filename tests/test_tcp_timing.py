@@ -26,7 +26,7 @@ linux = pytest.mark.skipif(sys.platform != "linux", reason="TCP_INFO stamps are 
 def times() -> TcpTimes:
     tick = kernel_tick()
     assert tick is not None
-    return TcpTimes(tick)
+    return TcpTimes(tick, time.monotonic)
 
 
 @pytest.fixture
@@ -64,9 +64,9 @@ def test_the_interval_contains_the_servers_time_and_not_the_unread_wait(
     server.sendall(b"body")
     done = time.monotonic()
     time.sleep(0.15)  # the crawler is busy: the answer waits unread
-    times.begin(1, client, time.monotonic())
+    times.begin(1, client)
     client.recv(100)
-    times.update(1, time.monotonic())
+    times.update(1)
     read = time.monotonic()
     kernel = times.end(1)
     assert kernel is not None
@@ -91,14 +91,14 @@ def test_data_sent_during_the_answer_makes_the_interval_untrusted(
     client.sendall(b"request")
     server.recv(100)
     server.sendall(b"first part")
-    times.begin(7, client, time.monotonic())
+    times.begin(7, client)
     client.recv(100)
     time.sleep(3 * times.tick)
     client.sendall(b"more")  # a request body still going out, a retransmission, a reuse
     server.recv(100)
     server.sendall(b"rest")
     time.sleep(0.01)
-    times.update(7, time.monotonic())
+    times.update(7)
     assert times.end(7) is None
 
 
@@ -109,9 +109,9 @@ def test_a_closed_connection_is_not_trusted(pair: tuple[socket.socket, socket.so
     client.sendall(b"request")
     server.recv(100)
     server.sendall(b"answer")
-    times.begin(3, client, time.monotonic())
+    times.begin(3, client)
     client.close()
-    times.update(3, time.monotonic())
+    times.update(3)
     assert times.end(3) is None
     assert read_stamps(client) is None
 
@@ -139,7 +139,7 @@ def _fetch_with_kernel(settings: dict[str, Any], kernel: tuple[int, int, int] | 
     seconds until the host's next request is handed out."""
     sched, clock, _ = make_scheduler({"FRONTIER_DELAY_FACTOR": 10, **settings})
     if sched.config.tcp_timing:
-        sched.tcp = TcpTimes(0.005)  # as Linux at 250 Hz, whatever this kernel's jiffy
+        sched.tcp = TcpTimes(0.005, clock)  # as Linux at 250 Hz, whatever this kernel's jiffy
     for i in range(3):
         sched.enqueue_request(Request(f"http://a.example/{i}"))
     req = sched.next_request()
@@ -148,7 +148,7 @@ def _fetch_with_kernel(settings: dict[str, Any], kernel: tuple[int, int, int] | 
     clock.advance(0.3)
     req.meta[FETCH_END_META] = clock()
     if kernel is not None and sched.tcp is not None:
-        sched.tcp.begin(req.meta[LEASE_META], FakeTcpSocket(*kernel), clock())  # type: ignore[arg-type]
+        sched.tcp.begin(req.meta[LEASE_META], FakeTcpSocket(*kernel))  # type: ignore[arg-type]
     sched.fetch_finished(req, exception=exception)
     waited = _rest_after(sched, clock, req)
     sched.publish_stats()

@@ -183,7 +183,7 @@ class FrontierScheduler:
                 logger.debug("FRONTIER_TCP_TIMING: this system gives no TCP timestamps; "
                              "fetches are timed from the reads")
             else:
-                self.tcp = TcpTimes(tick)
+                self.tcp = TcpTimes(tick, self.clock)
                 self.stats.set_value("frontier/fetch/tcp_tick_ms", round(1000 * tick, 1))
         self.engine.on_robots_parsed(self._on_robots_parsed)
         self.stats.set_value("frontier/backend", self.driver.name)
@@ -596,7 +596,7 @@ class FrontierScheduler:
         if self.tcp is not None:
             sock = answer_socket(request)
             if sock is not None:
-                self.tcp.begin(ticket, sock, now)
+                self.tcp.begin(ticket, sock)
         # Scrapy's HTTP handler times from just before it writes the request
         # ("download_latency", set as the headers arrive): a later, truer start than
         # the middleware's, which the download slot's queue and the connection pool
@@ -612,9 +612,9 @@ class FrontierScheduler:
         meta = request.meta
         ticket = meta.get(LEASE_META)
         if ticket is not None:
-            now = meta[FETCH_END_META] = self.clock()
+            meta[FETCH_END_META] = self.clock()
             if self.tcp is not None:
-                self.tcp.update(ticket, now)
+                self.tcp.update(ticket)
 
     def _retire(self, host: str, failures: int, response: Response | None,
                 exception: BaseException | None) -> None:

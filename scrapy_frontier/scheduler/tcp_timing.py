@@ -25,6 +25,7 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
@@ -109,30 +110,34 @@ def _measure_tick(budget: float) -> float | None:
 class TcpTimes:
     """The kernel's interval of each fetch whose answer is being read, by lease ticket."""
 
-    __slots__ = ("tick", "_open")
+    __slots__ = ("tick", "clock", "_open")
 
-    def __init__(self, tick: float) -> None:
+    def __init__(self, tick: float, clock: Callable[[], float]) -> None:
         self.tick = tick
+        #: Read after the stamps, so that an age is never taken from too early a moment.
+        self.clock = clock
         #: ticket -> [socket, send stamp (ms, on the caller's clock), interval ms or -1,
         #: latest moment the last bytes can have come in (s, on the caller's clock)]
         self._open: dict[int, list[Any]] = {}
 
-    def begin(self, ticket: int, sock: socket.socket, now: float) -> None:
-        """The answer's headers were read from ``sock`` (at ``now``, seconds)."""
+    def begin(self, ticket: int, sock: socket.socket) -> None:
+        """The answer's headers were read from ``sock``."""
         stamps = read_stamps(sock)
         if stamps is None or stamps[2]:
             return
+        now = self.clock()
         sent, received, _ = stamps
         if sent >= received:  # else the request went out after the answer: not this fetch
             self._open[ticket] = [sock, now * 1000.0 - sent, sent - received,
                                   now - received / 1000.0 + self.tick]
 
-    def update(self, ticket: int, now: float) -> None:
+    def update(self, ticket: int) -> None:
         """More of the answer was read: the receive stamp moves on, the send stamp must not."""
         entry = self._open.get(ticket)
         if entry is None or entry[2] < 0:
             return
         stamps = read_stamps(entry[0])
+        now = self.clock()
         if (stamps is None or stamps[2] or stamps[0] < stamps[1]
                 or abs(now * 1000.0 - stamps[0] - entry[1]) > 2000.0 * self.tick):
             entry[2] = -1  # closed, retransmitted, or sent data mid-answer: not trusted
