@@ -105,6 +105,7 @@ class FrontierScheduler:
         self.fetch_times = FetchTimeEstimator()
         # ... and, where the kernel stamps TCP connections, as the network saw them.
         self.tcp: TcpTimes | None = None
+        self._tcp_read = 0  # fetches the kernel's stamps were read for
         self._tcp_timed = 0
         self._tcp_seconds_cut = 0.0
         self.recrawl: RecrawlHooks | None = None
@@ -524,6 +525,8 @@ class FrontierScheduler:
         # The kernel's interval and arrival: only for an answer read whole (a failed
         # fetch may have kept the server busy after the last bytes that came).
         kernel = self.tcp.end(ticket) if self.tcp is not None else None
+        if kernel is not None:
+            self._tcp_read += 1
         if exception is not None:
             kernel = None
         # No start stamp: the response never touched the network (a cache hit,
@@ -854,6 +857,8 @@ class FrontierScheduler:
             set_value("frontier/fetch/stalled", times.stalled)
             set_value("frontier/fetch/discounted", times.discounted)
             set_value("frontier/fetch/seconds_discounted", round(times.seconds_discounted, 3))
+        if self._tcp_read:
+            set_value("frontier/fetch/tcp_read", self._tcp_read)
         if self._tcp_timed:
             set_value("frontier/fetch/tcp_timed", self._tcp_timed)
             set_value("frontier/fetch/tcp_seconds_cut", round(self._tcp_seconds_cut, 3))
