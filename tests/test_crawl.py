@@ -237,14 +237,14 @@ def test_a_spider_that_blocks_the_reactor_gets_rests_its_pauses_do_not_inflate(
     if control.worst_excess > 0.3:
         # Timed by its reads, a fetch whose answer waited out a pause made its host rest
         # 10 x the pause (Scrapy 2.19 reads the answer after the callback's stall): the
-        # kernel's times, and the discount, must have acted and made the rests shorter.
-        for name, key in (("tcp", "frontier/fetch/tcp_timed"),
-                          ("discount", "frontier/fetch/discounted")):
-            rests, stats = outcome[name]
-            assert stats[key] > 0, name
-            assert rests.worst_excess < control.worst_excess, name
-            assert rests.wasted < control.wasted, name
-        assert outcome["tcp"][0].inflated < control.inflated
+        # kernel's times must have acted and made the rests shorter. (The opt-in discount
+        # is held to its politeness above only: on Scrapy 2.13 a rest the control
+        # inflated can come from a late dispatch, which it has no stall to discount for.)
+        rests, stats = outcome["tcp"]
+        assert stats["frontier/fetch/tcp_timed"] > 0
+        assert rests.worst_excess < control.worst_excess
+        assert rests.wasted < control.wasted
+        assert rests.inflated < control.inflated
 
 
 def test_links_after_a_mailto_link_are_still_followed(tmp_path: Path) -> None:
