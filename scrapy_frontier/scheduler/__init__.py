@@ -820,7 +820,9 @@ class FrontierScheduler:
     def _wake_engine(self) -> None:
         self._timer = None
         self._timer_at = None
-        self._nudge_engine()
+        # The rest timer is a reactor callback of its own: the engine may ask now.
+        if not self._closed and self.engine.wake(now=True):
+            self.stats.inc_value("frontier/engine_wakeups")
 
     def _nudge_engine(self) -> None:
         """Make the engine ask for requests again soon (without waiting for its heartbeat)."""

@@ -139,13 +139,23 @@ class EngineAdapter:
             self._inprogress = None
         return self._inprogress
 
-    def wake(self) -> bool:
-        """Make the engine ask for requests soon, without waiting for its heartbeat."""
+    def wake(self, *, now: bool = False) -> bool:
+        """Make the engine ask for requests soon, without waiting for its heartbeat.
+
+        ``now`` asks at once, in this call: only from a reactor callback of the
+        frontier's own (its rest timer), never from inside a call the engine made.
+        A scheduled ask runs one loop iteration later, after every read that
+        iteration brings in (and the callbacks they run): a rested host then waits
+        for them. An ask already pending is left to run.
+        """
         nextcall = getattr(self._slot(), "nextcall", None)
         schedule = getattr(nextcall, "schedule", None)
         if not callable(schedule):
             self._fallback("engine._slot.nextcall", type(nextcall).__name__)
             return False
+        if now and callable(nextcall) and getattr(nextcall, "_call", None) is None:
+            nextcall()  # CallLaterOnce.__call__: the engine's own request loop
+            return True
         # Delay 0 only: a positive delay would swallow the engine's own wake-ups.
         schedule()
         return True
