@@ -3,7 +3,8 @@
 Public API first (``crawler.get_downloader_middleware``, ``engine.scheduler``,
 ``engine.close_spider_async``). Where only an internal tells what the frontier
 needs -- which requests the engine still works on (``engine._slot.inprogress``)
-and how to make it ask for requests now (``engine._slot.nextcall``) -- the
+and how to make it ask for requests now (``engine._slot.nextcall``, and whether
+that ``CallLaterOnce`` already has a call pending, ``nextcall._call``) -- the
 adapter reads it defensively: when the attribute is missing or is not what
 Scrapy's real engine has (a ``Mock`` engine, as in Scrapy's own tests, or a
 future Scrapy), it falls back to behaviour that is still correct but less
@@ -146,7 +147,8 @@ class EngineAdapter:
         frontier's own (its rest timer), never from inside a call the engine made.
         A scheduled ask runs one loop iteration later, after every read that
         iteration brings in (and the callbacks they run): a rested host then waits
-        for them. An ask already pending is left to run.
+        for them. An ask already pending is left to run. An error in the engine's
+        loop reaches the reactor, as it would from a scheduled call.
         """
         nextcall = getattr(self._slot(), "nextcall", None)
         schedule = getattr(nextcall, "schedule", None)
