@@ -15,7 +15,12 @@ from scrapy.exceptions import IgnoreRequest
 
 from scrapy_frontier.meta import FETCH_END_META, FETCH_START_META, LEASE_META
 from scrapy_frontier.scheduler.engine import answer_socket
-from scrapy_frontier.scheduler.tcp_timing import TcpTimes, kernel_tick, read_stamps
+from scrapy_frontier.scheduler.tcp_timing import (
+    TcpTimes,
+    kernel_tick,
+    read_stamps,
+    tick_from_steps,
+)
 from tests.test_fetch_time import _rest_after
 from tests.test_scheduler import make_scheduler
 
@@ -42,6 +47,22 @@ def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
 
 
 @linux
+@pytest.mark.parametrize(("steps", "tick_ms"), [
+    ([4, 4, 4], 4),     # 250 Hz
+    ([4, 8, 4], 4),     # 250 Hz, one poll late
+    ([3, 4, 3], 4),     # 300 Hz (3.33 ms): rounded up
+    ([3, 3], 4),        # 300 Hz seen for two steps only: not known to be exact
+    ([1, 1, 1, 1], 1),  # 1000 Hz
+    ([10, 10, 20], 10),  # 100 Hz
+])
+def test_the_tick_is_never_shorter_than_the_jiffy(steps: list[int], tick_ms: int) -> None:
+    assert tick_from_steps(steps) == pytest.approx(tick_ms / 1000.0)
+
+
+def test_one_step_tells_no_tick() -> None:
+    assert tick_from_steps([4]) is None
+
+
 def test_the_kernel_tick_is_one_jiffy_of_a_real_kernel() -> None:
     tick = kernel_tick()
     assert tick is not None

@@ -821,12 +821,12 @@ class FrontierScheduler:
         self._timer = None
         self._timer_at = None
         # The rest timer is a reactor callback of its own: the engine may ask now.
-        if not self._closed and self.engine.wake(now=True):
-            self.stats.inc_value("frontier/engine_wakeups")
+        self._nudge_engine(now=True)
 
-    def _nudge_engine(self) -> None:
-        """Make the engine ask for requests again soon (without waiting for its heartbeat)."""
-        if not self._closed and self.engine.wake():
+    def _nudge_engine(self, *, now: bool = False) -> None:
+        """Make the engine ask for requests again soon (without waiting for its heartbeat);
+        ``now`` only from a reactor callback of the frontier's own (EngineAdapter.wake)."""
+        if not self._closed and self.engine.wake(now=now):
             self.stats.inc_value("frontier/engine_wakeups")
 
     def _cancel_timer(self) -> None:

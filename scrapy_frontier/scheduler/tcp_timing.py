@@ -97,13 +97,21 @@ def _measure_tick(budget: float) -> float | None:
                 if len(ages) >= 4:
                     break
             time.sleep(0.0002)
-    steps = [b - a for a, b in zip(ages, ages[1:], strict=False) if b > a]
+    return tick_from_steps([b - a for a, b in zip(ages, ages[1:], strict=False) if b > a])
+
+
+def tick_from_steps(steps: list[int]) -> float | None:
+    """The tick (seconds) from the steps (ms) the "last received" age was seen to take.
+
+    A jiffy of whole ms (250 Hz: every step 4 ms, or a multiple when a poll came late)
+    is exact; one that is not (300 Hz: 3.33 ms, steps of 3 and 4) is rounded up. Two
+    steps cannot tell them apart (300 Hz can step 3, 3 before its 4), so exactness
+    needs three; a tick too long only makes rests longer.
+    """
     if len(steps) < 2:
         return None
     jiffy = min(steps)
-    # A jiffy of whole ms (250 Hz: every step 4 ms, or a multiple when a poll came
-    # late) is exact; one that is not (300 Hz: 3.33 ms, steps of 3 and 4) is rounded up.
-    exact = all(step % jiffy == 0 for step in steps)
+    exact = len(steps) >= 3 and all(step % jiffy == 0 for step in steps)
     return (jiffy if exact else jiffy + 1) / 1000.0
 
 
