@@ -19,6 +19,7 @@ import signal
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -37,9 +38,18 @@ def make(port: int) -> RedisFrontier:
                          back_queues=4, back_queues_max=6, policy=POLICY, lease_timeout=LEASE)
 
 
-def worker(port: int, log_path: str, fetch: float, run_for: float) -> None:
+def worker(port: int, log_path: str, fetch: float, run_for: float, go: Any,
+           freeze_at: int = 0, frozen: Any = None) -> None:
+    """Claim, log, "fetch" and complete until the frontier is idle.
+
+    Waits for ``go`` first. With ``freeze_at`` N, the N-th claim is logged, ``frozen`` is
+    set and the worker sleeps holding that lease until it is killed.
+    """
     frontier = make(port)
+    if not go.wait(60):
+        raise SystemExit("never told to go")
     end = time.monotonic() + run_for
+    claims = 0
     with open(log_path, "a", buffering=1) as log:
         while time.monotonic() < end:
             lease = frontier.pop()
@@ -50,6 +60,10 @@ def worker(port: int, log_path: str, fetch: float, run_for: float) -> None:
                 continue
             log.write(json.dumps({"ev": "claim", "host": lease.host, "item": lease.item.decode(),
                                   "start": lease.handed_at, "deadline": lease.deadline}) + "\n")
+            claims += 1
+            if claims == freeze_at:
+                frozen.set()
+                time.sleep(run_for)  # mid-fetch until the test kills this process
             time.sleep(fetch)
             done = frontier.complete(lease, fetch)
             if done is not None:
@@ -76,25 +90,24 @@ def test_three_workers_one_killed(tmp_path: Path) -> None:
                             for i, (item, host) in enumerate(items.items())])
         ctx = mp.get_context("spawn")
         logs = [tmp_path / f"w{i}.log" for i in range(3)]
-        procs = [ctx.Process(target=worker, args=(server.port, str(logs[i]), 0.005, 30.0))
-                 for i in range(3)]
+        # Worker 0 works alone until its 11th claim, which it holds (frozen); then the
+        # others start and worker 0 is killed holding that lease.
+        alone, together, frozen = ctx.Event(), ctx.Event(), ctx.Event()
+        procs = [ctx.Process(target=worker, args=(server.port, str(logs[0]), 0.005, 30.0,
+                                                  alone, 11, frozen))]
+        procs += [ctx.Process(target=worker, args=(server.port, str(logs[i]), 0.005, 30.0,
+                                                   together)) for i in (1, 2)]
         for p in procs:
             p.start()
         try:
-            # Kill worker 0 while it holds a lease (its last log line is a claim).
             victim = procs[0]
-            killed_at_claims = None
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                recs = read(logs[0])
-                if len(recs) >= 10 and recs[-1]["ev"] == "claim":
-                    assert victim.pid is not None
-                    os.kill(victim.pid, signal.SIGKILL)
-                    killed_at_claims = recs
-                    break
-                time.sleep(0.001)
-            assert killed_at_claims is not None, "worker 0 never caught mid-fetch"
+            alone.set()
+            assert frozen.wait(60), "worker 0 never reached its 11th claim"
+            together.set()
+            assert victim.pid is not None
+            os.kill(victim.pid, signal.SIGKILL)
             victim.join(10)
+            assert read(logs[0])[-1]["ev"] == "claim"
             for p in procs[1:]:
                 p.join(40)
                 assert p.exitcode == 0, f"worker exit code {p.exitcode}"

@@ -181,6 +181,12 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
 
     process = CrawlerProcess(settings=spec["settings"], install_root_handler=True)
     crawler = process.create_crawler(spider_cls)
+    freeze_at = int(spec.get("freeze_at") or 0)
+    if freeze_at:
+        _freeze_on_request(crawler, freeze_at, Path(spec["freeze_marker"]))
+    wait_for = spec.get("wait_for")
+    if wait_for:
+        _wait_for_file(Path(wait_for), timeout=float(spec.get("wait_timeout") or 120.0))
     process.crawl(crawler)
     started = time.monotonic()
     process.start()
@@ -188,6 +194,40 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
     stats["harness/elapsed"] = time.monotonic() - started
     Path(out_path).write_text(json.dumps(stats, default=str))
     return 0
+
+
+def _freeze_on_request(crawler: Any, count: int, marker: Path) -> None:
+    """SIGSTOP this process when the ``count``-th request reaches the downloader.
+
+    At that moment the crawl holds that request's lease (the scheduler handed it out and
+    the fetch has not ended), so a test that waits for ``marker`` catches a worker
+    mid-fetch without racing it. The marker holds the request's URL and appears whole.
+    """
+    import signal
+
+    from scrapy import signals
+
+    seen = [0]
+
+    def reached(request: Any, spider: Any) -> None:
+        seen[0] += 1
+        if seen[0] != count:
+            return
+        partial = marker.with_suffix(".partial")
+        partial.write_text(request.url)
+        partial.replace(marker)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    crawler.signals.connect(reached, signal=signals.request_reached_downloader, weak=False)
+
+
+def _wait_for_file(path: Path, *, timeout: float) -> None:
+    """Block until ``path`` exists (another worker's freeze marker), at most ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"gave up waiting for {path} after {timeout:.0f} s")
+        time.sleep(0.05)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
