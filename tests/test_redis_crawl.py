@@ -111,8 +111,8 @@ def test_three_workers_one_killed_share_one_polite_crawl(redis_server: RedisServ
             redis_server, name, FRONTIER_LEASE_TIMEOUT=4.0, FRONTIER_REDIS_IDLE_GRACE=2.0,
             FRONTIER_DELAY_FACTOR=1.0)}
         (tmp_path / "victim").mkdir()
-        victim_spec = _spec(tmp_path / "victim", web, settings, freeze_at=6,
-                            freeze_marker=str(marker))
+        victim_spec = _spec(tmp_path / "victim", web, settings, mark_at=6,
+                            marker=str(marker), freeze=True)
         spec = _spec(tmp_path, web, settings, wait_for=str(marker))
         outs = [tmp_path / f"worker{i}.json" for i in range(3)]
         procs = [_worker(spec, outs[0]), _worker(victim_spec, outs[1]), _worker(spec, outs[2])]
@@ -187,11 +187,12 @@ def test_a_redis_restart_mid_crawl_loses_nothing(tmp_path: Path) -> None:
         with ServerProcess(web_args, log_path=str(log)) as web:
             settings = {**BASE_SETTINGS, **_settings(server, "restart",
                                                       FRONTIER_REDIS_IDLE_GRACE=2.0)}
-            spec = _spec(tmp_path, web, settings)
+            marker = tmp_path / "under-way.txt"
+            spec = _spec(tmp_path, web, settings, mark_at=6, marker=str(marker))
             out = tmp_path / "worker.json"
             proc = _worker(spec, out)
             try:
-                time.sleep(3.0)
+                _wait_for(marker, [proc], timeout=120)  # the 6th of 32 requests
                 port = server.port
                 server.kill()
                 time.sleep(2.0)  # the worker keeps running without Redis
@@ -226,11 +227,12 @@ def test_a_redis_restarted_without_persistence_stops_the_crawl(tmp_path: Path) -
         with ServerProcess(web_args, log_path=str(log)) as web:
             settings = {**BASE_SETTINGS, **_settings(server, "vanish",
                                                       FRONTIER_REDIS_IDLE_GRACE=2.0)}
-            spec = _spec(tmp_path, web, settings)
+            marker = tmp_path / "under-way.txt"
+            spec = _spec(tmp_path, web, settings, mark_at=6, marker=str(marker))
             out = tmp_path / "worker.json"
             proc = _worker(spec, out)
             try:
-                time.sleep(3.0)
+                _wait_for(marker, [proc], timeout=120)  # the 6th of 48 requests
                 port = server.port
                 server.kill()
                 server.start(port=port)  # empty: no persistence
@@ -266,11 +268,13 @@ def test_redis_out_of_memory_stops_safely_and_the_rerun_finishes(tmp_path: Path)
             settings = {**BASE_SETTINGS, **_settings(
                 server, "oom", FRONTIER_REDIS_IDLE_GRACE=1.0, FRONTIER_LEASE_TIMEOUT=4.0,
                 FRONTIER_MAX_DELAY=1.0, DOWNLOAD_TIMEOUT=3)}
-            spec = _spec(tmp_path, web, settings)
+            marker = tmp_path / "under-way.txt"
+            spec = _spec(tmp_path, web, settings, mark_at=10, marker=str(marker))
             out = tmp_path / "worker.json"
             proc = _worker(spec, out)
             try:
-                time.sleep(2.5)
+                _wait_for(marker, [proc], timeout=120)  # the 10th of 240 requests
+                marker.unlink()  # the rerun marks it again; nobody waits for that
                 used = int(client.info("memory")["used_memory"])
                 client.config_set("maxmemory", used + 2_000)  # full in a moment
                 output, _ = proc.communicate(timeout=120)

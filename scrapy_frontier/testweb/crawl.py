@@ -181,9 +181,9 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
 
     process = CrawlerProcess(settings=spec["settings"], install_root_handler=True)
     crawler = process.create_crawler(spider_cls)
-    freeze_at = int(spec.get("freeze_at") or 0)
-    if freeze_at:
-        _freeze_on_request(crawler, freeze_at, Path(spec["freeze_marker"]))
+    mark_at = int(spec.get("mark_at") or 0)
+    if mark_at:
+        _mark_request(crawler, mark_at, Path(spec["marker"]), freeze=bool(spec.get("freeze")))
     wait_for = spec.get("wait_for")
     if wait_for:
         _wait_for_file(Path(wait_for), timeout=float(spec.get("wait_timeout") or 120.0))
@@ -196,12 +196,13 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
     return 0
 
 
-def _freeze_on_request(crawler: Any, count: int, marker: Path) -> None:
-    """SIGSTOP this process when the ``count``-th request reaches the downloader.
+def _mark_request(crawler: Any, count: int, marker: Path, *, freeze: bool) -> None:
+    """Write ``marker`` when the ``count``-th request reaches the downloader; with
+    ``freeze``, then SIGSTOP this process.
 
-    At that moment the crawl holds that request's lease (the scheduler handed it out and
-    the fetch has not ended), so a test that waits for ``marker`` catches a worker
-    mid-fetch without racing it. The marker holds the request's URL and appears whole.
+    A test that waits for the marker knows the crawl is under way (and, frozen, that it
+    holds that request's lease: the scheduler handed it out and the fetch has not ended),
+    without racing it. The marker holds the request's URL and appears whole.
     """
     import signal
 
@@ -216,7 +217,8 @@ def _freeze_on_request(crawler: Any, count: int, marker: Path) -> None:
         partial = marker.with_suffix(".partial")
         partial.write_text(request.url)
         partial.replace(marker)
-        os.kill(os.getpid(), signal.SIGSTOP)
+        if freeze:
+            os.kill(os.getpid(), signal.SIGSTOP)
 
     crawler.signals.connect(reached, signal=signals.request_reached_downloader, weak=False)
 
