@@ -17,6 +17,20 @@ class FrontierConfigError(FrontierError, ValueError):
     """A setting has a value the frontier cannot use, or a backend cannot support."""
 
 
+def require_extra(module: str, extra: str, feature: str) -> None:
+    """Import ``module``, or raise a FrontierConfigError saying that ``feature`` needs the
+    package extra ``extra`` (``pip install 'scrapy-frontier[extra]'``)."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise FrontierConfigError(
+            f"{feature} needs the {module!r} package, which cannot be imported ({exc}). "
+            f"Install the {extra} extra: pip install 'scrapy-frontier[{extra}]'"
+        ) from None
+
+
 class FrontierCommandError(FrontierError):
     """``scrapy frontier`` cannot do what it was asked; nothing was changed."""
 

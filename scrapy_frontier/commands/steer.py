@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from scrapy_frontier.backends.redis.frontier import RedisFrontier
 from scrapy_frontier.backends.sqlite.control import ControlFile
-from scrapy_frontier.commands.inspect_redis import RedisInspector
-from scrapy_frontier.commands.inspect_sqlite import SQLiteInspector
 from scrapy_frontier.errors import FrontierCommandError
+
+if TYPE_CHECKING:  # the Redis side needs the redis extra; a plain install never imports it
+    from scrapy_frontier.commands.inspect_redis import RedisInspector
+    from scrapy_frontier.commands.inspect_sqlite import SQLiteInspector
 
 ACTIONS = ("block", "unblock", "delay", "retire", "budget")
 
@@ -59,6 +60,8 @@ def steer_sqlite(inspector: SQLiteInspector, action: str, host: str,
 def steer_redis(inspector: RedisInspector, action: str, host: str,
                 value: float | None) -> dict[str, Any]:
     check_value(action, value)
+    from scrapy_frontier.backends.redis.frontier import RedisFrontier
+
     remote = RedisFrontier(
         inspector.client, inspector.prefix, front_queues=inspector.levels,
         back_queues=inspector.config.back_queues,

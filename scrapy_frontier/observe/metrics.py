@@ -22,23 +22,16 @@ import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from scrapy_frontier.errors import FrontierConfigError
+from scrapy_frontier.errors import FrontierConfigError, require_extra
 from scrapy_frontier.observe.census import Census
 
 logger = logging.getLogger("scrapy_frontier.metrics")
 
-EXTRA = "pip install 'scrapy-frontier[metrics]'"
-
-
 def _prometheus() -> Any:
-    try:
-        import prometheus_client
-        import prometheus_client.core
-    except ImportError as exc:
-        raise FrontierConfigError(
-            f"FRONTIER_METRICS_PORT is set but prometheus_client cannot be imported ({exc}). "
-            f"Install the metrics extra: {EXTRA}; or leave FRONTIER_METRICS_PORT unset."
-        ) from None
+    require_extra("prometheus_client", "metrics", "FRONTIER_METRICS_PORT")
+    import prometheus_client
+    import prometheus_client.core
+
     return prometheus_client
 
 

@@ -164,6 +164,8 @@ def load_driver(path: str) -> type[Any]:
 
     try:
         cls = load_object(path)
+    except FrontierConfigError:
+        raise  # a backend whose extra is not installed says which
     except (ImportError, ValueError, AttributeError, NameError) as exc:
         raise FrontierConfigError(
             f"FRONTIER_BACKEND={path!r} cannot be imported ({exc}); use 'memory', 'sqlite', "
