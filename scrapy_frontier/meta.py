@@ -14,6 +14,8 @@ FETCH_END_META = "frontier_fetch_end"
 ROBOTS_START_META = "frontier_robots_start"
 #: Set by the scheduler: the request comes from the page history (a due recrawl).
 RECRAWL_META = "frontier_recrawl"
+#: Set by a spider: recrawl this request although its method is not safe to repeat (POST...).
+UNSAFE_META = "frontier_recrawl_unsafe"
 #: Set by a spider: fetch even if the page is not due for recrawl (or retired).
 FORCE_META = "frontier_force"
 #: Set by a spider: an integer added to the request's priority.

@@ -16,13 +16,16 @@ them. For each response it reports to the scheduler's
 A 304 is not passed to the callback unless ``FRONTIER_RECRAWL_PASS_304`` is set:
 it raises :class:`NotModified` (an ``HttpError``), which Scrapy's
 HttpErrorMiddleware ignores like any unhandled status (the request's errback,
-if any, sees it).
+if any, sees it). HttpErrorMiddleware's INFO line for each ignored response is
+filtered out for these 304s (:class:`QuietNotModified`): they are counted in
+``frontier/recrawl/not_modified`` instead, and a recrawl answers many of them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import html
+import logging
 import re
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -42,13 +45,41 @@ class NotModified(HttpError):
     """A 304 answer to a conditional recrawl: the page did not change."""
 
 
+#: The logger of Scrapy's HttpErrorMiddleware ("Ignoring response <304 ...>").
+HTTPERROR_LOGGER = "scrapy.spidermiddlewares.httperror"
+
+
+class QuietNotModified(logging.Filter):
+    """Drops HttpErrorMiddleware's line for a 304 this middleware turned into NotModified."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        response = args.get("response") if isinstance(args, dict) else None
+        return getattr(response, "status", None) != 304
+
+
 class RecrawlMiddleware:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
+        self._quiet = QuietNotModified()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RecrawlMiddleware:
-        return cls(crawler)
+        from scrapy import signals
+
+        middleware = cls(crawler)
+        crawler.signals.connect(middleware._opened, signal=signals.spider_opened)
+        crawler.signals.connect(middleware._closed, signal=signals.spider_closed)
+        return middleware
+
+    def _opened(self, spider: Any) -> None:
+        scheduler = running_scheduler(self.crawler)
+        recrawler = getattr(scheduler, "recrawler", None)
+        if recrawler is not None and not recrawler.settings.pass_304:
+            logging.getLogger(HTTPERROR_LOGGER).addFilter(self._quiet)
+
+    def _closed(self, spider: Any) -> None:
+        logging.getLogger(HTTPERROR_LOGGER).removeFilter(self._quiet)
 
     def process_spider_input(self, response: Response, spider: Any = None) -> None:
         scheduler = running_scheduler(self.crawler)

@@ -16,6 +16,8 @@ for tests; :class:`~scrapy_frontier.backends.sqlite.history.SQLiteHistoryStore` 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 from bisect import bisect_left, bisect_right, insort
@@ -59,6 +61,9 @@ class PageRecord:
     """Quality, for eviction when the history is full (lowest goes first)."""
     claimed_until: float = 0.0
     """Handed out for a recrawl: not handed out again before this time (or a visit)."""
+    request: bytes | None = None
+    """The request the spider made for this page, encoded like the queue's requests, that a
+    recrawl replays; None in records written before requests were kept (or too large)."""
     history: PageHistory = field(default_factory=PageHistory)
 
     @property
@@ -88,6 +93,7 @@ class PageRecord:
             ("r", self.retired),
             ("w", self.weight),
             ("cl", self.claimed_until or None),
+            ("rq", None if self.request is None else base64.b64encode(self.request).decode()),
         ):
             if value is not None:
                 out[key] = value
@@ -124,9 +130,11 @@ class PageRecord:
                 retired=data.get("r"),
                 weight=float(data.get("w", 1.0)),
                 claimed_until=float(data.get("cl", 0.0)),
+                request=None if data.get("rq") is None else base64.b64decode(
+                    data["rq"], validate=True),
                 history=PageHistory.from_dict(data["h"]),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, binascii.Error) as exc:
             raise ValueError(f"page record is damaged ({type(exc).__name__}: {exc})") from None
 
 

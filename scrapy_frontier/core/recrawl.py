@@ -117,6 +117,8 @@ class Visit:
     last_modified: str | None = None
     depth: int = 0
     callback: str | None = None
+    request: bytes | None = None
+    """The encoded request to replay on a recrawl (opaque here; see the scheduler)."""
 
 
 #: A census counts due pages up to this many: past it, a count on an SQLite index
@@ -373,6 +375,8 @@ class Recrawler:
         record.depth = visit.depth
         if visit.callback is not None:
             record.callback = visit.callback
+        if visit.request is not None:
+            record.request = visit.request
         record.retired = None
         record.claimed_until = 0.0
         record.weight = self.quality(record)

@@ -496,7 +496,8 @@ class FrontierScheduler:
         """
         try:
             if (exception is not None and self.recrawl is not None and not self._closed
-                    and not isinstance(exception, IgnoreRequest)):
+                    and not isinstance(exception, IgnoreRequest)
+                    and self.recrawl.keeps(request)):
                 # robots.txt or a middleware saying no is not the page's fault.
                 self.driver.record_visit(self.fp64(request), request.url, None)
             ticket = request.meta.get(LEASE_META)
@@ -694,8 +695,9 @@ class FrontierScheduler:
 
     def page_visited(self, request: Request, visit: Visit) -> None:
         """A response for ``request`` arrived (from the recrawl spider middleware)."""
-        if self.recrawl is None or self._closed:
+        if self.recrawl is None or self._closed or not self.recrawl.keeps(request):
             return
+        visit.request = self.recrawl.snapshot(request, self.spider)
         try:
             self.driver.record_visit(self.fp64(request), request.url, visit)
         except StoreError as exc:
@@ -713,7 +715,9 @@ class FrontierScheduler:
             self._history_failed(exc)
             return
         for record in records:
-            self.enqueue_request(self.recrawl.request_for(record, self.spider))
+            request = self.recrawl.request_for(record, self.spider)
+            if request is not None:
+                self.enqueue_request(request)
             if self._failed:
                 return
         if len(records) < batch:

@@ -15,6 +15,7 @@ from scrapy import Request
 
 from scrapy_frontier.core.recrawl import Recrawler, RecrawlSettings
 from scrapy_frontier.meta import RECRAWL_META
+from scrapy_frontier.scheduler.replay import RequestReplay, replayable
 
 if TYPE_CHECKING:
     from scrapy.spiders import Spider
@@ -29,6 +30,7 @@ class RecrawlHooks:
         self.recrawler = recrawler
         self._missing_callbacks: set[str] = set()
         self._published: dict[str, float] = {}
+        self._replay: RequestReplay | None = None
 
     @classmethod
     def with_store(cls, settings: RecrawlSettings, store: HistoryStore) -> RecrawlHooks:
@@ -43,8 +45,37 @@ class RecrawlHooks:
         rc = self.recrawler
         return rc.settings.mode == "due" and not rc.exhausted
 
-    def request_for(self, record: PageRecord, spider: Spider | None) -> Request:
-        """The recrawl request of a due page (no I/O: safe on the reactor thread)."""
+    def keeps(self, request: Request) -> bool:
+        """Whether ``request``'s page gets a history (unsafe methods only if opted in)."""
+        if replayable(request):
+            return True
+        self._count("recrawl/unsafe_not_kept")
+        return False
+
+    def snapshot(self, request: Request, spider: Spider | None) -> bytes | None:
+        """``request`` encoded for its page's record, to replay on a recrawl."""
+        return None if spider is None else self._replay_for(spider).snapshot(request)
+
+    def _replay_for(self, spider: Spider) -> RequestReplay:
+        if self._replay is None:
+            self._replay = RequestReplay(spider)
+        return self._replay
+
+    def request_for(self, record: PageRecord, spider: Spider | None) -> Request | None:
+        """The recrawl request of a due page: the kept request with this visit's validators
+        and priority; None if it cannot be rebuilt (said once). No I/O."""
+        if record.request is not None and spider is not None:
+            kept = self._replay_for(spider).rebuild(record.request)
+            if kept is None:
+                return None
+            request = kept.replace(priority=self.recrawler.priority(record), dont_filter=True,
+                                   meta={**kept.meta, RECRAWL_META: True})
+            self.add_validators(request, record)
+            return request
+        return self._legacy_request(record, spider)
+
+    def _legacy_request(self, record: PageRecord, spider: Spider | None) -> Request:
+        """A record without a kept request: a GET of its URL with its callback and depth."""
         callback = None
         if record.callback and spider is not None:
             callback = getattr(spider, record.callback, None)
@@ -67,9 +98,11 @@ class RecrawlHooks:
 
     def add_validators(self, request: Request, record: PageRecord) -> None:
         if add_validators(request, record.etag, record.last_modified):
-            self.recrawler.counters["recrawl/conditional"] = (
-                self.recrawler.counters.get("recrawl/conditional", 0) + 1
-            )
+            self._count("recrawl/conditional")
+
+    def _count(self, key: str) -> None:
+        counters = self.recrawler.counters
+        counters[key] = counters.get(key, 0) + 1
 
     def inlink(self, fp: int | None) -> None:
         if fp is not None and self.recrawler.settings.quality == "inlinks":
@@ -77,7 +110,10 @@ class RecrawlHooks:
 
     def publish_stats(self, stats: Any) -> None:
         # A copy: the Redis driver's I/O thread may be counting meanwhile.
-        for key, value in list(self.recrawler.counters.items()):
+        counters = list(self.recrawler.counters.items())
+        if self._replay is not None:
+            counters += list(self._replay.counters.items())
+        for key, value in counters:
             delta = value - self._published.get(key, 0)
             if delta:
                 stats.inc_value(f"frontier/{key}", delta)
