@@ -26,7 +26,8 @@ from scrapy_frontier.core.refresh import DAY, RefreshConfig
 from scrapy_frontier.core.seen import DEFAULT_CACHE_SIZE, ONLINE_POLICIES
 from scrapy_frontier.errors import FrontierConfigError
 
-__all__ = ["DEFAULTS", "BACKENDS", "FrontierConfig", "FrontierConfigError", "ObserveConfig"]
+__all__ = ["DEFAULTS", "BACKENDS", "FrontierConfig", "FrontierConfigError", "ObserveConfig",
+           "unknown_settings"]
 
 #: The drivers that ship with scrapy-frontier; FRONTIER_BACKEND may also be an import path.
 BACKENDS = {
@@ -90,6 +91,20 @@ DEFAULTS: dict[str, Any] = {
 MAX_FRONT_QUEUES = 1000
 #: A seen cache bigger than this is surely a typo (and RAM the crawl does not have).
 MAX_CACHE_SIZE = 1 << 28
+
+
+def unknown_settings(settings: BaseSettings) -> list[tuple[str, str | None]]:
+    """Each ``FRONTIER_*`` name in ``settings`` that no setting has, with the nearest known
+    name (None if none is close): a misspelled setting is otherwise silently ignored."""
+    import difflib
+
+    known = list(DEFAULTS)
+    out = []
+    for name in sorted(settings):
+        if name.startswith("FRONTIER_") and name not in DEFAULTS:
+            near = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+            out.append((name, near[0] if near else None))
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -515,3 +515,18 @@ def test_a_scheduler_driven_by_hand_without_a_reactor(tmp_path: Any) -> None:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=120, cwd=tmp_path)
     assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr[-3000:]
+
+
+def test_a_misspelled_setting_is_named_with_the_nearest_one(
+        caplog: pytest.LogCaptureFixture) -> None:
+    crawler = get_crawler(settings_dict={"FRONTIER_MIN_DELEY": 5, "FRONTIER_NO_SUCH": 1,
+                                         "FRONTIER_MIN_DELAY": 0.5})
+    with caplog.at_level(logging.WARNING, logger="scrapy_frontier"):
+        FrontierScheduler.from_crawler(crawler)
+    warned = [r.getMessage() for r in caplog.records if "not a scrapy-frontier setting" in
+              r.getMessage()]
+    assert warned == [
+        "FRONTIER_MIN_DELEY is not a scrapy-frontier setting and is ignored: did you mean "
+        "FRONTIER_MIN_DELAY?",
+        "FRONTIER_NO_SUCH is not a scrapy-frontier setting and is ignored "
+        "(see docs/settings.rst)"]

@@ -49,7 +49,7 @@ from scrapy_frontier.scheduler.site_rules import SiteRules
 from scrapy_frontier.scheduler.stalls import HOLD_SLACK, StallMeter
 from scrapy_frontier.scheduler.tcp_timing import TcpTimes, kernel_tick
 from scrapy_frontier.scheduler.timer import Timer, call_later
-from scrapy_frontier.settings import FrontierConfig
+from scrapy_frontier.settings import FrontierConfig, unknown_settings
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -156,6 +156,9 @@ class FrontierScheduler:
             logger.error("scrapy-frontier cannot start: %s", exc)
             raise
         _warn_about_stacked_delays(crawler)
+        for name, near in unknown_settings(crawler.settings):
+            logger.warning("%s is not a scrapy-frontier setting and is ignored%s", name,
+                           f": did you mean {near}?" if near else " (see docs/settings.rst)")
         if config.lease_timeout < crawler.settings.getfloat("DOWNLOAD_TIMEOUT", 180.0):
             logger.warning(
                 "FRONTIER_LEASE_TIMEOUT (%s s) is below DOWNLOAD_TIMEOUT (%s s): a fetch that "
