@@ -562,3 +562,40 @@ def test_redis_history_refuses_foreign_keys(redis_client: Any, redis_prefix: str
     redis_client.set(prefix + "meta", "something else")
     with pytest.raises(RedisFrontierDataError, match="not the page history"):
         RedisHistoryStore(redis_client, prefix)
+
+
+def _committed(job: Path) -> tuple[int, int]:
+    """(queued or leased rows in frontier.sqlite, records in history.sqlite), as a process
+    that opens the files after a kill -9 reads them: committed writes only."""
+    import sqlite3
+
+    queue = sqlite3.connect(job / "frontier.sqlite")
+    rows = queue.execute("SELECT (SELECT COUNT(*) FROM front) + (SELECT COUNT(*) FROM back)"
+                         ).fetchone()[0]
+    queue.close()
+    history = sqlite3.connect(job / "history.sqlite")
+    records = history.execute("SELECT COUNT(*) FROM pages").fetchone()[0]
+    history.close()
+    return rows, records
+
+
+def test_a_kill_after_a_fetch_keeps_its_visit_or_its_request(tmp_path: Path) -> None:
+    """The engine is done with a fetched page and the URL is acknowledged: at every moment
+    after, a kill -9 finds either the page's visit in the history or the request still in
+    the queue (fetched again), never neither."""
+    sched, clock, _ = _run(tmp_path, FRONTIER_FLUSH_INTERVAL=0.5)
+    job = tmp_path / "job"
+    sched.enqueue_request(Request("http://a.example/"))
+    request = sched.next_request()
+    assert request is not None
+    request.meta["frontier_fetch_start"] = clock()
+    sched.fetch_finished(request)
+    sched.page_visited(request, Visit(status=200, digest="d"))
+    sched._acknowledge()  # the engine is done with the request
+    moments = []
+    for _ in range(4):
+        sched.next_request()  # the scheduler's own writes happen here
+        moments.append(_committed(job))
+        clock.advance(0.4)
+    assert all(rows >= 1 or records == 1 for rows, records in moments), moments
+    assert moments[-1] == (0, 1), moments  # in the end: no request, one visit

@@ -164,6 +164,10 @@ class HistoryStore(Protocol):
 
     def __len__(self) -> int: ...
 
+    def unsaved(self) -> int:
+        """How many records were put but are not durable yet (0 for a store in memory)."""
+        ...
+
     def flush(self) -> None: ...
 
     def close(self) -> None: ...
@@ -333,6 +337,9 @@ class MemoryHistoryStore:
 
     def __len__(self) -> int:
         return len(self._records)
+
+    def unsaved(self) -> int:
+        return 0
 
     def flush(self) -> None:
         return None

@@ -179,6 +179,9 @@ class RedisHistoryStore:
         return int(self.guard("counting page records",
                                lambda: self.client.hlen(self.key("pages"))))
 
+    def unsaved(self) -> int:
+        return len(self._pending)
+
     def flush(self) -> None:
         if not self._pending:
             return

@@ -187,6 +187,9 @@ class SQLiteHistoryStore(WALFileStore):
             raise self._error(exc, "count failed") from exc
         return int(row[0])
 
+    def unsaved(self) -> int:
+        return len(self._pending)
+
     def flush(self) -> None:
         if not self._pending:
             return

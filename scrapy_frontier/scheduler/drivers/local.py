@@ -75,6 +75,8 @@ class LocalDriver:
         self.recrawler: Recrawler | None = None
         # Ticket -> the store's handle of a URL fetched but not acknowledged yet.
         self._tokens: dict[int, object] = {}
+        # Acks held back until the page history's records are committed (see ack).
+        self._acks_after_history: list[object] = []
         self._dirty = False
         self._last_flush = 0.0
         # Per-IP politeness: the hostname to look up for keys that are not one
@@ -181,6 +183,7 @@ class LocalDriver:
             self._control = None
         if self.recrawler is not None:
             try:
+                self._ack_after_history()
                 self.recrawler.close()
             except StoreError as exc:
                 errors.append(exc)
@@ -234,9 +237,28 @@ class LocalDriver:
 
     def ack(self, ticket: int) -> None:
         token = self._tokens.pop(ticket, None)
-        if token is not None:
+        if token is None:
+            return
+        recrawler = self.recrawler
+        if self.store is not None and recrawler is not None and recrawler.store.unsaved():
+            # The page's visit may be among the history's unsaved records: the queue
+            # forgets the request only after they are committed, so that a kill in
+            # between fetches the page again instead of losing its history.
+            self._acks_after_history.append(token)
+            return
+        self.frontier.ack(token)
+        self._dirty = True
+
+    def _ack_after_history(self) -> None:
+        """Commit the history, then the acks that waited for it."""
+        if not self._acks_after_history:
+            return
+        assert self.recrawler is not None
+        self.recrawler.store.flush()
+        for token in self._acks_after_history:
             self.frontier.ack(token)
-            self._dirty = True
+        self._acks_after_history.clear()
+        self._dirty = True
 
     def set_min_rest(self, host: str, seconds: float) -> None:
         self.frontier.set_min_rest(host, seconds)
@@ -349,6 +371,7 @@ class LocalDriver:
         if store is None or now - self._last_flush < self.config.flush_interval:
             return
         self._last_flush = now
+        self._ack_after_history()
         self._flush(store)
 
     def _flush(self, store: SQLiteStore[Request]) -> None:

@@ -537,6 +537,9 @@ class RedisDriver:
         if recrawler is not None:
             for fp, url, visit in rnd.visits:
                 recrawler.record(fp, url, visit)
+            # Before the completions: a worker killed between the two then fetches the
+            # page again instead of losing its visit.
+            recrawler.store.flush()
         budget_for = self.config.budget_for
         clock = self.ctx.clock
         for done, seconds, rest, ended_at in rnd.completions:
