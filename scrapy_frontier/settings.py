@@ -69,6 +69,7 @@ DEFAULTS: dict[str, Any] = {
     "FRONTIER_RECRAWL_PREDICTOR": "timely_return",
     "FRONTIER_RECRAWL_BUDGET": 0.0,
     "FRONTIER_RECRAWL_PASS_304": False,
+    "FRONTIER_RECRAWL_ALL": False,
     "FRONTIER_CHANGE_THRESHOLD": 3,
     "FRONTIER_CHANGE_EXACT": False,
     "FRONTIER_HISTORY_MAX_PAGES": 0,
@@ -232,6 +233,13 @@ class FrontierConfig:
         state_dir = _directory(settings)
         ip_politeness = _bool(settings, "FRONTIER_IP_POLITENESS")
         backend = _backend(settings, state_dir)
+        recrawl = _recrawl(settings)
+        if backend == "redis" and recrawl.refetch_all:
+            raise FrontierConfigError(
+                "FRONTIER_RECRAWL_ALL is not supported on the Redis backend: its workers "
+                "claim due pages by their due time alone. Leave it unset there; pages come "
+                "due on their own schedule, and meta['frontier_force'] fetches a start page "
+                "whatever its schedule")
         if backend == "redis" and ip_politeness:
             raise FrontierConfigError(
                 "FRONTIER_IP_POLITENESS is not supported by FRONTIER_BACKEND='redis' (hosts on "
@@ -262,7 +270,7 @@ class FrontierConfig:
             tcp_timing=_bool(settings, "FRONTIER_TCP_TIMING"),
             dns_timeout=_float(settings, "DNS_TIMEOUT", 60.0, minimum=0.001),
             backend=backend,
-            recrawl=_recrawl(settings),
+            recrawl=recrawl,
             priority_rules=_priority_rules(settings),
             seen_cache_size=_int(settings, "FRONTIER_SEEN_CACHE_SIZE", minimum=1,
                                  maximum=MAX_CACHE_SIZE),
@@ -433,6 +441,7 @@ def _recrawl(settings: BaseSettings) -> RecrawlSettings:
         simhash_threshold=_int(settings, "FRONTIER_CHANGE_THRESHOLD", minimum=0, maximum=64),
         exact=_bool(settings, "FRONTIER_CHANGE_EXACT"),
         pass_304=_bool(settings, "FRONTIER_RECRAWL_PASS_304"),
+        refetch_all=_bool(settings, "FRONTIER_RECRAWL_ALL"),
         max_pages=_int(settings, "FRONTIER_HISTORY_MAX_PAGES", minimum=0),
         retire_after=_int(settings, "FRONTIER_HISTORY_RETIRE_AFTER", minimum=0),
         quality=quality if isinstance(quality, str) else "callable",

@@ -382,8 +382,8 @@ def test_metrics_without_prometheus_client_is_a_clear_startup_error(
     with ServerProcess(WEB, log_path=str(log)) as web:
         result = run_crawl(web.start_urls, settings, allowed_domains=web.allowed_domains,
                            workdir=tmp_path / "crawl", timeout=120)
-    assert "scrapy-frontier cannot start: FRONTIER_METRICS_PORT is set but prometheus_client " \
-           "cannot be imported" in result.output, result.output[-3000:]
+    assert "scrapy-frontier cannot start: FRONTIER_METRICS_PORT needs the 'prometheus_client' " \
+           "package, which cannot be imported" in result.output, result.output[-3000:]
     assert "pip install 'scrapy-frontier[metrics]'" in result.output
     assert read_log(log) == []  # nothing fetched
 

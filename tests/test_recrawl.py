@@ -17,7 +17,7 @@ from scrapy_frontier.core.history import MemoryHistoryStore, PageRecord
 from scrapy_frontier.core.recrawl import Recrawler, RecrawlSettings, Visit
 from scrapy_frontier.core.recrawl_priority import HostRules, change_term, quality_term
 from scrapy_frontier.core.refresh import DAY, RefreshConfig
-from scrapy_frontier.errors import HistoryStoreError
+from scrapy_frontier.errors import FrontierConfigError, HistoryStoreError
 from scrapy_frontier.spidermiddlewares import NotModified, RecrawlMiddleware, visit_of
 
 WORDS = " ".join(f"word{i % 97} item{i % 13}" for i in range(600))
@@ -599,3 +599,53 @@ def test_a_kill_after_a_fetch_keeps_its_visit_or_its_request(tmp_path: Path) -> 
         clock.advance(0.4)
     assert all(rows >= 1 or records == 1 for rows, records in moments), moments
     assert moments[-1] == (0, 1), moments  # in the end: no request, one visit
+
+
+def test_recrawl_all_refetches_every_page_once_then_the_next_run_waits(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    sched, clock, _ = _run(tmp_path, FRONTIER_RECRAWL_INITIAL=3600.0,
+                           FRONTIER_RECRAWL_MIN=3600.0)
+    sched.enqueue_request(Request("http://a.example/", dont_filter=True, meta=START))
+    sched.enqueue_request(Request("http://b.example/x"))
+    for request in _drain(sched, clock):
+        sched.page_visited(request, Visit(status=200, digest=request.url))
+    sched.close("finished")
+
+    # Nothing is due for an hour; FRONTIER_RECRAWL_ALL takes both pages, each once.
+    with caplog.at_level(logging.INFO, logger="scrapy_frontier"):
+        sched, clock, crawler = _run(tmp_path, FRONTIER_RECRAWL_ALL=True,
+                                     FRONTIER_RECRAWL_INITIAL=3600.0,
+                                     FRONTIER_RECRAWL_MIN=3600.0)
+    assert any("FRONTIER_RECRAWL_ALL takes every one" in r.getMessage() for r in caplog.records)
+    assert sched.enqueue_request(Request("http://a.example/", dont_filter=True, meta=START))
+    fetched = _drain(sched, clock)
+    assert sorted(r.url for r in fetched) == ["http://a.example/", "http://b.example/x"]
+    for request in fetched:
+        sched.page_visited(request, Visit(status=200, digest=request.url))
+    # Fetched once in this run: the feed does not hand them out again.
+    clock.advance(10.0)
+    assert _drain(sched, clock) == []
+    sched.close("finished")
+
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="scrapy_frontier"):
+        sched, clock, crawler = _run(tmp_path, FRONTIER_RECRAWL_INITIAL=3600.0,
+                                     FRONTIER_RECRAWL_MIN=3600.0)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Page history")]
+    assert lines and lines[0].startswith("Page history: 2 pages known, 0 due now; the next one "
+                                         "comes due in"), lines
+    assert not sched.enqueue_request(Request("http://a.example/", dont_filter=True, meta=START))
+    assert _drain(sched, clock) == []
+    sched.close("finished")
+
+
+def test_recrawl_all_is_refused_on_redis() -> None:
+    from scrapy.settings import Settings
+
+    from scrapy_frontier.settings import FrontierConfig
+
+    with pytest.raises(FrontierConfigError, match="FRONTIER_RECRAWL_ALL is not supported"):
+        FrontierConfig.from_settings(Settings({"FRONTIER_BACKEND": "redis",
+                                               "FRONTIER_RECRAWL_ALL": True}))

@@ -88,6 +88,8 @@ class RecrawlSettings:
     simhash_threshold: int = 3
     exact: bool = False
     pass_304: bool = False
+    refetch_all: bool = False
+    """This run takes every page not retired as due (FRONTIER_RECRAWL_ALL), once."""
     max_pages: int = 0
     """Cap on the history's pages (0: no cap); the lowest-quality pages go first."""
     retire_after: int = 5
@@ -146,9 +148,13 @@ class Recrawler:
         self.counters: dict[str, float] = {}
         self._cursor: tuple[float, int] = (-math.inf, -(1 << 63))
         self._boundary = clock()
+        #: Pages eligible up to this time are due in this run (the run's start, or every
+        #: page with FRONTIER_RECRAWL_ALL).
+        self._all = settings.refetch_all and settings.mode == "due"
+        self._due_until = math.inf if self._all else self._boundary
         first_due = store.next_due()
         # Nothing due at the start of a "due" run: the feed has nothing to hand out.
-        self._exhausted = first_due is None or first_due > self._boundary
+        self._exhausted = first_due is None or first_due > self._due_until
         self._inlinks: dict[int, int] = {}
         self._puts = 0
         self._calibrated_at = -math.inf
@@ -198,11 +204,17 @@ class Recrawler:
         if record.fetched_at >= self._boundary:
             return not shared, record
         now = self.clock()
-        if record.eligible > now:
+        due = (not self._touched(record)) if self._all else record.eligible <= now
+        if not due:
             self._count("recrawl/not_due")
             return False, record
         self._claim(record, now)
         return True, record
+
+    def _touched(self, record: PageRecord) -> bool:
+        """Fetched or handed out in this run (FRONTIER_RECRAWL_ALL takes each page once)."""
+        return (record.fetched_at >= self._boundary
+                or record.claimed_until - self.claim_hold >= self._boundary)
 
     def take_due(self, limit: int) -> list[PageRecord]:
         """Up to ``limit`` due pages not handed out yet, most overdue first; claims them.
@@ -214,7 +226,7 @@ class Recrawler:
             return []
         if self.settings.mode == "continuous":
             self.maybe_calibrate()
-        until = self.clock() if self.settings.mode == "continuous" else self._boundary
+        until = self.clock() if self.settings.mode == "continuous" else self._due_until
         claim_due = getattr(self.store, "claim_due", None)
         if claim_due is not None:
             # A shared store claims atomically: no two workers get the same page.
@@ -230,6 +242,8 @@ class Recrawler:
         if records:
             last = records[-1]
             self._cursor = (last.eligible, last.fp)
+            if self._all:
+                records = [r for r in records if not self._touched(r)]
             now = self.clock()
             for record in records:
                 self._claim(record, now)
@@ -244,7 +258,7 @@ class Recrawler:
         count_due = getattr(self.store, "count_due", None)
         due: int | None = None
         if count_due is not None:
-            until = self.clock() if self.settings.mode == "continuous" else self._boundary
+            until = self.clock() if self.settings.mode == "continuous" else self._due_until
             due = min(DUE_COUNT_CAP, int(count_due(until, DUE_COUNT_CAP)))
         return len(self.store), due
 

@@ -41,6 +41,7 @@ from scrapy_frontier.meta import (
     START_META,
 )
 from scrapy_frontier.observe.observer import Observer
+from scrapy_frontier.observe.opening import frontier_line, history_line
 from scrapy_frontier.scheduler.drivers import DriverContext, load_driver
 from scrapy_frontier.scheduler.engine import EngineAdapter, answer_socket
 from scrapy_frontier.scheduler.inflight import InFlight
@@ -220,10 +221,28 @@ class FrontierScheduler:
             self.driver.attach_recrawler(self.recrawl.recrawler)
             if mode == "continuous":
                 self.crawler.signals.connect(self._on_spider_idle, signal=signals.spider_idle)
+        self._log_opening()
         self.observer = observer
         observer.start_progress()
         self.df.open()
         return None
+
+    def _log_opening(self) -> None:
+        """What this run is: the frontier in force, then what the history will recrawl."""
+        logger.info("%s", frontier_line(self.config, getattr(self.driver, "location",
+                                                              self.driver.name)))
+        if self.recrawl is None:
+            return
+        recrawler = self.recrawl.recrawler
+        try:
+            pages, due = recrawler.census()
+            next_due = recrawler.next_due()
+        except StoreError as exc:  # the crawl itself says so when it next reads
+            logger.debug("No page history census at open: %s", exc)
+            return
+        logger.info("%s", history_line(pages, due, next_due, time.time(),
+                                       refetch_all=self.config.recrawl.refetch_all,
+                                       shared=self.driver.name == "redis"))
 
     def close(self, reason: str) -> Deferred[None] | None:
         self._closed = True

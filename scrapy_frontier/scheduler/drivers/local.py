@@ -67,6 +67,8 @@ class LocalDriver:
         #: "memory" even with JOBDIR set).
         self.state_dir = config.state_dir if self.name == "sqlite" else None
         self.persistent = self.state_dir is not None
+        #: Where the state lives, for the opening line.
+        self.location = self.state_dir or "in this process"
         self.needs_ack = self.persistent
         self.dropped_later = 0  # push refuses at once
         self.frontier: Frontier[Request] = self._new_frontier(None)
@@ -165,8 +167,8 @@ class LocalDriver:
         if self.state_dir:
             path = Path(self.state_dir) / HISTORY_FILE
             store = SQLiteHistoryStore(path)
-            logger.info("Page history: %s (%d pages), recrawl mode %r", path, len(store),
-                        settings.mode)
+            logger.debug("Page history: %s (%d pages), recrawl mode %r", path, len(store),
+                         settings.mode)
             return store
         # Continuous mode without JOBDIR: the history lives as long as the crawl
         # (the scheduler keeps none in "due" mode without state).

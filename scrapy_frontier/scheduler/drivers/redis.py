@@ -45,7 +45,7 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
-from scrapy_frontier.backends.redis.connection import redis_from_settings
+from scrapy_frontier.backends.redis.connection import describe, redis_from_settings
 from scrapy_frontier.backends.redis.frontier import RedisFrontier, RedisLease, SharedCensus
 from scrapy_frontier.backends.redis.history import RedisHistoryStore
 from scrapy_frontier.backends.redis.seen import RedisSeenSet
@@ -158,6 +158,8 @@ class RedisDriver:
     """One worker's view of a frontier shared through Redis."""
 
     name = "redis"
+    #: Where the shared state lives, for the opening line (set by open).
+    location = "Redis"
     shared_seen: ClassVar[bool] = True
     persistent = True
     needs_ack = True
@@ -252,8 +254,9 @@ class RedisDriver:
         self._stall.start()
         self._poll = LoopingCall(self._tick)
         self._poll.start(0.5, now=True)
-        redis_log.info("Frontier on Redis: prefix %r, seen set %r, prefetch %d",
-                       self.remote.prefix, seen_key, self.prefetch)
+        self.location = f"{describe(client)}, keys {self.remote.prefix}*"
+        redis_log.debug("Frontier on Redis: prefix %r, seen set %r, prefetch %d",
+                        self.remote.prefix, seen_key, self.prefetch)
 
     def open_history(self) -> HistoryStore:
         assert self._client is not None

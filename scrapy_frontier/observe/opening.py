@@ -1,0 +1,61 @@
+"""The two INFO lines a crawl opens with: the frontier in force, and the page history.
+
+Pure functions of the validated config and of what the driver reports, so that a run
+says at once where its state lives, how it rests, and what it is going to recrawl.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+
+from scrapy_frontier.settings import FrontierConfig
+
+
+def _seconds(value: float) -> str:
+    if math.isinf(value):
+        return "never"
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if value >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value:.1f} s"
+
+
+def frontier_line(config: FrontierConfig, location: str) -> str:
+    """Backend and where it lives, the delay rule, the recrawl mode and the budgets."""
+    policy = config.policy
+    parts = [
+        f"backend {config.backend} ({location})",
+        f"rest {policy.factor:g} x fetch time, within [{policy.min_delay:g}, "
+        f"{policy.max_delay:g}] s",
+        f"recrawl {config.recrawl.mode!r}"
+        + (", every page once (FRONTIER_RECRAWL_ALL)" if config.recrawl.refetch_all else ""),
+    ]
+    budgets = []
+    if config.host_budget:
+        budgets.append(f"{config.host_budget} pages per host")
+    if config.host_budgets:
+        budgets.append(f"{len(config.host_budgets)} hosts with their own")
+    parts.append("budgets: " + (", ".join(budgets) if budgets else "none"))
+    return "Frontier: " + "; ".join(parts)
+
+
+def history_line(pages: int, due: int | None, next_due: float | None, now: float, *,
+                 refetch_all: bool, shared: bool) -> str:
+    """Pages known, due now, when the next one comes due, and what becomes of start
+    requests for pages that are not due."""
+    if pages == 0:
+        return "Page history: empty; every page fetched is recorded for later recrawls"
+    if refetch_all:
+        return (f"Page history: {pages} pages known; FRONTIER_RECRAWL_ALL takes every one "
+                "of them (not retired) as due in this run")
+    due_text = "an unknown number" if due is None else str(due)
+    line = f"Page history: {pages} pages known, {due_text} due now"
+    if not due and next_due is not None:
+        when = datetime.datetime.fromtimestamp(next_due, datetime.timezone.utc)
+        line += (f"; the next one comes due in {_seconds(max(0.0, next_due - now))} "
+                 f"({when:%Y-%m-%d %H:%M} UTC)")
+    scope = " by any worker" if shared else ""
+    return (line + ". Start requests for pages not due (or fetched already" + scope
+            + ") are skipped; meta['frontier_force'] fetches one anyway, "
+            "and FRONTIER_RECRAWL_ALL=True refetches every page once")
