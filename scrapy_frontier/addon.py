@@ -28,6 +28,7 @@ class Addon:
     """Installs the frontier scheduler and its fetch-timing middleware."""
 
     def update_settings(self, settings: Settings) -> None:
+        check_startup(settings)
         _warn_about_overrides(settings)
         for name, value in ADDON_SETTINGS.items():
             settings.set(name, value, "addon")
@@ -45,6 +46,42 @@ _OLD_PATHS = {
     "scrapy_frontier.spidermiddlewares.RecrawlMiddleware":
         "scrapy_frontier.recrawl_middleware.RecrawlMiddleware",
 }
+
+
+def check_startup(settings: Settings) -> None:
+    """Stop a crawl that cannot start before Scrapy builds its engine: invalid settings, a
+    backend whose extra is missing, a Redis that does not answer.
+
+    Scrapy applies add-ons before it makes the engine, so the crawl ends here with one
+    ERROR line and a short traceback that ends in the same message (exit code 1). Found
+    later, in the scheduler, the same error is followed by the engine's own failures.
+    """
+    from scrapy_frontier.errors import FrontierConfigError, FrontierError
+    from scrapy_frontier.scheduler.drivers import load_driver
+    from scrapy_frontier.settings import FrontierConfig
+
+    try:
+        config = FrontierConfig.from_settings(settings)
+        load_driver(config.driver_path)  # imports the backend: a missing extra is named
+        if config.backend == "redis":
+            from scrapy_frontier.backends.redis.connection import (
+                redis_from_settings,
+                wait_for_redis,
+            )
+
+            client = redis_from_settings(settings)
+            try:
+                wait_for_redis(client, timeout=STARTUP_PING_TIMEOUT)
+            finally:
+                client.close()
+    except FrontierError as exc:
+        logger.error("scrapy-frontier cannot start: %s", exc)
+        raise FrontierConfigError(str(exc)) from None
+
+
+#: How long the add-on waits for Redis to answer before the crawl starts (a server that
+#: is starting up answers within it).
+STARTUP_PING_TIMEOUT = 3.0
 
 
 def _add_component(settings: Settings, name: str, path: str, order: int) -> None:

@@ -75,8 +75,9 @@ def frontier_error(client: redis.Redis, prefix: str, doing: str,
     if isinstance(exc, UNAVAILABLE):
         return RedisFrontierUnavailable(
             f"{where} did not answer while {doing} ({type(exc).__name__}: {exc}). "
-            "Nothing was removed on this side; retry once Redis is back (the queued and "
-            "leased URLs are whatever Redis persisted)."
+            "Is redis-server running there, and is REDIS_URL (or REDIS_HOST / REDIS_PORT) "
+            "its address? Nothing was removed on this side; retry once Redis is back (the "
+            "queued and leased URLs are whatever Redis persisted)."
         )
     message = str(exc)
     if isinstance(exc, redis.exceptions.OutOfMemoryError) or "OOM command not allowed" in message:
@@ -245,6 +246,8 @@ def wait_for_redis(client: redis.Redis, timeout: float = 10.0) -> None:
                 raise error from exc
             if time.monotonic() > deadline:
                 raise RedisFrontierUnavailable(
-                    f"{describe(client)} did not answer PING within {timeout} s: {exc}"
+                    f"{describe(client)} did not answer PING within {timeout} s ({exc}): is "
+                    "redis-server running there, and is REDIS_URL (or REDIS_HOST / "
+                    "REDIS_PORT) its address?"
                 ) from exc
             time.sleep(0.05)
