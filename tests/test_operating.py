@@ -75,12 +75,14 @@ class Backend:
 
 
 def crawl_in_thread(web: ServerProcess, settings: dict[str, Any], tmp: Path,
-                    timeout: float = 180) -> tuple[threading.Thread, dict[str, CrawlResult]]:
+                    timeout: float = 180, stay_open_until: Path | None = None,
+                    ) -> tuple[threading.Thread, dict[str, CrawlResult]]:
     out: dict[str, CrawlResult] = {}
 
     def run() -> None:
         out["result"] = run_crawl(web.start_urls, settings, allowed_domains=web.allowed_domains,
-                                  workdir=tmp / "crawl", timeout=timeout)
+                                  workdir=tmp / "crawl", timeout=timeout,
+                                  stay_open_until=stay_open_until)
 
     thread = threading.Thread(target=run)
     thread.start()
@@ -333,3 +335,57 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(tmp_path: Path) -> None:
     proc = frontier(["status", "--spider", "s"], down, check=False)
     assert proc.returncode == 1 and "Redis" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# -- recrawl on demand ---------------------------------------------------------------------
+
+
+@pytest.mark.crawl
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_recrawl_marks_pages_due_stopped_and_while_the_crawl_runs(
+        backend: str, tmp_path: Path, redis_server: RedisServer) -> None:
+    """Nothing is due for an hour after run 1. ``recrawl URL`` then brings one page back;
+    ``recrawl --host`` given while no crawl runs brings a host back in the next run, and
+    given while that run goes on, a second host joins it; ``--all`` brings back the rest."""
+    b = Backend(backend, tmp_path, redis_server)
+    b.crawl.update(FRONTIER_RECRAWL_INITIAL=3600.0, FRONTIER_RECRAWL_MIN=3600.0,
+                   FRONTIER_MIN_DELAY=0.0)
+    log = tmp_path / "server.jsonl"
+    web_args = ["--shape", "wide", "--hosts", "3", "--pages", "6", "--latency", "0.05", "0.06",
+                "--seed", "8", "--cross-links", "0"]
+
+    def run(i: int) -> set[tuple[str, str]]:
+        before = len(pages(log)) if log.exists() else 0
+        result = run_crawl(web.start_urls, b.crawl, allowed_domains=web.allowed_domains,
+                           workdir=tmp_path / f"crawl{i}", timeout=180)
+        assert result.returncode == 0, result.output[-3000:]
+        return {(e.host, e.path) for e in pages(log)[before:]}
+
+    with ServerProcess(web_args, log_path=str(log)) as web:
+        first, second, _ = sorted({h for h, _ in web.expected})
+        assert run(1) == web.expected
+        assert run(2) == set()  # nothing is due
+        url = web.start_urls[0]
+        said = b.run(["recrawl", url]).stdout
+        assert "recrawl" in said, said
+        assert run(3) == {(urlsplit(url).hostname, urlsplit(url).path)}
+        b.run(["recrawl", "--host", first])
+        # Run 4 fetches the first host's pages and is kept open; meanwhile the second host
+        # is marked too and joins the same run; then the run may end.
+        release = tmp_path / "release"
+        before, second_before = len(pages(log)), len(pages(log, second))
+        thread, out = crawl_in_thread(web, b.crawl, tmp_path / "run4", stay_open_until=release)
+        assert wait_until(lambda: len(pages(log)) > before, thread)
+        b.run(["recrawl", "--host", second])
+        assert wait_until(lambda: len(pages(log, second)) > second_before, thread,
+                          tries=600), "the second host never joined the running crawl"
+        release.write_text("done")
+        thread.join(timeout=300)
+        assert out["result"].returncode == 0, out["result"].output[-3000:]
+        fourth = {(e.host, e.path) for e in pages(log)[before:]}
+        assert {h for h, _ in fourth} == {first, second}, fourth
+        assert fourth == {(h, p) for h, p in web.expected if h in (first, second)}
+        b.run(["recrawl", "--all"])
+        assert run(5) == web.expected
+    bad = b.run(["recrawl"], check=False)
+    assert bad.returncode != 0 and "recrawl takes one of" in bad.stderr + bad.stdout

@@ -22,7 +22,7 @@ from scrapy_frontier.errors import FrontierCommandError, FrontierError, Hostless
 from scrapy_frontier.hostkey import url_host_key
 from scrapy_frontier.settings import FrontierConfig
 
-SUBCOMMANDS = ("status", "hosts", "url", "due", *steer.ACTIONS)
+SUBCOMMANDS = ("status", "hosts", "url", "due", "recrawl", *steer.ACTIONS)
 
 USAGE = """\
   status                         queued, in flight, hosts by state, seen, history
@@ -30,6 +30,8 @@ USAGE = """\
                                  the hosts with queued URLs, rests, blocks, retirements
   url URL                        what the frontier knows about one URL
   due [--limit N]                the pages of the history due soonest
+  recrawl URL | --host HOST | --all
+                                 make pages of the history due now (fetched again soon)
   block HOST [--for SECONDS]     stop contacting a host (its URLs are kept)
   unblock HOST                   contact it again
   delay HOST SECONDS             a minimum rest after every fetch of the host (0 removes)
@@ -64,6 +66,10 @@ class Command(ScrapyCommand):
                             help="block: for this long only")
         parser.add_argument("--new-host", action="store_true",
                             help="steer a host the crawl has not seen yet")
+        parser.add_argument("--host", dest="recrawl_host", metavar="HOST",
+                            help="recrawl: every page of this host")
+        parser.add_argument("--all", dest="recrawl_all", action="store_true",
+                            help="recrawl: every page of the history")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
@@ -81,7 +87,10 @@ def main(args: list[str], opts: argparse.Namespace, settings: Any, out: TextIO) 
         raise UsageError(f"give a subcommand:\n{USAGE}", print_help=False)
     sub, rest = args[0], args[1:]
     want = {"url": 1, "block": 1, "unblock": 1, "retire": 1, "delay": 2, "budget": 2}
-    if len(rest) != want.get(sub, 0):
+    if sub == "recrawl":  # a URL, or --host / --all (checked by _recrawl)
+        if len(rest) > 1:
+            raise UsageError(f"recrawl: wrong arguments\n{USAGE}", print_help=False)
+    elif len(rest) != want.get(sub, 0):
         raise UsageError(f"{sub}: wrong arguments\n{USAGE}", print_help=False)
     if opts.limit < 0:
         raise UsageError("--limit must be >= 0", print_help=False)
@@ -148,6 +157,39 @@ def _number(action: str, raw: str) -> float:
     return value
 
 
+def _page(raw: str) -> tuple[str, str, int]:
+    """A URL as the frontier holds it: (URL, host key, 64-bit fingerprint)."""
+    from scrapy import Request
+
+    from scrapy_frontier.fingerprint import Fingerprinter64
+
+    try:
+        request = Request(raw)
+        host = url_host_key(request.url)
+    except (ValueError, HostlessURL) as exc:
+        raise FrontierCommandError(f"{raw!r} is not a URL the frontier can hold ({exc})") \
+            from None
+    return request.url, host, Fingerprinter64()(request)
+
+
+def _recrawl(inspector: Any, rest: list[str], opts: argparse.Namespace) -> tuple[Any, str]:
+    chosen = [bool(rest), opts.recrawl_host is not None, bool(opts.recrawl_all)]
+    if sum(chosen) != 1:
+        raise UsageError("recrawl takes one of: a URL, --host HOST, --all", print_help=False)
+    fp: int | None = None
+    host: str | None = None
+    if rest:
+        _, _, fp = _page(rest[0])
+        what = rest[0]
+    elif opts.recrawl_host is not None:
+        host = normalize_host(opts.recrawl_host)
+        what = f"the pages of {host}"
+    else:
+        what = "every page"
+    data = steer.recrawl(inspector, fp, host)
+    return data, f"recrawl {what}: {data['applied']}"
+
+
 def run_subcommand(inspector: Any, sub: str, rest: list[str],
                    opts: argparse.Namespace) -> tuple[Any, str]:
     if sub == "status":
@@ -160,19 +202,11 @@ def run_subcommand(inspector: Any, sub: str, rest: list[str],
         rows = inspector.due(opts.limit or 20)
         return rows, render.due(rows)
     if sub == "url":
-        from scrapy import Request
-
-        from scrapy_frontier.fingerprint import Fingerprinter64
-
-        url = rest[0]
-        try:
-            request = Request(url)
-            host = url_host_key(request.url)
-        except (ValueError, HostlessURL) as exc:
-            raise FrontierCommandError(f"{url!r} is not a URL the frontier can hold ({exc})") \
-                from None
-        data = inspector.url(request.url, host, Fingerprinter64()(request))
+        url, host, fp = _page(rest[0])
+        data = inspector.url(url, host, fp)
         return data, render.url(data)
+    if sub == "recrawl":
+        return _recrawl(inspector, rest, opts)
     host = normalize_host(rest[0])
     value: float | None = _number(sub, rest[1]) if len(rest) > 1 else None
     if sub == "block" and opts.for_seconds is not None:

@@ -202,6 +202,22 @@ class SQLiteInspector:
         views, _ = self.views()
         return host in views
 
+    def history_pages(self, fp: int | None, host: str | None) -> int:
+        """How many pages of the history a recrawl of ``fp`` / ``host`` / all would mark."""
+        if self.history is None:
+            return 0
+        if fp is not None:
+            return len(self.history.execute("SELECT 1 FROM pages WHERE fp = ?",
+                                            (fp,)).fetchall())
+        if host is None:
+            return int(self.history.execute(
+                "SELECT COUNT(*) FROM pages WHERE retired = 0").fetchone()[0])
+        from scrapy_frontier.scheduler.recrawl import host_of
+
+        return sum(1 for fp_, data in self.history.execute(
+            "SELECT fp, data FROM pages WHERE retired = 0")
+            if host_of(PageRecord.from_json(fp_, data).url) == host)
+
     def url(self, url: str, host: str, fp: int) -> dict[str, Any]:
         seen = False
         if self.seen is not None:

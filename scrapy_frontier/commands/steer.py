@@ -86,3 +86,50 @@ def _result(action: str, host: str, value: float | None, running: bool,
             when: str) -> dict[str, Any]:
     return {"action": action, "host": host, "value": value, "crawl_running": running,
             "applied": when}
+
+
+def recrawl(inspector: Any, fp: int | None, host: str | None) -> dict[str, Any]:
+    """Make the page ``fp``, or the pages of ``host``, or every page, due now.
+
+    SQLite: a request in ``control.sqlite``, applied to the page history by the running
+    crawl within a second, or by the next run when it opens. Redis: the records change in
+    Redis at once, and the workers read the feed again within a few seconds.
+    """
+    if inspector.backend == "sqlite":
+        pages = inspector.history_pages(fp, host)
+        if not pages:
+            raise FrontierCommandError(_nothing_to_recrawl(fp, host))
+        control = ControlFile(inspector.directory)
+        try:
+            control.request_recrawl(fp=fp, host=host)
+        finally:
+            control.close()
+        applied = ("applied by the running crawl within a second" if inspector.running
+                   else "applied when the crawl starts again")
+        return {"action": "recrawl", "fp": fp, "host": host, "marked": pages,
+                "applied": f"{pages} pages, {applied}"}
+    from scrapy_frontier.backends.redis.history import RedisHistoryStore
+    from scrapy_frontier.core.history import make_due
+    from scrapy_frontier.scheduler.recrawl import select_records
+
+    store = RedisHistoryStore(inspector.client, inspector.history_prefix)
+    records = select_records(store, [(fp, host)])
+    if not records:
+        raise FrontierCommandError(_nothing_to_recrawl(fp, host))
+    for record in records:
+        make_due(record)
+        store.put(record)
+    store.flush()
+    store.marked()
+    return {"action": "recrawl", "fp": fp, "host": host, "marked": len(records),
+            "applied": f"{len(records)} pages due now; the workers take them within seconds"}
+
+
+def _nothing_to_recrawl(fp: int | None, host: str | None) -> str:
+    if fp is not None:
+        return ("that URL has no page history (never fetched, or fetched with "
+                "FRONTIER_RECRAWL='off'): nothing to recrawl. Nothing was changed.")
+    if host is not None:
+        return (f"no page of host {host!r} is in the page history: check the spelling "
+                "(lower-case, no port; see scrapy frontier hosts). Nothing was changed.")
+    return "the page history is empty: nothing to recrawl. Nothing was changed."

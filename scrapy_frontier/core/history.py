@@ -138,6 +138,14 @@ class PageRecord:
             raise ValueError(f"page record is damaged ({type(exc).__name__}: {exc})") from None
 
 
+def make_due(record: PageRecord) -> None:
+    """Due at once, whatever its schedule (``scrapy frontier recrawl``): a retired page
+    named this way comes back too. Its next visit sets its schedule again."""
+    record.history.next_due = 0.0
+    record.claimed_until = 0.0
+    record.retired = None
+
+
 class HistoryStore(Protocol):
     """Page records by fingerprint, with the due order of pages not retired."""
 

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from scrapy_frontier.core.history import HistoryStore, PageRecord
+from scrapy_frontier.core.history import HistoryStore, PageRecord, make_due
 from scrapy_frontier.core.recrawl_priority import (
     change_term,
     depth_quality,
@@ -269,6 +269,22 @@ class Recrawler:
 
     def next_due(self) -> float | None:
         return self.store.next_due()
+
+    def mark_due(self, records: Iterable[PageRecord]) -> int:
+        """Make ``records`` due now and let the feed look again (scrapy frontier recrawl)."""
+        marked = 0
+        for record in records:
+            make_due(record)
+            self._put(record)
+            marked += 1
+        self.reset_feed()
+        self._count("recrawl/marked_due", marked)
+        return marked
+
+    def reset_feed(self) -> None:
+        """Pages may have become due behind the feed (marked by hand): read from the start."""
+        self._cursor = (-math.inf, -(1 << 63))
+        self._exhausted = False
 
     def _claim(self, record: PageRecord, now: float) -> None:
         record.claimed_until = now + self.claim_hold

@@ -59,6 +59,9 @@ class ControlPoller:
         self._timer: Timer | None = None
         self._warned = False
         self.polls = 0
+        #: Applies recrawl requests to the page history: (fp, host) pairs in, pages
+        #: marked out. Set once the history is open; until then the requests wait.
+        self.recrawl_to: Callable[[list[tuple[int | None, str | None]]], int] | None = None
 
     def start(self) -> None:
         """Resume the counts of an earlier run and apply the controls, then tick."""
@@ -98,6 +101,7 @@ class ControlPoller:
             seq = self.file.seq()
             if seq != self._seq:
                 self._apply(self.file.controls())
+                self.apply_recrawls()
                 self._seq = seq
             self._save_counts()
         except (sqlite3.Error, StoreError) as exc:
@@ -107,6 +111,17 @@ class ControlPoller:
                                "%.0f s", self.file.path, exc, self.interval)
             return
         self._warned = False
+
+    def apply_recrawls(self) -> None:
+        """Mark the pages of the waiting recrawl requests due, then delete the requests."""
+        if self.recrawl_to is None:
+            return
+        rows = self.file.recrawl_requests()
+        if not rows:
+            return
+        marked = self.recrawl_to([(fp, host) for _, fp, host in rows])
+        self.file.applied_recrawls(rows[-1][0])
+        logger.info("scrapy frontier recrawl: %d pages marked due now", marked)
 
     def _apply(self, controls: dict[str, HostControl]) -> None:
         frontier = self.frontier

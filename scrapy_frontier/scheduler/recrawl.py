@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 
 from scrapy_frontier.core.recrawl import Recrawler, RecrawlSettings
+from scrapy_frontier.errors import HostlessURL
+from scrapy_frontier.hostkey import url_host_key
 from scrapy_frontier.meta import RECRAWL_META
 from scrapy_frontier.scheduler.replay import RequestReplay, replayable
 
@@ -118,6 +120,33 @@ class RecrawlHooks:
             if delta:
                 stats.inc_value(f"frontier/{key}", delta)
                 self._published[key] = value
+
+
+def host_of(url: str) -> str | None:
+    """The host key of a stored URL, or None for one without a host."""
+    try:
+        return url_host_key(url)
+    except HostlessURL:
+        return None
+
+
+def select_records(store: HistoryStore, requests: list[tuple[int | None, str | None]]
+                   ) -> list[PageRecord]:
+    """The records that recrawl requests name: (fp, None) one page (retired or not),
+    (None, host) the pages of a host, (None, None) every page not retired."""
+    chosen: dict[int, PageRecord] = {}
+    hosts = {host for fp, host in requests if fp is None and host is not None}
+    every = any(fp is None and host is None for fp, host in requests)
+    for fp, _ in requests:
+        if fp is not None:
+            record = store.get(fp)
+            if record is not None:
+                chosen[fp] = record
+    if every or hosts:
+        for record in store.scan():
+            if every or host_of(record.url) in hosts:
+                chosen.setdefault(record.fp, record)
+    return list(chosen.values())
 
 
 def add_validators(request: Request, etag: str | None, last_modified: str | None) -> bool:

@@ -57,6 +57,7 @@ def run_crawl(
     pause_every: int = 0,
     pause_seconds: float = 0.0,
     pause_log: Path | None = None,
+    stay_open_until: Path | None = None,
 ) -> CrawlResult:
     """Crawl ``start_urls`` in a fresh process; follow every link found.
 
@@ -70,6 +71,8 @@ def run_crawl(
     ``pause_every`` N > 0 makes the callback block the reactor for ``pause_seconds`` on every
     N-th page (heavy parsing, a synchronous pipeline); each pause's (start, end) on the
     monotonic clock is appended to ``pause_log`` as a JSON line.
+    ``stay_open_until`` keeps the idle spider open until that file exists (at most two
+    minutes): a test acts on a running crawl for as long as it needs, then lets it end.
     """
     tmp = Path(workdir or tempfile.mkdtemp(prefix="frontier-crawl-"))
     tmp.mkdir(parents=True, exist_ok=True)
@@ -85,6 +88,7 @@ def run_crawl(
                 "pause_every": pause_every,
                 "pause_seconds": pause_seconds,
                 "pause_log": None if pause_log is None else str(pause_log),
+                "stay_open_until": None if stay_open_until is None else str(stay_open_until),
             }
         )
     )
@@ -184,6 +188,9 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
     mark_at = int(spec.get("mark_at") or 0)
     if mark_at:
         _mark_request(crawler, mark_at, Path(spec["marker"]), freeze=bool(spec.get("freeze")))
+    stay_open_until = spec.get("stay_open_until")
+    if stay_open_until:
+        _stay_open_until(crawler, Path(stay_open_until), timeout=120.0)
     wait_for = spec.get("wait_for")
     if wait_for:
         _wait_for_file(Path(wait_for), timeout=float(spec.get("wait_timeout") or 120.0))
@@ -221,6 +228,20 @@ def _mark_request(crawler: Any, count: int, marker: Path, *, freeze: bool) -> No
             os.kill(os.getpid(), signal.SIGSTOP)
 
     crawler.signals.connect(reached, signal=signals.request_reached_downloader, weak=False)
+
+
+def _stay_open_until(crawler: Any, path: Path, *, timeout: float) -> None:
+    """Keep the spider open while idle until ``path`` exists (or ``timeout`` passed)."""
+    from scrapy import signals
+    from scrapy.exceptions import DontCloseSpider
+
+    deadline = time.monotonic() + timeout
+
+    def idle(spider: Any) -> None:
+        if not path.exists() and time.monotonic() < deadline:
+            raise DontCloseSpider
+
+    crawler.signals.connect(idle, signal=signals.spider_idle, weak=False)
 
 
 def _wait_for_file(path: Path, *, timeout: float) -> None:

@@ -185,7 +185,10 @@ class RedisHistoryStore:
     def flush(self) -> None:
         if not self._pending:
             return
-        batch = list(self._pending.values())
+        # Taken whole in one step: a record put meanwhile (from another thread) goes to
+        # the next flush instead of being cleared unwritten.
+        taken, self._pending = self._pending, {}
+        batch = list(taken.values())
 
         def write() -> Any:
             pipe = self.client.pipeline(transaction=False)
@@ -198,8 +201,21 @@ class RedisHistoryStore:
                 pipe.zadd(self.key("weight"), {str(r.fp): r.weight})
             return pipe.execute()
 
-        self.guard(f"writing {len(batch)} page records", write)
-        self._pending.clear()
+        try:
+            self.guard(f"writing {len(batch)} page records", write)
+        except BaseException:
+            for fp, record in taken.items():  # kept for the next try; newer ones win
+                self._pending.setdefault(fp, record)
+            raise
+
+    def marks(self) -> int:
+        """How many times ``scrapy frontier recrawl`` marked pages due (workers compare)."""
+        return int(self.guard("reading the recrawl marks",
+                              lambda: self.client.get(self.key("marks"))) or 0)
+
+    def marked(self) -> None:
+        """Tell the workers that pages were marked due (they read the feed again)."""
+        self.guard("counting a recrawl mark", lambda: self.client.incr(self.key("marks")))
 
     def close(self) -> None:
         self.flush()

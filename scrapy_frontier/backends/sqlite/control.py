@@ -10,6 +10,9 @@ crawl's write lock, and so that the crawl reads one small table, not its queues:
 * ``crawl_hosts(host, fetched, closed)`` -- written by the crawl from its control timer:
   fetches per host while a budget is in force, and why a host was closed
   (``budget``, ``failures``, ``retired``).
+* ``recrawl_requests(id, fp, host)`` -- written by ``scrapy frontier recrawl``: make the
+  page ``fp`` due now, or every page of ``host``, or (both NULL) every page. The crawl
+  applies each row to its page history and deletes it.
 * ``control_meta(key, value)`` -- ``format``, ``version`` and ``seq``, raised by every
   command write: the crawl polls ``seq`` (one indexed read) and reads the controls
   only when it changed.
@@ -39,6 +42,8 @@ CREATE TABLE IF NOT EXISTS controls(
     budget INTEGER) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS crawl_hosts(
     host TEXT PRIMARY KEY, fetched INTEGER NOT NULL DEFAULT 0, closed TEXT) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS recrawl_requests(
+    id INTEGER PRIMARY KEY, fp INTEGER, host TEXT);
 """
 
 
@@ -134,6 +139,32 @@ class ControlFile:
                 "INSERT INTO crawl_hosts VALUES (?, ?, ?) ON CONFLICT(host) DO UPDATE SET "
                 "fetched = excluded.fetched, closed = excluded.closed",
                 [(h, n, c) for h, (n, c) in rows.items()])
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.rollback()
+            raise
+
+    def recrawl_requests(self) -> list[tuple[int, int | None, str | None]]:
+        """(id, fp, host) of each recrawl asked for and not applied yet, oldest first."""
+        if self.conn is None:
+            return []
+        return [(int(i), None if fp is None else int(fp), host) for i, fp, host in
+                self.conn.execute("SELECT id, fp, host FROM recrawl_requests ORDER BY id")]
+
+    def applied_recrawls(self, last_id: int) -> None:
+        """The crawl applied every recrawl request up to ``last_id``."""
+        assert self.conn is not None
+        self.conn.execute("DELETE FROM recrawl_requests WHERE id <= ?", (last_id,))
+
+    def request_recrawl(self, *, fp: int | None = None, host: str | None = None) -> None:
+        """Ask for the page ``fp``, or the pages of ``host``, or every page, to be due now."""
+        assert self.conn is not None
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("INSERT INTO recrawl_requests(fp, host) VALUES (?, ?)", (fp, host))
+            conn.execute("UPDATE control_meta SET value = value + 1 WHERE key = 'seq'")
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:

@@ -37,6 +37,7 @@ from scrapy_frontier.hostkey import HostlessURL, url_host_key
 from scrapy_frontier.observe.census import Census, HostCounts
 from scrapy_frontier.scheduler.control import ControlPoller
 from scrapy_frontier.scheduler.drivers import DriverContext
+from scrapy_frontier.scheduler.recrawl import select_records
 from scrapy_frontier.scheduler.resolve import HostResolver
 
 if TYPE_CHECKING:
@@ -176,6 +177,14 @@ class LocalDriver:
 
     def attach_recrawler(self, recrawler: Recrawler) -> None:
         self.recrawler = recrawler
+        if self._control is not None:
+            self._control.recrawl_to = self._mark_due
+            self._control.apply_recrawls()  # asked for while the crawl was stopped
+
+    def _mark_due(self, requests: list[tuple[int | None, str | None]]) -> int:
+        """``scrapy frontier recrawl``: (fp, host) pairs; both None means every page."""
+        assert self.recrawler is not None
+        return self.recrawler.mark_due(select_records(self.recrawler.store, requests))
 
     def close(self, reason: str) -> None:
         stats = self.ctx.stats

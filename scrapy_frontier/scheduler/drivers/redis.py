@@ -76,6 +76,8 @@ redis_log = logging.getLogger("scrapy_frontier.redis")
 
 #: Longest pause between two attempts while Redis is unreachable.
 MAX_BACKOFF = 30.0
+#: Seconds between two reads of ``scrapy frontier recrawl``'s counter by a worker.
+MARKS_INTERVAL = 2.0
 #: Requests waiting locally for a round beyond which no new request is handed out:
 #: each fetch adds links, so while Redis cannot keep up (or is away) the backlog
 #: stops growing instead of filling the worker's memory.
@@ -218,6 +220,10 @@ class RedisDriver:
         self._census_at = -CENSUS_REFRESH
         self._shared: SharedCensus | None = None
         self._shared_history: tuple[int, int | None] | None = None
+        # scrapy frontier recrawl's counter as last read (None: not read yet), and when
+        # to read it next (I/O thread).
+        self._marks: int | None = None
+        self._marks_read_at = 0.0
         self._shared_read_at: float | None = None
         #: The crawl's shared budget counters (budget_hosts, budget_items), read every
         #: few seconds by the I/O thread.
@@ -574,6 +580,14 @@ class RedisDriver:
                 record = recrawler.store.get(int.from_bytes(lease.item[:8], "big", signed=True))
                 if record is not None and (record.etag or record.last_modified):
                     answer.validators[lease.ticket] = (record.etag, record.last_modified)
+            if time.monotonic() >= self._marks_read_at:
+                self._marks_read_at = time.monotonic() + MARKS_INTERVAL
+                read_marks = getattr(recrawler.store, "marks", None)
+                marks = int(read_marks()) if read_marks is not None else 0
+                if marks != self._marks:
+                    if self._marks is not None:  # pages were marked due by hand
+                        recrawler.reset_feed()
+                    self._marks = marks
             if rnd.feed and answer.queued < 2 * rnd.feed:
                 answer.due = recrawler.take_due(rnd.feed)
             recrawler.store.flush()
