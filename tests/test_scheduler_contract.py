@@ -501,3 +501,54 @@ def test_crawl_is_complete_without_duplicates_and_polite(driver: Driver, tmp_pat
     assert report.overlaps == 0, report.summary()
     assert report.short_gaps == 0, report.summary()
     assert result.stats.get("finish_reason") == "finished", result.stats
+
+
+@inline_callbacks
+def test_the_queue_forgets_a_fetched_page_only_after_its_visit_is_kept(
+        driver: Driver, monkeypatch: pytest.MonkeyPatch) -> Gen:
+    """A kill -9 at any moment after a fetch finds the page's visit in the history, or its
+    request still queued (fetched again): the moment the queue forgets the request (SQLite:
+    the commit that deletes its row; Redis: the completion script) comes after the history
+    holds the visit."""
+    if not driver.persistent:
+        pytest.skip("memory: nothing outlives the run")
+    forgotten: list[bool] = []  # for each moment: was the visit kept by then?
+    if driver.name == "redis":
+        from scrapy_frontier.backends.redis.frontier import RedisFrontier
+
+        complete = RedisFrontier.complete
+
+        def checked(self: Any, lease: Any, *args: Any, **kwargs: Any) -> Any:
+            fp = int.from_bytes(lease.item[:8], "big", signed=True)
+            key = driver.settings["FRONTIER_REDIS_HISTORY_KEY"] + "pages"
+            forgotten.append(bool(self.client.hexists(key, fp)))
+            return complete(self, lease, *args, **kwargs)
+
+        monkeypatch.setattr(RedisFrontier, "complete", checked)
+    else:
+        import sqlite3
+
+        from scrapy_frontier.backends.sqlite.queue import SQLiteStore
+
+        flush = SQLiteStore.flush
+        acked = [0]  # fetched rows deleted so far, each one page's visit
+
+        def committed(self: Any) -> Any:
+            if self._del_back:
+                acked[0] += len(self._del_back)
+                history = sqlite3.connect(driver.state_dir / "history.sqlite")
+                kept = history.execute("SELECT COUNT(*) FROM pages").fetchone()[0]
+                history.close()
+                forgotten.append(kept >= acked[0])
+            return flush(self)
+
+        monkeypatch.setattr(SQLiteStore, "flush", committed)
+    run = Run(driver)
+    try:
+        yield run.open()
+        run.enqueue(*(Request(f"http://h{i}.example/p") for i in range(4)))
+        out = yield run.drain()
+        assert len(out) == 4
+    finally:
+        yield run.close()
+    assert forgotten and all(forgotten), forgotten
