@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import pytest_twisted
 from scrapy import Request
 from scrapy.exceptions import IgnoreRequest
 
@@ -203,3 +204,67 @@ def test_a_longer_kernel_interval_changes_nothing() -> None:
     waited, stats = _fetch_with_kernel({}, (900, 0, 0))
     assert waited == pytest.approx(3.0, abs=0.015)
     assert stats.get_value("frontier/fetch/tcp_timed") is None
+
+
+@pytest_twisted.inlineCallbacks
+def test_the_socket_is_found_under_scrapys_real_http11_handler() -> Any:
+    """Scrapy's HTTP/1.1 download handler fetches from a loopback server; a
+    headers_received handler (as the scheduler's) finds the answer's TCP socket. A Scrapy
+    release that moves the frame the lookup reads fails here, without a crawl."""
+    from scrapy import signals
+    from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
+    from scrapy.utils.test import get_crawler
+    from twisted.internet import reactor
+    from twisted.web.resource import Resource
+    from twisted.web.server import Site
+
+    class Page(Resource):
+        isLeaf = True
+
+        def render_GET(self, request: Any) -> bytes:  # noqa: N802 - Twisted's name
+            return b"<html>answer</html>"
+
+    port = reactor.listenTCP(0, Site(Page()), interface="127.0.0.1")  # type: ignore[attr-defined]
+    crawler = get_crawler(settings_dict={"TELNETCONSOLE_ENABLED": False})
+    found: list[Any] = []
+
+    def headers_received(headers: Any, body_length: Any, request: Any, spider: Any) -> None:
+        found.append(answer_socket(request))
+
+    crawler.signals.connect(headers_received, signal=signals.headers_received)
+    handler = HTTP11DownloadHandler.from_crawler(crawler)
+    request = Request(f"http://127.0.0.1:{port.getHost().port}/page")
+    import inspect
+
+    spider_arg = len(inspect.signature(handler.download_request).parameters) > 1  # < 2.14
+    try:
+        download = (handler.download_request(request, None) if spider_arg
+                    else handler.download_request(request))
+        response = yield download
+    finally:
+        yield handler.close()
+        yield port.stopListening()
+    assert response.status == 200 and response.body == b"<html>answer</html>"
+    assert len(found) == 1
+    assert isinstance(found[0], socket.socket) and found[0].type == socket.SOCK_STREAM
+
+
+def test_the_socket_watch_warns_once_when_no_answer_gives_a_socket() -> None:
+    from scrapy_frontier.scheduler.tcp_timing import SocketWatch
+
+    watch = SocketWatch()
+    assert [watch.note(False) for _ in range(SocketWatch.LIMIT + 3)] == (
+        [False] * (SocketWatch.LIMIT - 1) + [True] + [False] * 3)
+    found = SocketWatch()
+    found.note(True)
+    assert not any(found.note(False) for _ in range(20))  # one socket found: the frame is there
+
+
+def test_the_watch_applies_only_where_scrapys_http11_handler_serves_http() -> None:
+    from scrapy.settings import Settings
+
+    from scrapy_frontier.scheduler.tcp_timing import serves_http11
+
+    assert serves_http11(Settings().getwithbase("DOWNLOAD_HANDLERS"))
+    other = Settings({"DOWNLOAD_HANDLERS": {"https": "scrapy_zyte_api.Handler"}})
+    assert not serves_http11(other.getwithbase("DOWNLOAD_HANDLERS"))

@@ -48,7 +48,12 @@ from scrapy_frontier.scheduler.inflight import InFlight
 from scrapy_frontier.scheduler.recrawl import RecrawlHooks
 from scrapy_frontier.scheduler.site_rules import SiteRules
 from scrapy_frontier.scheduler.stalls import HOLD_SLACK, StallMeter
-from scrapy_frontier.scheduler.tcp_timing import TcpTimes, kernel_tick
+from scrapy_frontier.scheduler.tcp_timing import (
+    SocketWatch,
+    TcpTimes,
+    kernel_tick,
+    serves_http11,
+)
 from scrapy_frontier.scheduler.timer import Timer, call_later
 from scrapy_frontier.settings import FrontierConfig, unknown_settings
 
@@ -107,6 +112,7 @@ class FrontierScheduler:
         # ... and, where the kernel stamps TCP connections, as the network saw them.
         self.tcp: TcpTimes | None = None
         self._tcp_read = 0  # fetches the kernel's stamps were read for
+        self._socket_watch: SocketWatch | None = None
         self._tcp_timed = 0
         self._tcp_seconds_cut = 0.0
         self.recrawl: RecrawlHooks | None = None
@@ -190,6 +196,8 @@ class FrontierScheduler:
             else:
                 self.tcp = TcpTimes(tick, self.clock)
                 self.stats.set_value("frontier/fetch/tcp_tick_ms", round(1000 * tick, 1))
+                if serves_http11(self.crawler.settings.getwithbase("DOWNLOAD_HANDLERS")):
+                    self._socket_watch = SocketWatch()
         self.engine.on_robots_parsed(self._on_robots_parsed)
         self.stats.set_value("frontier/backend", self.driver.name)
         self.stats.set_value("frontier/back_queues/floor", self.config.back_queues)
@@ -623,6 +631,15 @@ class FrontierScheduler:
             sock = answer_socket(request)
             if sock is not None:
                 self.tcp.begin(ticket, sock)
+            watch = self._socket_watch
+            if watch is not None and request.url.startswith(("http://", "https://")) and \
+                    watch.note(sock is not None):
+                logger.warning(
+                    "FRONTIER_TCP_TIMING: the first %d answers of Scrapy's HTTP/1.1 handler "
+                    "gave no TCP socket to read the kernel's stamps from (this Scrapy may have "
+                    "moved the frame scrapy_frontier.scheduler.engine.answer_socket reads): "
+                    "fetches are timed from the reads instead, which a busy spider can "
+                    "lengthen. Please report it with your Scrapy version.", watch.missed)
         # Scrapy's HTTP handler times from just before it writes the request
         # ("download_latency", set as the headers arrive): a later, truer start than
         # the middleware's, which the download slot's queue and the connection pool

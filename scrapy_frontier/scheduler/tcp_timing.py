@@ -115,6 +115,55 @@ def tick_from_steps(steps: list[int]) -> float | None:
     return (jiffy if exact else jiffy + 1) / 1000.0
 
 
+class SocketWatch:
+    """Says once when Scrapy's HTTP/1.1 handler answers yield no socket to read stamps from.
+
+    :func:`~scrapy_frontier.scheduler.engine.answer_socket` reads a frame of that handler;
+    a Scrapy release that moves it leaves TCP timing silently off. Counted only for
+    answers to http(s) requests while that handler serves both schemes.
+    """
+
+    __slots__ = ("missed", "found", "_warned")
+
+    #: Answers without a socket, and none with one, before the warning.
+    LIMIT = 5
+
+    def __init__(self) -> None:
+        self.missed = 0
+        self.found = 0
+        self._warned = False
+
+    def note(self, found: bool) -> bool:
+        """One http(s) answer's lookup; True the one time the warning is due."""
+        if found:
+            self.found += 1
+            return False
+        self.missed += 1
+        if self._warned or self.found or self.missed < self.LIMIT:
+            return False
+        self._warned = True
+        return True
+
+
+#: Scrapy's HTTP/1.1 download handler, under the names a project may give it.
+HTTP11_HANDLERS = frozenset({
+    "scrapy.core.downloader.handlers.http11.HTTP11DownloadHandler",
+    "scrapy.core.downloader.handlers.http.HTTPDownloadHandler",
+    "scrapy.core.downloader.handlers.http.HTTP11DownloadHandler",
+})
+
+
+def serves_http11(handlers: Any) -> bool:
+    """True if Scrapy's HTTP/1.1 handler serves both http and https (DOWNLOAD_HANDLERS)."""
+    return all(_dotted(handlers.get(scheme)) in HTTP11_HANDLERS for scheme in ("http", "https"))
+
+
+def _dotted(obj: object) -> str:
+    if isinstance(obj, str):
+        return obj
+    return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}"
+
+
 class TcpTimes:
     """The kernel's interval of each fetch whose answer is being read, by lease ticket."""
 
