@@ -649,3 +649,26 @@ def test_recrawl_all_is_refused_on_redis() -> None:
     with pytest.raises(FrontierConfigError, match="FRONTIER_RECRAWL_ALL is not supported"):
         FrontierConfig.from_settings(Settings({"FRONTIER_BACKEND": "redis",
                                                "FRONTIER_RECRAWL_ALL": True}))
+
+
+def test_a_record_put_while_the_redis_history_flushes_is_kept(redis_client: Any,
+                                                               redis_prefix: str) -> None:
+    """The reactor thread may put a record while the I/O thread's flush is writing: the
+    record waits for the next flush instead of being cleared unwritten."""
+    from scrapy_frontier.backends.redis.history import RedisHistoryStore
+
+    store = RedisHistoryStore(redis_client, redis_prefix + "history:")
+    store.put(record(1, 100.0))
+    guard = store.guard
+
+    def meanwhile(doing: str, fn: Any) -> Any:
+        if doing.startswith("writing"):
+            store.put(record(2, 200.0))  # as if from the other thread, mid-write
+        return guard(doing, fn)
+
+    store.guard = meanwhile  # type: ignore[method-assign]
+    store.flush()
+    store.guard = guard  # type: ignore[method-assign]
+    assert store.unsaved() == 1
+    store.flush()
+    assert sorted(int(fp) for fp in redis_client.hkeys(redis_prefix + "history:pages")) == [1, 2]

@@ -113,7 +113,9 @@ def test_three_runs_recrawl_due_pages_with_conditional_get(tmp_path: Path) -> No
 
 
 @pytest.mark.crawl
-def test_continuous_mode_recrawls_as_pages_fall_due_and_stops_on_sigint(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_continuous_mode_recrawls_as_pages_fall_due_and_stops_on_sigint(
+        tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
     import json
     import signal
     import subprocess
@@ -125,10 +127,18 @@ def test_continuous_mode_recrawls_as_pages_fall_due_and_stops_on_sigint(tmp_path
     with ServerProcess(WEB, log_path=str(log)) as web:
         spec = tmp_path / "crawl.json"
         out = tmp_path / "result.json"
-        settings = {**BASE_SETTINGS, "ADDONS": FRONTIER_ADDON, "JOBDIR": str(tmp_path / "job"),
+        settings = {**BASE_SETTINGS, "ADDONS": FRONTIER_ADDON,
                     "FRONTIER_MIN_DELAY": 0.0, "FRONTIER_DELAY_FACTOR": 1.0,
                     "FRONTIER_RECRAWL": "continuous", "FRONTIER_RECRAWL_MIN": 0.5,
                     "FRONTIER_RECRAWL_INITIAL": 1.0, "FRONTIER_RECRAWL_MAX": 4.0}
+        if backend == "sqlite":
+            settings["JOBDIR"] = str(tmp_path / "job")
+        else:
+            server = request.getfixturevalue("redis_server")
+            settings.update({"FRONTIER_BACKEND": "redis", "REDIS_URL": server.url,
+                             "FRONTIER_REDIS_KEY": "continuous:frontier:",
+                             "FRONTIER_REDIS_SEEN_KEY": "continuous:seen:",
+                             "FRONTIER_REDIS_HISTORY_KEY": "continuous:history:"})
         spec.write_text(json.dumps({"start_urls": web.start_urls,
                                     "allowed_domains": web.allowed_domains,
                                     "settings": settings}))

@@ -148,6 +148,13 @@ class Driver(Protocol):
     def next_wakeup(self) -> float | None:
         """Clock time at which ``pop`` could return something new, if known."""
 
+    def next_due(self) -> float | None:
+        """Wall-clock time at which the next page of the history falls due, if any.
+
+        Asked on the reactor thread when a continuous crawl is idle: a driver whose
+        history is remote answers from its last I/O round, without a call.
+        """
+
     def publish_stats(self, stats: StatsCollector) -> None: ...
 
     def census(self) -> Census:

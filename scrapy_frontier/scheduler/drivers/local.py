@@ -308,6 +308,9 @@ class LocalDriver:
     def next_wakeup(self) -> float | None:
         return self.frontier.next_wakeup()
 
+    def next_due(self) -> float | None:
+        return None if self.recrawler is None else self.recrawler.next_due()
+
     def census(self) -> Census:
         frontier = self.frontier
         states = frontier.host_states()

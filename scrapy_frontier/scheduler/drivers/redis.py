@@ -154,6 +154,8 @@ class _Answer:
     census: SharedCensus | None = None
     history: tuple[int, int | None] | None = None
     """(pages, due) of the shared page history, read with the census."""
+    next_due: float | None = None
+    """Continuous recrawl: when the history's next page falls due (wall clock)."""
 
 
 class RedisDriver:
@@ -224,6 +226,7 @@ class RedisDriver:
         # to read it next (I/O thread).
         self._marks: int | None = None
         self._marks_read_at = 0.0
+        self._next_due: float | None = None
         self._shared_read_at: float | None = None
         #: The crawl's shared budget counters (budget_hosts, budget_items), read every
         #: few seconds by the I/O thread.
@@ -456,6 +459,10 @@ class RedisDriver:
     def next_wakeup(self) -> float | None:
         return self.local.next_wakeup()
 
+    def next_due(self) -> float | None:
+        """The shared history's next due time, as the last I/O round read it."""
+        return self._next_due
+
     # -- I/O rounds -----------------------------------------------------------------------
 
     def _tick(self) -> None:
@@ -590,6 +597,8 @@ class RedisDriver:
                     self._marks = marks
             if rnd.feed and answer.queued < 2 * rnd.feed:
                 answer.due = recrawler.take_due(rnd.feed)
+            if recrawler.settings.mode == "continuous":
+                answer.next_due = recrawler.next_due()
             recrawler.store.flush()
         return answer
 
@@ -622,6 +631,7 @@ class RedisDriver:
         self._validators.update(answer.validators)
         self._buffer.extend(answer.leases)
         self._due.extend(answer.due)
+        self._next_due = answer.next_due
         self._remote_queued = answer.queued
         self._remote_in_flight = answer.in_flight
         if answer.census is not None:
