@@ -404,3 +404,42 @@ def test_backpressure_stops_handing_out_while_the_backlog_is_full(monkeypatch: A
     driver._next.pushes = []
     request = sched.next_request()
     assert request is not None and request.meta["frontier_lease"] == 1
+
+
+def test_the_engine_is_woken_when_the_idle_grace_ends(monkeypatch: Any) -> None:
+    """A worker whose cluster looks idle says "pending" for FRONTIER_REDIS_IDLE_GRACE, then
+    wakes the engine, which sees the crawl is over then, not at its 5 s heartbeat."""
+    from scrapy.dupefilters import RFPDupeFilter
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_frontier.scheduler import FrontierScheduler
+    from scrapy_frontier.scheduler.drivers import redis as redis_driver
+    from scrapy_frontier.settings import FrontierConfig
+
+    crawler = get_crawler(settings_dict={"FRONTIER_BACKEND": "redis",
+                                         "FRONTIER_REDIS_IDLE_GRACE": 2.0})
+    config = FrontierConfig.from_settings(crawler.settings)
+    sched = FrontierScheduler(crawler, config, RFPDupeFilter.from_crawler(crawler))
+    driver = sched.driver
+    assert isinstance(driver, redis_driver.RedisDriver)
+    timers: list[tuple[float, Any]] = []
+
+    class Timer:
+        def cancel(self) -> None:
+            pass
+
+    def fake_call_later(delay: float, func: Any) -> Timer:
+        timers.append((delay, func))
+        return Timer()
+
+    woken: list[bool] = []
+    monkeypatch.setattr(redis_driver, "call_later", fake_call_later)
+    monkeypatch.setattr(driver.ctx, "wake", lambda: woken.append(True))
+    driver._remote_idle_since = time.monotonic()
+    assert driver.has_pending()  # within the grace
+    assert driver.has_pending()
+    assert len(timers) == 1 and 1.9 < timers[0][0] <= 2.02  # one wake, at the grace's end
+    timers[0][1]()
+    assert woken == [True]
+    driver._remote_idle_since = time.monotonic() - 2.5
+    assert not driver.has_pending()  # the grace is over: the crawl is done

@@ -199,6 +199,9 @@ class RedisDriver:
         # the next wake-up (a host's rest ends) or poll.
         self._claim_more = True
         self._wake_call: Any = None
+        # Wakes the engine when the idle grace ends, so that it sees the crawl is over
+        # then, not at its next 5 s heartbeat.
+        self._grace_call: Any = None
         self._stall = _StallMeter()
         self.counters: dict[str, int] = {}
         self._validators: dict[int, tuple[str | None, str | None]] = {}
@@ -284,9 +287,10 @@ class RedisDriver:
         self._closed = True
         if self._poll is not None and self._poll.running:
             self._poll.stop()
-        if self._wake_call is not None:
-            self._wake_call.cancel()
-            self._wake_call = None
+        for call in (self._wake_call, self._grace_call):
+            if call is not None:  # each is set to None when it fires
+                call.cancel()
+        self._wake_call = self._grace_call = None
         self._stall.stop()
         pool = self._pool
         if pool is None:
@@ -452,9 +456,25 @@ class RedisDriver:
         if self._outage_since is not None:
             return True  # cannot tell: keep waiting for Redis
         since = self._remote_idle_since
+        if since is None:
+            return True
         # The cluster's work is over only when it has looked over for a while: another
         # worker's fetch in flight may still add requests.
-        return since is None or time.monotonic() - since < self.idle_grace
+        left = self.idle_grace - (time.monotonic() - since)
+        if left > 0:
+            self._wake_after_grace(left)
+            return True
+        return False
+
+    def _wake_after_grace(self, seconds: float) -> None:
+        if self._grace_call is not None or self._closed:
+            return
+
+        def wake() -> None:
+            self._grace_call = None
+            self.ctx.wake()
+
+        self._grace_call = call_later(seconds + 0.01, wake)
 
     def next_wakeup(self) -> float | None:
         return self.local.next_wakeup()
@@ -642,6 +662,7 @@ class RedisDriver:
         if answer.idle and not local_work:
             if self._remote_idle_since is None:
                 self._remote_idle_since = time.monotonic()
+                self._wake_after_grace(self.idle_grace)
         else:
             self._remote_idle_since = None
         self._claim_more = bool(answer.leases) or not sent.want
