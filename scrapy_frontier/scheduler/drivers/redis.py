@@ -464,6 +464,14 @@ class RedisDriver:
         if left > 0:
             self._wake_after_grace(left)
             return True
+        read_at = self._shared_read_at
+        if self._census_wanted and (read_at is None or read_at < since):
+            # Someone reads the census (metrics, the progress line): let the next round read
+            # the idle frontier before the crawl is said to be over.
+            self._census_at = -CENSUS_REFRESH
+            self._kick(poll=True)
+            self._wake_after_grace(0.05)
+            return True
         return False
 
     def _wake_after_grace(self, seconds: float) -> None:
@@ -628,6 +636,12 @@ class RedisDriver:
         if self.remote is not None:
             with contextlib.suppress(RedisFrontierError):  # the stats only: never fail close
                 self.shared_budget = self.remote.budget_stats()
+                # The whole frontier after this worker's last writes, for the final progress
+                # line and the metrics that outlive the crawl (the last poll's may be older).
+                census = self.remote.census()
+                history = self.recrawler.census() if self.recrawler is not None else None
+                self._shared, self._shared_history = census, history
+                self._shared_read_at = time.monotonic()
         if self.recrawler is not None:
             self.recrawler.close()
         return answer
