@@ -341,6 +341,7 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(tmp_path: Path) -> None:
 
 
 @pytest.mark.crawl
+@pytest.mark.slow  # five crawls per backend, of our own command: the newest leg runs it
 @pytest.mark.parametrize("backend", ["sqlite", "redis"])
 def test_recrawl_marks_pages_due_stopped_and_while_the_crawl_runs(
         backend: str, tmp_path: Path, redis_server: RedisServer) -> None:
