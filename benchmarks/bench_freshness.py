@@ -53,7 +53,7 @@ PLOT = HERE.parent / "docs" / "_static" / "freshness.png"
 DAY = 86400.0
 HOUR = 3600.0
 
-#: Tianwang / CNNIC 2005 (REFERENCE.md section 5): fraction of pages that changed
+#: Tianwang / CNNIC 2005 change statistics: fraction of pages that changed
 #: within t days.
 TIANWANG = [(7.0, 0.18), (30.0, 0.35), (91.0, 0.60), (182.0, 0.80)]
 

@@ -28,8 +28,8 @@ Configurations, each in its own fresh subprocess (``--configs``, comma-separated
 * ``scrapy-jobdir`` -- ``scrapy.core.scheduler.Scheduler`` with ``JOBDIR`` (disk
   queues under ``DownloaderAwarePriorityQueue``, default ``RFPDupeFilter``): the
   baseline. Its ``pop()`` scans every download slot and it keeps one open
-  disk-queue file per host, so it runs over 1,000 hosts (the reference setting of
-  REFERENCE.md 6), not 100,000.
+  disk-queue file per host, so it runs over 1,000 hosts (Scrapy's scheduler
+  benchmarks are usually run at that size), not 100,000.
 
 Every loop is bounded by its count and by a time budget (``--budget`` for
 enqueue, ``--dequeue-budget`` for dequeue, per configuration); a phase that runs
@@ -581,7 +581,7 @@ def _num(value: Any) -> str:
 
 
 def _baseline(results: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Scrapy's JOBDIR scheduler at 200k requests (REFERENCE.md 6), else its smallest run."""
+    """Scrapy's JOBDIR scheduler at 200k requests, else its smallest run."""
     base = [r for r in results if r.get("config") == "scrapy-jobdir" and r.get("enqueue")]
     if not base:
         return None

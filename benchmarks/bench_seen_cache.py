@@ -71,7 +71,8 @@ PLOT = HERE.parent / "docs" / "_static" / "seen_cache.png"
 
 #: The recording dupefilter writes its trace to the file named by this setting.
 TRACE_SETTING = "BENCH_SEEN_TRACE_PATH"
-#: Scrapy's own set, as REFERENCE.md quotes it.
+#: Bytes per fingerprint of Scrapy's own set (a Python set of 20-byte SHA1 digests),
+#: the figure usually quoted for it.
 SCRAPY_REFERENCE_BYTES = 123
 
 CRAWL_WEB = ["--shape", "wide", "--hosts", "300", "--pages", "30",
@@ -694,7 +695,7 @@ def main(argv: list[str] | None = None) -> int:
         results["memory"] = mem
         print(f"\n== memory ({n_mem:,} distinct fingerprints; RSS growth in a fresh process)")
         print(f"  scrapy RFPDupeFilter set:      {mem['scrapy-set']['bytes_per_item']:>7.1f} "
-              f"B/URL RSS (REFERENCE.md: ~{SCRAPY_REFERENCE_BYTES})")
+              f"B/URL RSS (usually quoted: ~{SCRAPY_REFERENCE_BYTES})")
         print(f"  CLOCK cache, 2^16 entries:     {mem['clock-cache']['bytes_per_item']:>7.1f} "
               f"B/entry RSS = {mem['clock-cache']['rss_delta'] / 2**20:.1f} MiB, fixed")
         sq = mem["seenset-sqlite"]

@@ -98,7 +98,7 @@ def _add_component(settings: Settings, name: str, path: str, order: int) -> None
 def _warn_about_overrides(settings: Settings) -> None:
     addon_priority = settings.getpriority("SCHEDULER") or 0
     scheduler = settings.get("SCHEDULER")
-    if addon_priority > _addon_level() and _dotted(scheduler) not in (
+    if addon_priority > _addon_level() and dotted_name(scheduler) not in (
         SCHEDULER_PATH,
         "scrapy_frontier.FrontierScheduler",
     ):
@@ -123,7 +123,8 @@ def _addon_level() -> int:
     return SETTINGS_PRIORITIES["addon"]
 
 
-def _dotted(obj: object) -> str:
+def dotted_name(obj: object) -> str:
+    """A setting's component as its import path, whether given as a string or a class."""
     if isinstance(obj, str):
         return obj
     return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}"

@@ -13,7 +13,8 @@ from scrapy_frontier.errors import HostlessURL
 #: Schemes that never contact a host; each gets one pseudo-host key ("data:").
 HOSTLESS_SCHEMES = frozenset({"data", "file", "about"})
 
-__all__ = ["HOSTLESS_SCHEMES", "PLAIN_URL", "HostlessURL", "host_key", "url_host_key"]
+__all__ = ["HOSTLESS_SCHEMES", "PLAIN_URL", "HostlessURL", "host_key", "url_host_key",
+           "url_host_key_or_none"]
 
 
 # scheme://[userinfo@]host[:port] followed by /, ?, # or the end. Anything else
@@ -73,3 +74,11 @@ def url_host_key(url: str) -> str:
     if scheme in HOSTLESS_SCHEMES:
         return f"{scheme}:"
     raise HostlessURL(url, "no_host")
+
+
+def url_host_key_or_none(url: str) -> str | None:
+    """:func:`url_host_key`, or None for a URL without a host (a stored URL, say)."""
+    try:
+        return url_host_key(url)
+    except HostlessURL:
+        return None

@@ -212,11 +212,11 @@ class SQLiteInspector:
         if host is None:
             return int(self.history.execute(
                 "SELECT COUNT(*) FROM pages WHERE retired = 0").fetchone()[0])
-        from scrapy_frontier.scheduler.recrawl import host_of
+        from scrapy_frontier.hostkey import url_host_key_or_none
 
         return sum(1 for fp_, data in self.history.execute(
             "SELECT fp, data FROM pages WHERE retired = 0")
-            if host_of(PageRecord.from_json(fp_, data).url) == host)
+            if url_host_key_or_none(PageRecord.from_json(fp_, data).url) == host)
 
     def url(self, url: str, host: str, fp: int) -> dict[str, Any]:
         seen = False

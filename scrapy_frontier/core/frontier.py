@@ -1,6 +1,6 @@
 """A Mercator-style URL frontier: F front queues, B back queues, a ready heap.
 
-Vocabulary (Najork and Heydon's Mercator, as restated in REFERENCE.md 1):
+Vocabulary (Najork and Heydon's Mercator, "High-performance web crawling", 2001):
 
 * **front queues** -- F FIFO queues, one per priority level 1..F (F is the
   highest). A URL whose host has no back queue waits here.

@@ -1,7 +1,7 @@
 """The URL-seen test: a small cache of fingerprints in front of the full set.
 
 After Broder, Najork and Wiener, "Efficient URL caching for World Wide Web
-crawling" (WWW 2003), restated in REFERENCE.md section 4. Every link a crawler
+crawling" (WWW 2003). Every link a crawler
 extracts must be checked against the set of URLs already seen; that set
 outgrows RAM, so a cache of recently seen 64-bit fingerprints answers most
 tests and only misses go to the (disk) store. Links are local -- most point

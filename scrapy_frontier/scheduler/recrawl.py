@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 
 from scrapy_frontier.core.recrawl import Recrawler, RecrawlSettings
-from scrapy_frontier.errors import HostlessURL
-from scrapy_frontier.hostkey import url_host_key
+from scrapy_frontier.hostkey import url_host_key_or_none
 from scrapy_frontier.meta import RECRAWL_META
 from scrapy_frontier.scheduler.replay import RequestReplay, replayable
 
@@ -122,14 +121,6 @@ class RecrawlHooks:
                 self._published[key] = value
 
 
-def host_of(url: str) -> str | None:
-    """The host key of a stored URL, or None for one without a host."""
-    try:
-        return url_host_key(url)
-    except HostlessURL:
-        return None
-
-
 def select_records(store: HistoryStore, requests: list[tuple[int | None, str | None]]
                    ) -> list[PageRecord]:
     """The records that recrawl requests name: (fp, None) one page (retired or not),
@@ -144,7 +135,7 @@ def select_records(store: HistoryStore, requests: list[tuple[int | None, str | N
                 chosen[fp] = record
     if every or hosts:
         for record in store.scan():
-            if every or host_of(record.url) in hosts:
+            if every or url_host_key_or_none(record.url) in hosts:
                 chosen.setdefault(record.fp, record)
     return list(chosen.values())
 

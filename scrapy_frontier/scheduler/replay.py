@@ -27,8 +27,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy_frontier.codec import Codec, request_codec
-from scrapy_frontier.errors import HostlessURL, StoreError
-from scrapy_frontier.hostkey import url_host_key
+from scrapy_frontier.errors import StoreError
+from scrapy_frontier.hostkey import url_host_key_or_none
 from scrapy_frontier.meta import START_META, UNSAFE_META
 
 if TYPE_CHECKING:
@@ -59,13 +59,6 @@ def replayable(request: Request) -> bool:
     return request.method in SAFE_METHODS or bool(request.meta.get(UNSAFE_META))
 
 
-def _host_of(url: str) -> str | None:
-    try:
-        return url_host_key(url)
-    except HostlessURL:
-        return None
-
-
 class RequestReplay:
     """Encodes a fetched request for the history, and rebuilds it for a recrawl."""
 
@@ -81,7 +74,7 @@ class RequestReplay:
         for key in TRANSIENT_META.intersection(meta):
             del meta[key]
         # Scrapy's downloader writes the slot it used; only one the spider chose is kept.
-        if "download_slot" in meta and meta["download_slot"] == _host_of(request.url):
+        if "download_slot" in meta and meta["download_slot"] == url_host_key_or_none(request.url):
             del meta["download_slot"]
         headers = {k: v for k, v in request.headers.items() if k not in ADDED_HEADERS}
         try:

@@ -155,13 +155,10 @@ HTTP11_HANDLERS = frozenset({
 
 def serves_http11(handlers: Any) -> bool:
     """True if Scrapy's HTTP/1.1 handler serves both http and https (DOWNLOAD_HANDLERS)."""
-    return all(_dotted(handlers.get(scheme)) in HTTP11_HANDLERS for scheme in ("http", "https"))
+    from scrapy_frontier.addon import dotted_name
 
-
-def _dotted(obj: object) -> str:
-    if isinstance(obj, str):
-        return obj
-    return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}"
+    return all(dotted_name(handlers.get(scheme)) in HTTP11_HANDLERS
+               for scheme in ("http", "https"))
 
 
 class TcpTimes:
