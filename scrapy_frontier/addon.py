@@ -6,6 +6,8 @@ import logging
 
 from scrapy.settings import BaseSettings, Settings
 
+from scrapy_frontier.settings import dotted_name
+
 logger = logging.getLogger("scrapy_frontier.addon")
 
 SCHEDULER_PATH = "scrapy_frontier.scheduler.FrontierScheduler"
@@ -121,10 +123,3 @@ def _addon_level() -> int:
     from scrapy.settings import SETTINGS_PRIORITIES
 
     return SETTINGS_PRIORITIES["addon"]
-
-
-def dotted_name(obj: object) -> str:
-    """A setting's component as its import path, whether given as a string or a class."""
-    if isinstance(obj, str):
-        return obj
-    return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}"

@@ -94,6 +94,13 @@ MAX_FRONT_QUEUES = 1000
 MAX_CACHE_SIZE = 1 << 28
 
 
+def dotted_name(obj: object) -> str:
+    """A setting's component as its import path, whether given as a string or a class."""
+    if isinstance(obj, str):
+        return obj
+    return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}"
+
+
 def unknown_settings(settings: BaseSettings) -> list[tuple[str, str | None]]:
     """Each ``FRONTIER_*`` name in ``settings`` that no setting has, with the nearest known
     name (None if none is close): a misspelled setting is otherwise silently ignored."""

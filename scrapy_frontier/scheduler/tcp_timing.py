@@ -155,7 +155,7 @@ HTTP11_HANDLERS = frozenset({
 
 def serves_http11(handlers: Any) -> bool:
     """True if Scrapy's HTTP/1.1 handler serves both http and https (DOWNLOAD_HANDLERS)."""
-    from scrapy_frontier.addon import dotted_name
+    from scrapy_frontier.settings import dotted_name
 
     return all(dotted_name(handlers.get(scheme)) in HTTP11_HANDLERS
                for scheme in ("http", "https"))
