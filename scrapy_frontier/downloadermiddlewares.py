@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 
-from scrapy_frontier.meta import FETCH_END_META, FETCH_START_META, LEASE_META, ROBOTS_START_META
+from scrapy_frontier.meta import FETCH_START_META, LEASE_META, ROBOTS_START_META
 from scrapy_frontier.scheduler.engine import running_scheduler
 
 if TYPE_CHECKING:
@@ -46,7 +46,6 @@ class FetchTimingMiddleware:
                 if again is not None:
                     return again  # back to the frontier until the host has rested
             meta[FETCH_START_META] = time.monotonic()
-            meta.pop(FETCH_END_META, None)  # a copy of an earlier attempt's meta
         elif meta.get("dont_obey_robotstxt") and _is_robots_txt(request.url):
             meta[ROBOTS_START_META] = time.monotonic()
         return None

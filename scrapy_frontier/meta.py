@@ -5,10 +5,6 @@ LEASE_META = "frontier_lease"
 #: Set by the timing middleware: ``time.monotonic()`` when the fetch was sent; moved later
 #: to when Scrapy's HTTP handler wrote the request, once its headers_received signal says so.
 FETCH_START_META = "frontier_fetch_start"
-#: Set by the scheduler from Scrapy's ``headers_received`` / ``bytes_received`` signals:
-#: ``time.monotonic()`` when the last bytes of the answer were read (the fetch's end as the
-#: network saw it, before Scrapy's own processing of the response).
-FETCH_END_META = "frontier_fetch_end"
 #: Set by the timing middleware on robots.txt requests (they bypass the scheduler,
 #: but they are contacts the host's rest must count).
 ROBOTS_START_META = "frontier_robots_start"

@@ -14,12 +14,14 @@ import pytest_twisted
 from scrapy import Request
 from scrapy.exceptions import IgnoreRequest
 
-from scrapy_frontier.meta import FETCH_END_META, FETCH_START_META, LEASE_META
-from scrapy_frontier.scheduler.engine import answer_socket
+from scrapy_frontier.meta import FETCH_START_META, LEASE_META
+from scrapy_frontier.scheduler.engine import answer_transport
 from scrapy_frontier.scheduler.tcp_timing import (
+    StampedSocket,
     TcpTimes,
     kernel_tick,
     read_stamps,
+    stamp_reads,
     tick_from_steps,
 )
 from tests.test_fetch_time import _rest_after
@@ -32,7 +34,7 @@ linux = pytest.mark.skipif(sys.platform != "linux", reason="TCP_INFO stamps are 
 def times() -> TcpTimes:
     tick = kernel_tick()
     assert tick is not None
-    return TcpTimes(tick, time.monotonic)
+    return TcpTimes(tick)
 
 
 @pytest.fixture
@@ -71,79 +73,184 @@ def test_the_kernel_tick_is_one_jiffy_of_a_real_kernel() -> None:
     assert kernel_tick() == tick  # measured once per process
 
 
-@linux
-def test_the_interval_contains_the_servers_time_and_not_the_unread_wait(
-    pair: tuple[socket.socket, socket.socket], times: TcpTimes,
-) -> None:
-    client, server = pair
-    sent = time.monotonic()
+class Transport:
+    """What the timing reads of a Twisted TCP transport: its ``socket``."""
+
+    def __init__(self, sock: Any) -> None:
+        self.socket: Any = sock
+
+
+def _answer(client: socket.socket, server: socket.socket, work: float, unread: float,
+            ) -> tuple[float, float, float, float]:
+    """A request from ``client``, which ``server`` answers after ``work`` s; the answer
+    then waits ``unread`` s before the crawler reads it. Returns (sent before, the
+    server's start, the server's end, answer sent after), on the monotonic clock."""
+    sent_before = time.monotonic()
     client.sendall(b"GET / HTTP/1.1\r\n\r\n")
     server.recv(100)
-    arrived = time.monotonic()
-    time.sleep(0.03)  # the server works
-    answered = time.monotonic()
-    server.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\n")
-    server.sendall(b"body")
-    done = time.monotonic()
-    time.sleep(0.15)  # the crawler is busy: the answer waits unread
-    times.begin(1, client)
-    client.recv(100)
-    times.update(1)
-    read = time.monotonic()
-    kernel = times.end(1)
-    assert kernel is not None
-    interval, came_in = kernel
-    # Polite: never shorter than what the server itself took, and the answer is never
-    # said to have come in before the server sent it.
-    assert interval >= answered - arrived
-    assert came_in >= answered
-    # True: the 150 ms the answer waited unread is not in either (50 ms for the
-    # kernel's own delivery on a loaded machine), while a read-time measure has all of it.
-    assert interval <= done - sent + times.tick + 0.05
-    assert came_in <= done + times.tick + 0.05
-    assert read - sent > interval + 0.09
-    assert times.end(1) is None  # taken once
+    server_start = time.monotonic()
+    time.sleep(work)
+    server_end = time.monotonic()
+    server.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nbody")
+    sent_after = time.monotonic()
+    time.sleep(unread)
+    return sent_before, server_start, server_end, sent_after
 
 
 @linux
-def test_data_sent_during_the_answer_makes_the_interval_untrusted(
+def test_the_span_holds_the_servers_time_and_not_the_unread_wait(
     pair: tuple[socket.socket, socket.socket], times: TcpTimes,
 ) -> None:
     client, server = pair
-    client.sendall(b"request")
-    server.recv(100)
-    server.sendall(b"first part")
-    times.begin(7, client)
-    client.recv(100)
-    time.sleep(3 * times.tick)
-    client.sendall(b"more")  # a request body still going out, a retransmission, a reuse
-    server.recv(100)
-    server.sendall(b"rest")
-    time.sleep(0.01)
-    times.update(7)
-    assert times.end(7) is None
+    transport = Transport(client)
+    assert stamp_reads(transport) is transport.socket  # a connection stamped before
+    times.wall.note(time.monotonic(), time.time())  # the wall clock was seen before
+    sent_before, server_start, server_end, sent_after = _answer(client, server, 0.03, 0.15)
+    assert transport.socket.recv(100).endswith(b"body")
+    read = time.monotonic()
+    assert times.begin(1, transport, read)
+    span = times.end(1, sent_before, time.monotonic())
+    assert span is not None and span.stamped
+    # Polite: the span holds the server's whole time, so the rest (which counts from its
+    # end) is never too short, and never starts before the server's answer was out.
+    assert span.start <= server_start and span.end >= server_end
+    assert span.start >= sent_before
+    # True: the kernel stamped the answer before the server's sendall returned; the
+    # 150 ms it waited unread are not in the span (a read-time measure has all of them).
+    assert span.end <= sent_after + 0.001
+    assert read - span.end >= 0.149
+    assert times.end(1, sent_before, time.monotonic()) is None  # taken once
 
 
 @linux
-def test_a_closed_connection_is_not_trusted(pair: tuple[socket.socket, socket.socket],
-                                            times: TcpTimes) -> None:
+def test_jiffies_that_stood_still_never_shorten_the_span(
+    pair: tuple[socket.socket, socket.socket], times: TcpTimes,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cause of short rests on loaded virtual machines: jiffies that stand still for
+    a few ticks (the timekeeping CPU descheduled) stamp the answer's arrival too early,
+    and "receive stamp less send stamp, plus one tick" comes out shorter than the
+    server's own time. Here the kernel's stamps are made to lag by three ticks as the
+    answer arrives; the span must still hold the server's time."""
+    from scrapy_frontier.scheduler import tcp_timing
+
+    real = tcp_timing.read_stamps
+    lag = round(3 * times.tick * 1000)
+
+    def lagging(sock: socket.socket) -> tuple[int, int, int] | None:
+        stamps = real(sock)
+        if stamps is None:
+            return None
+        sent, received, retrans = stamps
+        return sent, received + lag, retrans  # the arrival stamped 3 ticks early
+
+    monkeypatch.setattr(tcp_timing, "read_stamps", lagging)
     client, server = pair
-    client.sendall(b"request")
-    server.recv(100)
-    server.sendall(b"answer")
-    times.begin(3, client)
+    transport = Transport(client)
+    stamp_reads(transport)
+    times.wall.note(time.monotonic(), time.time())
+    sent_before, server_start, server_end, _ = _answer(client, server, 4 * times.tick, 0.0)
+    transport.socket.recv(100)
+    now = time.monotonic()
+    times.begin(2, transport, now)
+    span = times.end(2, sent_before, now)
+    assert span is not None
+    assert span.end - span.start >= server_end - server_start
+    assert span.end >= server_end
+
+
+@linux
+def test_jiffies_behind_when_read_never_date_the_send_late(
+    pair: tuple[socket.socket, socket.socket], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Jiffies that stand still as TCP_INFO is read make the send look recent; the
+    coarse clock stands still with them, so the send is still dated no later than it was."""
+    from scrapy_frontier.scheduler import tcp_timing
+
+    tick = kernel_tick()
+    assert tick is not None
+    real = tcp_timing.read_stamps
+    lag = round(3 * tick * 1000)
+
+    def lagging(sock: socket.socket) -> tuple[int, int, int] | None:
+        stamps = real(sock)
+        assert stamps is not None
+        return max(0, stamps[0] - lag), max(0, stamps[1] - lag), stamps[2]
+
+    monkeypatch.setattr(tcp_timing, "read_stamps", lagging)
+    times = TcpTimes(tick, coarse=lambda: tcp_timing.coarse_monotonic() - 3 * tick)
+    client, server = pair
+    transport = Transport(client)
+    stamp_reads(transport)
+    sent_before, server_start, server_end, _ = _answer(client, server, 0.02, 0.0)
+    transport.socket.recv(100)
+    now = time.monotonic()
+    times.begin(3, transport, now)
+    span = times.end(3, sent_before - 1.0, now)  # the crawler's own start: far too early
+    assert span is not None
+    assert sent_before - 1.0 < span.start <= server_start
+
+
+@linux
+def test_a_step_of_the_wall_clock_leaves_the_arrival_untrusted(
+    pair: tuple[socket.socket, socket.socket], times: TcpTimes,
+) -> None:
+    client, server = pair
+    transport = Transport(client)
+    stamped = stamp_reads(transport)
+    assert stamped is not None
+    times.wall.note(time.monotonic(), time.time())
+    sent_before, _, server_end, _ = _answer(client, server, 0.01, 0.05)
+    stamped.recv(100)
+    # The wall clock stepped 10 s ahead between the answer's arrival and its read.
+    stamped.wall_at += 10.0
+    assert stamped.read_at is not None
+    times.begin(4, transport, stamped.read_at)
+    span = times.end(4, sent_before, time.monotonic())
+    assert span is not None and not span.stamped
+    assert span.end == stamped.read_at  # the read's own time: never before the arrival
+
+
+@linux
+def test_the_first_answer_on_a_connection_ends_at_its_read(
+    pair: tuple[socket.socket, socket.socket], times: TcpTimes,
+) -> None:
+    client, server = pair
+    transport = Transport(client)
+    sent_before, _, server_end, _ = _answer(client, server, 0.01, 0.0)
+    client.recv(100)  # read before the socket was stamped
+    read = time.monotonic()
+    assert times.begin(5, transport, read)
+    assert isinstance(transport.socket, StampedSocket)
+    span = times.end(5, sent_before, time.monotonic())
+    assert span is not None and not span.stamped
+    assert span.end == read >= server_end
+    # The next answer on the same connection is stamped.
+    times.wall.note(time.monotonic(), time.time())
+    sent_before, _, server_end, sent_after = _answer(client, server, 0.01, 0.05)
+    transport.socket.recv(100)
+    times.begin(6, transport, time.monotonic())
+    span = times.end(6, sent_before, time.monotonic())
+    assert span is not None and span.stamped
+    assert server_end <= span.end <= sent_after + 0.001
+
+
+@linux
+def test_a_closed_connection_gives_no_stamps(pair: tuple[socket.socket, socket.socket]) -> None:
+    client, server = pair
     client.close()
-    times.update(3)
-    assert times.end(3) is None
     assert read_stamps(client) is None
+    assert stamp_reads(Transport(client)) is None
 
 
 def test_no_socket_is_found_outside_scrapys_http11_handler() -> None:
-    assert answer_socket(Request("http://a.example/")) is None
+    assert answer_transport(Request("http://a.example/")) is None
 
 
 class FakeTcpSocket:
     """Only what read_stamps reads: TCP_INFO with given ages (ms)."""
+
+    type = socket.SOCK_STREAM
 
     def __init__(self, sent_ms: int, received_ms: int, retrans: int = 0) -> None:
         self.info = bytearray(104)
@@ -155,53 +262,67 @@ class FakeTcpSocket:
         return bytes(self.info)
 
 
-def _fetch_with_kernel(settings: dict[str, Any], kernel: tuple[int, int, int] | None,
-                       exception: BaseException | None = None) -> tuple[float, Any]:
-    """One fetch of 300 ms by the read (20 ms of it on the wire, per ``kernel``), then the
-    seconds until the host's next request is handed out."""
+def _fetch_with_kernel(settings: dict[str, Any], sent_ms: int | None, arrived_ago: float | None,
+                       retrans: int = 0, exception: BaseException | None = None,
+                       ) -> tuple[float, Any]:
+    """One fetch of 300 ms by the crawler's clock, read whole as it ended, whose request
+    the kernel sent ``sent_ms`` before that and whose answer it received ``arrived_ago`` s
+    before (None: no stamp); then the seconds until the host's next request."""
     sched, clock, _ = make_scheduler({"FRONTIER_DELAY_FACTOR": 10, **settings})
     if sched.config.tcp_timing:
-        sched.tcp = TcpTimes(0.005, clock)  # as Linux at 250 Hz, whatever this kernel's jiffy
+        sched.tcp = TcpTimes(0.005, coarse=clock)  # as Linux at 200 Hz, whatever this kernel
     for i in range(3):
         sched.enqueue_request(Request(f"http://a.example/{i}"))
     req = sched.next_request()
     assert req is not None
     req.meta[FETCH_START_META] = clock()
     clock.advance(0.3)
-    req.meta[FETCH_END_META] = clock()
-    if kernel is not None and sched.tcp is not None:
-        sched.tcp.begin(req.meta[LEASE_META], FakeTcpSocket(*kernel))  # type: ignore[arg-type]
+    if sent_ms is not None and sched.tcp is not None:
+        sock = StampedSocket(FakeTcpSocket(sent_ms, 0, retrans))  # type: ignore[arg-type]
+        sock.read_at, sock.wall_at = clock(), 1000.0 + clock()
+        sock.arrived = None if arrived_ago is None else sock.wall_at - arrived_ago
+        sched.tcp.wall.note(clock() - 1.0, 999.0 + clock())  # the wall clock was steady
+        sched.tcp.begin(req.meta[LEASE_META], Transport(sock), clock())
     sched.fetch_finished(req, exception=exception)
     waited = _rest_after(sched, clock, req)
     sched.publish_stats()
     return waited, sched.stats
 
 
-def test_the_scheduler_rests_by_the_kernels_interval_from_the_kernels_arrival() -> None:
-    # Sent 290 ms before the release, last bytes in 200 ms before it: a fetch of 90 ms
-    # + 5 ms tick (not the 300 ms the reads took), whose 950 ms rest counts from the
-    # latest moment the bytes can have come in (195 ms before the release): 755 ms more.
-    waited, stats = _fetch_with_kernel({}, (290, 200, 0))
-    assert waited == pytest.approx(0.755, abs=0.015)
+def test_the_scheduler_rests_by_the_kernels_span_from_the_kernels_arrival() -> None:
+    # Sent no later than 290 + 5 ms (a tick) before the release, last bytes in 200 ms
+    # before it: a fetch of 95 ms (not the 300 ms of the crawler's clock), whose 950 ms
+    # rest counts from the arrival (200 ms before the release): 750 ms more.
+    waited, stats = _fetch_with_kernel({}, 290, 0.2)
+    assert waited == pytest.approx(0.75, abs=0.015)
     assert stats.get_value("frontier/fetch/tcp_timed") == 1
-    assert stats.get_value("frontier/fetch/tcp_seconds_cut") == pytest.approx(0.205, abs=0.001)
+    assert stats.get_value("frontier/fetch/tcp_seconds_cut") == pytest.approx(0.205, abs=0.002)
+
+
+def test_an_unstamped_read_ends_the_fetch_at_the_read() -> None:
+    # The send is known (5 ms after the crawler's start), the arrival is not: the fetch
+    # ends at the read (here as it was reported), 295 ms, and rests 2.95 s from then.
+    waited, stats = _fetch_with_kernel({}, 290, None)
+    assert waited == pytest.approx(2.95, abs=0.015)
+    assert stats.get_value("frontier/fetch/tcp_timed") == 1
 
 
 @pytest.mark.parametrize("case", ["retransmitted", "failed fetch", "turned off"])
 def test_the_scheduler_keeps_its_own_measure_when_the_kernels_is_not_trusted(case: str) -> None:
     settings: dict[str, Any] = {"FRONTIER_TCP_TIMING": case != "turned off"}
-    kernel = (290, 270, 1 if case == "retransmitted" else 0)
     # (IgnoreRequest: an exception that asks for no back-off of its own.)
     exception = IgnoreRequest("dropped") if case == "failed fetch" else None
-    waited, stats = _fetch_with_kernel(settings, kernel, exception)
+    waited, stats = _fetch_with_kernel(settings, 290, None if case == "retransmitted" else 0.2,
+                                       retrans=1 if case == "retransmitted" else 0,
+                                       exception=exception)
     assert waited == pytest.approx(3.0, abs=0.015)
     assert stats.get_value("frontier/fetch/tcp_timed") is None
 
 
-def test_a_longer_kernel_interval_changes_nothing() -> None:
-    # The read measure is the shorter one (both contain the server's time), and the
-    # last bytes came in as they were read: the kernel changes nothing.
-    waited, stats = _fetch_with_kernel({}, (900, 0, 0))
+def test_a_send_before_the_crawlers_start_changes_nothing() -> None:
+    # The kernel's send stamp is older than the crawler's own start (another request's),
+    # and the answer came in as it was read: the crawler's measure stands.
+    waited, stats = _fetch_with_kernel({}, 900, 0.0)
     assert waited == pytest.approx(3.0, abs=0.015)
     assert stats.get_value("frontier/fetch/tcp_timed") is None
 
@@ -229,7 +350,8 @@ def test_the_socket_is_found_under_scrapys_real_http11_handler() -> Any:
     found: list[Any] = []
 
     def headers_received(headers: Any, body_length: Any, request: Any, spider: Any) -> None:
-        found.append(answer_socket(request))
+        transport = answer_transport(request)
+        found.append(getattr(transport, "socket", None))  # Twisted drops it once closed
 
     crawler.signals.connect(headers_received, signal=signals.headers_received)
     handler = HTTP11DownloadHandler.from_crawler(crawler)

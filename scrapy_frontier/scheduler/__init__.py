@@ -33,7 +33,6 @@ from scrapy_frontier.fingerprint import Fingerprinter64, occurrence_key
 from scrapy_frontier.hostkey import HostlessURL, host_key
 from scrapy_frontier.meta import (
     BOOST_META,
-    FETCH_END_META,
     FETCH_START_META,
     FORCE_META,
     LEASE_META,
@@ -43,12 +42,13 @@ from scrapy_frontier.meta import (
 from scrapy_frontier.observe.observer import Observer
 from scrapy_frontier.observe.opening import frontier_line, history_line
 from scrapy_frontier.scheduler.drivers import DriverContext, load_driver
-from scrapy_frontier.scheduler.engine import EngineAdapter, answer_socket
+from scrapy_frontier.scheduler.engine import EngineAdapter, answer_transport
 from scrapy_frontier.scheduler.inflight import InFlight
 from scrapy_frontier.scheduler.recrawl import RecrawlHooks
 from scrapy_frontier.scheduler.site_rules import SiteRules
 from scrapy_frontier.scheduler.stalls import HOLD_SLACK, StallMeter
 from scrapy_frontier.scheduler.tcp_timing import (
+    FetchSpan,
     SocketWatch,
     TcpTimes,
     kernel_tick,
@@ -185,7 +185,6 @@ class FrontierScheduler:
             self._use_signals()
         sig = self.crawler.signals
         sig.connect(self._on_headers_received, signal=signals.headers_received)
-        sig.connect(self._on_bytes_received, signal=signals.bytes_received)
         if self.config.stall_discount:
             self.stalls.start()
         if self.config.tcp_timing:
@@ -194,7 +193,7 @@ class FrontierScheduler:
                 logger.debug("FRONTIER_TCP_TIMING: this system gives no TCP timestamps; "
                              "fetches are timed from the reads")
             else:
-                self.tcp = TcpTimes(tick, self.clock)
+                self.tcp = TcpTimes(tick)
                 self.stats.set_value("frontier/fetch/tcp_tick_ms", round(1000 * tick, 1))
                 if serves_http11(self.crawler.settings.getwithbase("DOWNLOAD_HANDLERS")):
                     self._socket_watch = SocketWatch()
@@ -309,19 +308,18 @@ class FrontierScheduler:
             # the fetch that held this lease is over whatever happened to it.
             ticket = meta.pop(LEASE_META, None)
             started = meta.pop(FETCH_START_META, None)
-            ended = meta.pop(FETCH_END_META, None)
             try:
                 host = host_key(request)
             except HostlessURL as exc:
                 self.stats.inc_value(f"frontier/rejected/{exc.reason}")
                 logger.warning("Dropped %s: %s", request, exc)
                 if ticket is not None:
-                    self._fetch_ended(ticket, started, ended=ended)
+                    self._fetch_ended(ticket, started)
                 return False
             queued = self._route(request, meta, host, ticket)
             if ticket is not None:
                 # After the push, so that the request this one became is stored first.
-                self._fetch_ended(ticket, started, ended=ended)
+                self._fetch_ended(ticket, started)
             return queued
         except StoreError as exc:
             # The request is in the store's pending writes: not lost, but the
@@ -533,8 +531,7 @@ class FrontierScheduler:
             ticket = request.meta.get(LEASE_META)
             if ticket is not None:
                 meta = request.meta
-                self._fetch_ended(ticket, meta.get(FETCH_START_META), response, exception,
-                                  ended=meta.get(FETCH_END_META))
+                self._fetch_ended(ticket, meta.get(FETCH_START_META), response, exception)
         except StoreError as exc:
             self._store_failed(exc)
 
@@ -544,8 +541,6 @@ class FrontierScheduler:
         started: float | None,
         response: Response | None = None,
         exception: BaseException | None = None,
-        *,
-        ended: float | None = None,
     ) -> None:
         if self._closed:
             return
@@ -553,29 +548,25 @@ class FrontierScheduler:
         if host is None:
             return  # a late report, or one already made: never release a host twice
         now = self.clock()
-        # The kernel's interval and arrival: only for an answer read whole (a failed
-        # fetch may have kept the server busy after the last bytes that came).
-        kernel = self.tcp.end(ticket) if self.tcp is not None else None
-        if kernel is not None:
-            self._tcp_read += 1
-        if exception is not None:
-            kernel = None
         # No start stamp: the response never touched the network (a cache hit,
         # or an IgnoreRequest before the downloader).
         duration = 0.0
         ended_at: float | None = None
+        span = None
+        if self.tcp is not None:
+            span = self.tcp.end(ticket, started, now) if started is not None else None
+            self.tcp.forget(ticket)
+            if span is not None:
+                self._tcp_read += 1
+            # A failed fetch may have kept the server busy after the last bytes that came.
+            if exception is not None:
+                span = None
         if started is not None:
-            duration = self._fetch_seconds(host, started, ended, now,
-                                           None if kernel is None else kernel[0])
-            if exception is None:
+            duration = self._fetch_seconds(host, started, now, span)
+            if span is not None:
                 # The delay counts from the answer's end, not from after Scrapy's
-                # processing of it: the kernel's arrival, else the last read.
-                # (Both are no earlier than the server's end; the earlier one is taken.)
-                if ended is not None and started <= ended <= now:
-                    ended_at = ended
-                if kernel is not None and started < kernel[1] < (now if ended_at is None
-                                                                 else ended_at):
-                    ended_at = kernel[1]
+                # processing of it: no earlier than the server's end (tcp_timing).
+                ended_at = span.end
         rest, failures = 0.0, 0
         if response is not None or exception is not None:
             rest, failures = self.rules.outcome_rest(host, response, exception)
@@ -589,34 +580,34 @@ class FrontierScheduler:
             self._retire(host, failures, response, exception)
         if self._debug:
             politeness_log.debug(
-                "host %r: fetch took %.4f s, rest at least %.3f s (sent %.4f, read %s, "
-                "stalls %s)", host, duration, rest, started or 0.0, ended,
+                "host %r: fetch took %.4f s, rest at least %.3f s (sent %.4f, answer %s, "
+                "stalls %s)", host, duration, rest, started or 0.0, span,
                 self.stalls.log.recent(started or 0.0, now),
             )
 
-    def _fetch_seconds(self, host: str, started: float, ended: float | None,
-                       now: float, kernel: float | None = None) -> float:
-        """The fetch time the host rests by; the rest itself still counts from ``now``.
+    def _fetch_seconds(self, host: str, started: float, now: float,
+                       span: FetchSpan | None = None) -> float:
+        """The fetch time the host rests by; the rest itself still counts from ``now``
+        unless the kernel dated the answer's end (``span``, scheduler.tcp_timing).
 
-        The end is when the answer's last bytes were read (Scrapy's signals), not
-        after the middlewares (a download handler that sends no signals: ``now``).
-        The kernel's interval (``kernel``, scheduler.tcp_timing), when shorter, is
-        the fetch as the network saw it: time the answer waited unread is not in it.
-        Else, opt-in, time a stall the loop was seen in kept the answer unread is
-        discounted, down to 1.5 x the host's recent clean fetch times (core.fetch_time)."""
-        end = ended if ended is not None and started <= ended <= now else now
-        measured = end - started
+        With the kernel's times, the fetch is the span from no later than the request
+        went out to no earlier than its last bytes came in: time the answer waited
+        unread is not in it. Else the fetch ends now (the timing middleware sits next
+        to the downloader); opt-in, time a stall the loop was seen in kept the answer
+        unread is discounted, down to 1.5 x the host's recent clean fetch times
+        (core.fetch_time)."""
+        measured = now - started
         if measured <= 0.0:
             return 0.0
-        if kernel is not None:
+        if span is not None:
+            kernel = max(0.0, span.end - span.start)
             if kernel < measured:
                 self._tcp_timed += 1
                 self._tcp_seconds_cut += measured - kernel
-                return kernel
-            return measured
+            return min(kernel, measured)
         if not self.config.stall_discount:
             return measured
-        held = self.stalls.log.held(started, end, HOLD_SLACK)
+        held = self.stalls.log.held(started, now, HOLD_SLACK)
         return self.fetch_times.estimate(host, measured, held)
 
     def _on_headers_received(self, headers: Any, body_length: Any, request: Request,
@@ -626,20 +617,19 @@ class FrontierScheduler:
         if ticket is None:
             return
         now = self.clock()
-        meta[FETCH_END_META] = now
         if self.tcp is not None:
-            sock = answer_socket(request)
-            if sock is not None:
-                self.tcp.begin(ticket, sock)
+            transport = answer_transport(request)
+            found = transport is not None and self.tcp.begin(ticket, transport, now)
             watch = self._socket_watch
             if watch is not None and request.url.startswith(("http://", "https://")) and \
-                    watch.note(sock is not None):
+                    watch.note(found):
                 logger.warning(
                     "FRONTIER_TCP_TIMING: the first %d answers of Scrapy's HTTP/1.1 handler "
                     "gave no TCP socket to read the kernel's stamps from (this Scrapy may have "
-                    "moved the frame scrapy_frontier.scheduler.engine.answer_socket reads): "
-                    "fetches are timed from the reads instead, which a busy spider can "
-                    "lengthen. Please report it with your Scrapy version.", watch.missed)
+                    "moved the frame scrapy_frontier.scheduler.engine.answer_transport reads): "
+                    "fetches are timed to their end in the crawler instead, which a busy "
+                    "spider can lengthen. Please report it with your Scrapy version.",
+                    watch.missed)
         # Scrapy's HTTP handler times from just before it writes the request
         # ("download_latency", set as the headers arrive): a later, truer start than
         # the middleware's, which the download slot's queue and the connection pool
@@ -650,14 +640,6 @@ class FrontierScheduler:
             sent = now - latency
             if started < sent <= now:
                 meta[FETCH_START_META] = sent
-
-    def _on_bytes_received(self, data: bytes, request: Request, spider: Spider) -> None:
-        meta = request.meta
-        ticket = meta.get(LEASE_META)
-        if ticket is not None:
-            meta[FETCH_END_META] = self.clock()
-            if self.tcp is not None:
-                self.tcp.update(ticket)
 
     def _retire(self, host: str, failures: int, response: Response | None,
                 exception: BaseException | None) -> None:
@@ -827,7 +809,6 @@ class FrontierScheduler:
         meta = request.meta
         if LEASE_META in meta:
             meta[FETCH_START_META] = self.clock()
-            meta.pop(FETCH_END_META, None)
 
     def _on_left_downloader(self, request: Request, spider: Spider) -> None:
         self.fetch_finished(request)

@@ -20,8 +20,8 @@ version number. Across the supported range (docs/quickstart.rst, "Supported vers
   robots.txt response the robots.txt middleware fetched (``response_received``
   fires before that middleware parses it), read with Protego.
 
-It also finds the socket an HTTP/1.x answer is read from (:func:`answer_socket`), for
-the kernel's fetch times (``scheduler.tcp_timing``): no signal carries the connection,
+It also finds the TCP transport an HTTP/1.x answer is read from (:func:`answer_transport`),
+for the kernel's fetch times (``scheduler.tcp_timing``): no signal carries the connection,
 so it looks for the HTTP/1.1 handler's ``_cb_bodyready`` frame (the same name in every
 supported Scrapy) and finds nothing, safely, anywhere else (HTTP/2, other handlers).
 """
@@ -54,12 +54,13 @@ _HTTP11_MODULE = "scrapy.core.downloader.handlers.http11"
 _BODYREADY = "_cb_bodyready"
 
 
-def answer_socket(request: Request, depth: int = 12) -> socket.socket | None:
-    """The TCP socket the answer to ``request`` is read from, when called from a
-    ``headers_received`` handler under Scrapy's HTTP/1.1 download handler; else None.
+def answer_transport(request: Request, depth: int = 12) -> Any:
+    """The TCP transport the answer to ``request`` is read from (its ``socket`` attribute
+    is the connection's socket), when called from a ``headers_received`` handler under
+    Scrapy's HTTP/1.1 download handler; else None.
 
     Looks at most ``depth`` frames up for the handler's ``_cb_bodyready`` (which holds
-    the Twisted response), then follows its transport down to the socket, through a
+    the Twisted response), then follows its transport down to the TCP one, through a
     TLS wrapper if there is one.
     """
     frame: FrameType | None = sys._getframe(1)
@@ -74,10 +75,9 @@ def answer_socket(request: Request, depth: int = 12) -> socket.socket | None:
             transport = getattr(getattr(found.get("txresponse"), "_transport", None),
                                 "_producer", None)
             for _ in range(3):  # the TCP transport, or a TLS protocol wrapping it
-                get_handle = getattr(transport, "getHandle", None)
-                handle = get_handle() if callable(get_handle) else None
-                if isinstance(handle, socket.socket):
-                    return handle if handle.type == socket.SOCK_STREAM else None
+                sock = getattr(transport, "socket", None)
+                if sock is not None and getattr(sock, "type", None) == socket.SOCK_STREAM:
+                    return transport
                 transport = getattr(transport, "transport", None)
             return None
         frame = frame.f_back

@@ -1,20 +1,25 @@
-"""Fetch times from the kernel's TCP clock (Linux), which the crawler's own pauses cannot stretch.
+"""Fetch times from the kernel (Linux), which the crawler's own pauses cannot stretch.
 
 A response that arrives while the event loop is busy waits unread in the socket; timed from
-the read, its fetch measures long and its host rests ten times too long. The kernel stamps
-every TCP connection with the time it last sent data and the time it last received data
-(``tcpi_last_data_sent`` / ``tcpi_last_data_recv`` of ``TCP_INFO``, in jiffies). For an
-HTTP/1.x fetch the client sends its request and then nothing until the answer is complete,
-so the interval between the two stamps, read while the answer is being read, is the fetch
-as the network saw it.
+the read, its fetch measures long and its host rests ten times too long. The kernel knows
+better, at both ends of a fetch:
 
-Why it stays polite: the stamps are kernel events, so the request reached the server no
-earlier than the send stamp and the server's answer was complete no later than the receive
-stamp: the interval contains the server's own time. The stamps count whole jiffies
-(``tick``, 1-10 ms), so one tick is added: a true interval is always shorter than the stamps'
-difference plus one tick. The interval is only used when it is shorter than the crawler's
-own measure (both contain the server's time), and never when the connection retransmitted
-or sent more data during the answer (the send stamp moved).
+* **When the request went out.** ``TCP_INFO`` gives the age of the connection's last data
+  sent (``tcpi_last_data_sent``), in jiffies. Jiffies never run ahead of the monotonic
+  clock, but they can fall behind it: on a virtual machine whose timekeeping CPU is
+  descheduled they stand still for several ticks and then catch up. The coarse monotonic
+  clock moves with them, so the coarse time read before ``TCP_INFO``, less the stamp's age
+  and one jiffy, is a moment no later than the send.
+* **When the answer's last bytes came in.** Each read of the answer's socket is a
+  ``recvmsg`` with ``SO_TIMESTAMPNS`` (:class:`StampedSocket`): the kernel's nanosecond
+  wall-clock time of the last bytes that read returned, taken as they arrived, not a
+  jiffy. It is turned into the monotonic clock at the read, with room for the wall clock's
+  largest slew, and not trusted across a step of the wall clock. Where a read has no stamp,
+  its own time is the end: never before the bytes came in.
+
+So the fetch as the network saw it lies inside the interval given, and the rest counts from
+its end: polite by construction. The receive stamp of ``TCP_INFO`` is not used: it is a
+jiffy, and a jiffy that stood still dates the answer too early.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import struct
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
 
@@ -36,7 +41,19 @@ _LAST_DATA_SENT = 44
 _LAST_DATA_RECV = 52
 _TOTAL_RETRANS = 100
 _U32 = struct.Struct("=I")
-_TCP_INFO: int | None = getattr(socket, "TCP_INFO", None) if sys.platform == "linux" else None
+_LINUX = sys.platform == "linux"
+_TCP_INFO: int | None = getattr(socket, "TCP_INFO", None) if _LINUX else None
+#: Linux's SO_TIMESTAMPNS; its control message has the same number and holds a timespec.
+_SO_TIMESTAMPNS = 35
+_TIMESPEC = struct.Struct("@ll")
+_ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
+#: Linux's CLOCK_MONOTONIC_COARSE: the monotonic clock as of the last jiffy update.
+_COARSE = 6
+
+#: NTP slews the wall clock by at most 500 ppm; a wall-clock interval is shrunk by twice that.
+_SLEW = 0.001
+#: A change of the wall clock's offset larger than this (plus the slew) is a step.
+_STEP = 0.001
 
 _probed = False
 _tick: float | None = None
@@ -54,6 +71,11 @@ def read_stamps(sock: socket.socket) -> tuple[int, int, int] | None:
         return None
     return (_U32.unpack_from(info, _LAST_DATA_SENT)[0], _U32.unpack_from(info, _LAST_DATA_RECV)[0],
             _U32.unpack_from(info, _TOTAL_RETRANS)[0])
+
+
+def coarse_monotonic() -> float:
+    """The monotonic clock as of the kernel's last jiffy update."""
+    return time.clock_gettime(_COARSE)
 
 
 def kernel_tick(budget: float = 0.1) -> float | None:
@@ -105,8 +127,8 @@ def tick_from_steps(steps: list[int]) -> float | None:
 
     A jiffy of whole ms (250 Hz: every step 4 ms, or a multiple when a poll came late)
     is exact; one that is not (300 Hz: 3.33 ms, steps of 3 and 4) is rounded up. Two
-    steps cannot tell them apart (300 Hz can step 3, 3 before its 4), so exactness
-    needs three; a tick too long only makes rests longer.
+    steps cannot tell them apart, so exactness needs three; a tick too long only makes
+    rests longer.
     """
     if len(steps) < 2:
         return None
@@ -115,10 +137,63 @@ def tick_from_steps(steps: list[int]) -> float | None:
     return (jiffy if exact else jiffy + 1) / 1000.0
 
 
+class StampedSocket:
+    """A TCP socket whose reads keep their own time and the kernel's arrival time of the
+    last bytes they returned; everything else is the socket's own.
+
+    It takes the place of a Twisted TCP transport's ``socket``, whose ``doRead`` calls
+    ``recv``; ``recvmsg`` gives the same bytes, with the stamp as a control message.
+    """
+
+    __slots__ = ("sock", "read_at", "wall_at", "arrived")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        #: The monotonic and wall-clock time of the last read that returned data.
+        self.read_at: float | None = None
+        self.wall_at = 0.0
+        #: The wall-clock time the kernel received that read's last bytes, or None.
+        self.arrived: float | None = None
+
+    def recv(self, size: int, flags: int = 0) -> bytes:
+        data, ancillary, _, _ = self.sock.recvmsg(size, _ANCILLARY, flags)
+        if data:
+            self.read_at = time.monotonic()
+            self.wall_at = time.time()
+            arrived = None
+            for level, kind, payload in ancillary:
+                if (level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS
+                        and len(payload) >= _TIMESPEC.size):
+                    seconds, nanoseconds = _TIMESPEC.unpack_from(payload)
+                    arrived = seconds + nanoseconds * 1e-9
+            self.arrived = arrived
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sock, name)
+
+
+def stamp_reads(transport: Any) -> StampedSocket | None:
+    """The transport's socket, made to stamp its reads (once per connection), or None
+    when the transport has no TCP socket or the kernel gives no stamps."""
+    sock = getattr(transport, "socket", None)
+    if isinstance(sock, StampedSocket):
+        return sock
+    if not _LINUX or not isinstance(sock, socket.socket) or sock.type != socket.SOCK_STREAM:
+        return None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    except OSError:
+        return None
+    stamped = StampedSocket(sock)
+    transport.socket = stamped
+    return stamped
+
+
 class SocketWatch:
     """Says once when Scrapy's HTTP/1.1 handler answers yield no socket to read stamps from.
 
-    :func:`~scrapy_frontier.scheduler.engine.answer_socket` reads a frame of that handler;
+    :func:`~scrapy_frontier.scheduler.engine.answer_transport` reads a frame of that handler;
     a Scrapy release that moves it leaves TCP timing silently off. Counted only for
     answers to http(s) requests while that handler serves both schemes.
     """
@@ -161,51 +236,108 @@ def serves_http11(handlers: Any) -> bool:
                for scheme in ("http", "https"))
 
 
+
+class FetchSpan(NamedTuple):
+    """A fetch as the kernel saw it: from no later than the request went out (``start``)
+    to no earlier than its answer's last bytes came in (``end``), on the monotonic clock."""
+
+    start: float
+    end: float
+    #: The end is the kernel's arrival time, not a read's.
+    stamped: bool
+
+
+class _Answer:
+    __slots__ = ("sock", "sent_by")
+
+    def __init__(self, sock: StampedSocket, sent_by: float | None) -> None:
+        self.sock = sock
+        #: A moment no later than the request went out, or None when not known.
+        self.sent_by = sent_by
+
+
+class WallClockWatch:
+    """Since when the wall clock has moved with the monotonic clock, from the pairs of
+    readings the stamped reads take: a change of their difference beyond the slew is a
+    step (an operator, or NTP at boot), and no arrival before it is trusted."""
+
+    __slots__ = ("steady_since", "_offset", "_at")
+
+    def __init__(self) -> None:
+        #: No reading yet: nothing is known to be steady.
+        self.steady_since = float("inf")
+        self._offset: float | None = None
+        self._at = 0.0
+
+    def note(self, monotonic: float, wall: float) -> float:
+        """One pair of readings; the monotonic time since which the wall clock is steady."""
+        offset = wall - monotonic
+        if self._offset is None or abs(offset - self._offset) > _STEP + _SLEW * abs(
+                monotonic - self._at):
+            self.steady_since = monotonic
+        self._offset, self._at = offset, monotonic
+        return self.steady_since
+
+
 class TcpTimes:
-    """The kernel's interval of each fetch whose answer is being read, by lease ticket."""
+    """The kernel's times of each fetch whose answer is being read, by lease ticket."""
 
-    __slots__ = ("tick", "clock", "_open")
+    __slots__ = ("tick", "coarse", "wall", "_open")
 
-    def __init__(self, tick: float, clock: Callable[[], float]) -> None:
+    def __init__(self, tick: float, coarse: Callable[[], float] = coarse_monotonic) -> None:
         self.tick = tick
-        #: Read after the stamps, so that an age is never taken from too early a moment.
-        self.clock = clock
-        #: ticket -> [socket, send stamp (ms, on the caller's clock), interval ms or -1,
-        #: latest moment the last bytes can have come in (s, on the caller's clock)]
-        self._open: dict[int, list[Any]] = {}
+        self.coarse = coarse
+        self.wall = WallClockWatch()
+        self._open: dict[int, _Answer] = {}
 
-    def begin(self, ticket: int, sock: socket.socket) -> None:
-        """The answer's headers were read from ``sock``."""
-        stamps = read_stamps(sock)
-        if stamps is None or stamps[2]:
-            return
-        now = self.clock()
-        sent, received, _ = stamps
-        if sent >= received:  # else the request went out after the answer: not this fetch
-            self._open[ticket] = [sock, now * 1000.0 - sent, sent - received,
-                                  now - received / 1000.0 + self.tick]
+    def begin(self, ticket: int, transport: Any, now: float) -> bool:
+        """The answer's headers were read (at ``now``, monotonic) from ``transport``:
+        True when its socket's reads are stamped from now on."""
+        fresh = not isinstance(getattr(transport, "socket", None), StampedSocket)
+        sock = stamp_reads(transport)
+        if sock is None:
+            return False
+        if fresh:  # the headers' read was not stamped; it was no later than now
+            sock.read_at, sock.wall_at, sock.arrived = now, 0.0, None
+        coarse = self.coarse()  # before the stamps: jiffies no older than this
+        stamps = read_stamps(sock.sock)
+        sent_by = None
+        # No retransmission (a resent request would date the send late), and the last
+        # data sent went out before the last data came in (the request, not a later send).
+        if stamps is not None and not stamps[2] and stamps[0] >= stamps[1]:
+            sent_by = coarse - stamps[0] / 1000.0 - self.tick
+        self._open[ticket] = _Answer(sock, sent_by)
+        return True
 
-    def update(self, ticket: int) -> None:
-        """More of the answer was read: the receive stamp moves on, the send stamp must not."""
-        entry = self._open.get(ticket)
-        if entry is None or entry[2] < 0:
-            return
-        stamps = read_stamps(entry[0])
-        now = self.clock()
-        if (stamps is None or stamps[2] or stamps[0] < stamps[1]
-                or abs(now * 1000.0 - stamps[0] - entry[1]) > 2000.0 * self.tick):
-            entry[2] = -1  # closed, retransmitted, or sent data mid-answer: not trusted
-            return
-        entry[2] = stamps[0] - stamps[1]
-        entry[3] = now - stamps[1] / 1000.0 + self.tick
-
-    def end(self, ticket: int) -> tuple[float, float] | None:
-        """(the fetch's interval, plus one tick; the latest moment its last bytes can have
-        come in, on the caller's clock), or None when not known."""
-        entry = self._open.pop(ticket, None)
-        if entry is None or entry[2] < 0:
+    def end(self, ticket: int, started: float, now: float) -> FetchSpan | None:
+        """The fetch of ``ticket``, whose answer was read whole by ``now``, sent no earlier
+        than ``started`` by the crawler's own clock; None when its socket was not found."""
+        answer = self._open.pop(ticket, None)
+        if answer is None:
             return None
-        return entry[2] / 1000.0 + self.tick, entry[3]
+        sock = answer.sock
+        read_at = sock.read_at
+        end = read_at if read_at is not None and read_at <= now else now
+        start = started
+        if answer.sent_by is not None and started < answer.sent_by < end:
+            start = answer.sent_by
+        arrived = self._arrival(sock)
+        if arrived is not None and start < arrived < end:
+            return FetchSpan(start, arrived, True)
+        return FetchSpan(start, end, False)
+
+    def _arrival(self, sock: StampedSocket) -> float | None:
+        """The last read's arrival stamp on the monotonic clock, if it can be trusted."""
+        read_at, arrived = sock.read_at, sock.arrived
+        if arrived is None or read_at is None:
+            return None
+        steady_since = self.wall.note(read_at, sock.wall_at)
+        waited = sock.wall_at - arrived
+        if waited < 0.0:
+            return None
+        # Shrunk by the largest slew: a wall clock running fast never dates it early.
+        at = read_at - waited * (1.0 - _SLEW)
+        return at if at >= steady_since else None
 
     def forget(self, ticket: int) -> None:
         self._open.pop(ticket, None)
