@@ -552,3 +552,40 @@ def test_the_queue_forgets_a_fetched_page_only_after_its_visit_is_kept(
     finally:
         yield run.close()
     assert forgotten and all(forgotten), forgotten
+
+
+# -- 6. A start() that raises, in Scrapy's engine ---------------------------------------------
+
+
+@inline_callbacks
+def test_requests_yielded_before_a_start_error_are_still_crawled(driver: Driver) -> Gen:
+    """Scrapy's tests/test_engine_loop.py::test_start_error, on the frontier: a spider
+    whose start() yields ``data:,a`` and then raises still fetches ``data:,a``, and the
+    crawl finishes with reason ``start_error``."""
+    from scrapy import signals
+    from scrapy.spiders import Spider
+    from scrapy.utils.test import get_crawler
+
+    class StartErrorSpider(Spider):
+        name = f"start_error_{driver.name}"
+
+        async def start(self) -> Any:
+            yield Request("data:,a")
+            raise ValueError
+
+        def parse(self, response: Any) -> None:
+            return None
+
+    reached: list[str] = []
+    errors: list[Any] = []
+    settings = {**driver.settings, "TWISTED_REACTOR": None, "LOG_LEVEL": "WARNING",
+                "FRONTIER_REDIS_IDLE_GRACE": 0}
+    crawler = get_crawler(StartErrorSpider, settings_dict=settings)
+    crawler.signals.connect(lambda request, spider: reached.append(request.url),
+                            signals.request_reached_downloader, weak=False)
+    crawler.signals.connect(lambda failure, response, spider: errors.append(failure),
+                            signals.spider_error, weak=False)
+    yield crawler.crawl()
+    assert reached == ["data:,a"]
+    assert len(errors) == 1 and isinstance(errors[0].value, ValueError)
+    assert crawler.stats.get_value("finish_reason") == "start_error"
