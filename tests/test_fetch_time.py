@@ -175,7 +175,7 @@ def test_scheduler_discounts_its_own_stalls() -> None:
     # A fetch whose answer waited 300 ms unread in a stall the scheduler saw.
     req.meta[FETCH_START_META] = clock2()
     clock2.advance(0.01)
-    sched2.stalls.log.add(clock2(), clock2() + 0.3)
+    sched2.timing.stalls.log.add(clock2(), clock2() + 0.3)
     clock2.advance(0.304)
     sched2.fetch_finished(req)
     # Rest by 1.5 x 20 ms (the recent clean time), not by 314 ms.
@@ -203,7 +203,7 @@ def test_stall_discount_can_be_turned_off() -> None:
     while (req := sched.next_request()) is None:
         clock.advance(0.01)
     req.meta[FETCH_START_META] = clock()
-    sched.stalls.log.add(clock(), clock() + 0.3)
+    sched.timing.stalls.log.add(clock(), clock() + 0.3)
     clock.advance(0.31)
     sched.fetch_finished(req)
     waited = 0.0
@@ -226,7 +226,7 @@ def test_a_stall_in_the_middle_of_a_fetch_is_not_discounted() -> None:
         clock.advance(0.01)
     # The server works 400 ms; the loop stalls 100 ms early on; the answer is read on time.
     req.meta[FETCH_START_META] = clock()
-    sched.stalls.log.add(clock() + 0.05, clock() + 0.15)
+    sched.timing.stalls.log.add(clock() + 0.05, clock() + 0.15)
     clock.advance(0.4)
     sched.fetch_finished(req)
     waited = 0.0

@@ -270,19 +270,19 @@ def _fetch_with_kernel(settings: dict[str, Any], sent_ms: int | None, arrived_ag
     before (None: no stamp); then the seconds until the host's next request."""
     sched, clock, _ = make_scheduler({"FRONTIER_DELAY_FACTOR": 10, **settings})
     if sched.config.tcp_timing:
-        sched.tcp = TcpTimes(0.005, coarse=clock)  # as Linux at 200 Hz, whatever this kernel
+        sched.timing.tcp = TcpTimes(0.005, coarse=clock)  # as Linux at 200 Hz, whatever this kernel
     for i in range(3):
         sched.enqueue_request(Request(f"http://a.example/{i}"))
     req = sched.next_request()
     assert req is not None
     req.meta[FETCH_START_META] = clock()
     clock.advance(0.3)
-    if sent_ms is not None and sched.tcp is not None:
+    if sent_ms is not None and sched.timing.tcp is not None:
         sock = StampedSocket(FakeTcpSocket(sent_ms, 0, retrans))  # type: ignore[arg-type]
         sock.read_at, sock.wall_at = clock(), 1000.0 + clock()
         sock.arrived = None if arrived_ago is None else sock.wall_at - arrived_ago
-        sched.tcp.wall.note(clock() - 1.0, 999.0 + clock())  # the wall clock was steady
-        sched.tcp.begin(req.meta[LEASE_META], Transport(sock), clock())
+        sched.timing.tcp.wall.note(clock() - 1.0, 999.0 + clock())  # the wall clock was steady
+        sched.timing.tcp.begin(req.meta[LEASE_META], Transport(sock), clock())
     sched.fetch_finished(req, exception=exception)
     waited = _rest_after(sched, clock, req)
     sched.publish_stats()

@@ -19,7 +19,6 @@ from scrapy import Request, signals
 from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.misc import build_from_crawler, load_object
 
-from scrapy_frontier.core.fetch_time import FetchTimeEstimator
 from scrapy_frontier.core.prioritizer import PriorityMapper
 from scrapy_frontier.core.recrawl_priority import HostRules
 from scrapy_frontier.dupefilter import FrontierDupeFilter
@@ -42,18 +41,11 @@ from scrapy_frontier.meta import (
 from scrapy_frontier.observe.observer import Observer
 from scrapy_frontier.observe.opening import frontier_line, history_line
 from scrapy_frontier.scheduler.drivers import DriverContext, load_driver
-from scrapy_frontier.scheduler.engine import EngineAdapter, answer_transport
+from scrapy_frontier.scheduler.engine import EngineAdapter
+from scrapy_frontier.scheduler.fetch_timing import FetchTiming
 from scrapy_frontier.scheduler.inflight import InFlight
 from scrapy_frontier.scheduler.recrawl import RecrawlHooks
 from scrapy_frontier.scheduler.site_rules import SiteRules
-from scrapy_frontier.scheduler.stalls import HOLD_SLACK, StallMeter
-from scrapy_frontier.scheduler.tcp_timing import (
-    FetchSpan,
-    SocketWatch,
-    TcpTimes,
-    kernel_tick,
-    serves_http11,
-)
 from scrapy_frontier.scheduler.timer import Timer, call_later
 from scrapy_frontier.settings import FrontierConfig, unknown_settings
 
@@ -105,16 +97,8 @@ class FrontierScheduler:
         self.inflight = InFlight(config.lease_timeout)
         self.rules = SiteRules(config, self.stats, clock)
         self.fp64 = Fingerprinter64(crawler.request_fingerprinter)
-        # Fetch times as the server saw them: the end where the bytes were read, less
-        # the loop's own stalls (see core.fetch_time).
-        self.stalls = StallMeter(clock)
-        self.fetch_times = FetchTimeEstimator()
-        # ... and, where the kernel stamps TCP connections, as the network saw them.
-        self.tcp: TcpTimes | None = None
-        self._tcp_read = 0  # fetches the kernel's stamps were read for
-        self._socket_watch: SocketWatch | None = None
-        self._tcp_timed = 0
-        self._tcp_seconds_cut = 0.0
+        self.timing = FetchTiming(clock=clock, tcp_timing=config.tcp_timing,
+                                  stall_discount=config.stall_discount)
         self.recrawl: RecrawlHooks | None = None
         self.spider: Spider | None = None
         context = DriverContext(
@@ -185,18 +169,8 @@ class FrontierScheduler:
             self._use_signals()
         sig = self.crawler.signals
         sig.connect(self._on_headers_received, signal=signals.headers_received)
-        if self.config.stall_discount:
-            self.stalls.start()
-        if self.config.tcp_timing:
-            tick = kernel_tick()
-            if tick is None:
-                logger.debug("FRONTIER_TCP_TIMING: this system gives no TCP timestamps; "
-                             "fetches are timed from the reads")
-            else:
-                self.tcp = TcpTimes(tick)
-                self.stats.set_value("frontier/fetch/tcp_tick_ms", round(1000 * tick, 1))
-                if serves_http11(self.crawler.settings.getwithbase("DOWNLOAD_HANDLERS")):
-                    self._socket_watch = SocketWatch()
+        self.timing.open(self.crawler.settings.getwithbase("DOWNLOAD_HANDLERS"),
+                         self.stats.set_value)
         self.engine.on_robots_parsed(self._on_robots_parsed)
         self.stats.set_value("frontier/backend", self.driver.name)
         self.stats.set_value("frontier/back_queues/floor", self.config.back_queues)
@@ -254,9 +228,7 @@ class FrontierScheduler:
     def close(self, reason: str) -> Deferred[None] | None:
         self._closed = True
         self._cancel_timer()
-        self.stalls.stop()
-        if self.tcp is not None:
-            self.tcp.clear()
+        self.timing.close()
         out, ended = self.inflight.take_all()
         # The engine has processed every response by now.
         for flight in ended:
@@ -490,8 +462,7 @@ class FrontierScheduler:
                 self._lease_extended(flight)
                 continue
             self.stats.inc_value("frontier/lease_expired")
-            if self.tcp is not None:
-                self.tcp.forget(flight.ticket)
+            self.timing.forget(flight.ticket)
             logger.warning(
                 "No end was reported for %s within %.0f s (FRONTIER_LEASE_TIMEOUT); "
                 "releasing host %r", flight.request, self.config.lease_timeout, flight.host,
@@ -548,25 +519,7 @@ class FrontierScheduler:
         if host is None:
             return  # a late report, or one already made: never release a host twice
         now = self.clock()
-        # No start stamp: the response never touched the network (a cache hit,
-        # or an IgnoreRequest before the downloader).
-        duration = 0.0
-        ended_at: float | None = None
-        span = None
-        if self.tcp is not None:
-            span = self.tcp.end(ticket, started, now) if started is not None else None
-            self.tcp.forget(ticket)
-            if span is not None:
-                self._tcp_read += 1
-            # A failed fetch may have kept the server busy after the last bytes that came.
-            if exception is not None:
-                span = None
-        if started is not None:
-            duration = self._fetch_seconds(host, started, now, span)
-            if span is not None:
-                # The delay counts from the answer's end, not from after Scrapy's
-                # processing of it: no earlier than the server's end (tcp_timing).
-                ended_at = span.end
+        fetch = self.timing.end(host, ticket, started, now, exception is not None)
         rest, failures = 0.0, 0
         if response is not None or exception is not None:
             rest, failures = self.rules.outcome_rest(host, response, exception)
@@ -574,72 +527,22 @@ class FrontierScheduler:
             robots_end = self.rules.robots_rest_end(host, take=True)
             if robots_end is not None:
                 rest = max(rest, robots_end - now)
-        self.driver.release(ticket, duration, rest, ended_at)
+        self.driver.release(ticket, fetch.duration, rest, fetch.ended_at)
         self._completed += 1
         if failures and self.rules.should_retire(failures):
             self._retire(host, failures, response, exception)
         if self._debug:
             politeness_log.debug(
-                "host %r: fetch took %.4f s, rest at least %.3f s (sent %.4f, answer %s, "
-                "stalls %s)", host, duration, rest, started or 0.0, span,
-                self.stalls.log.recent(started or 0.0, now),
+                "host %r: fetch took %.4f s, rest at least %.3f s (sent %.4f, answer ended %s, "
+                "stalls %s)", host, fetch.duration, rest, started or 0.0, fetch.ended_at,
+                self.timing.recent_stalls(started or 0.0, now),
             )
-
-    def _fetch_seconds(self, host: str, started: float, now: float,
-                       span: FetchSpan | None = None) -> float:
-        """The fetch time the host rests by; the rest itself still counts from ``now``
-        unless the kernel dated the answer's end (``span``, scheduler.tcp_timing).
-
-        With the kernel's times, the fetch is the span from no later than the request
-        went out to no earlier than its last bytes came in: time the answer waited
-        unread is not in it. Else the fetch ends now (the timing middleware sits next
-        to the downloader); opt-in, time a stall the loop was seen in kept the answer
-        unread is discounted, down to 1.5 x the host's recent clean fetch times
-        (core.fetch_time)."""
-        measured = now - started
-        if measured <= 0.0:
-            return 0.0
-        if span is not None:
-            kernel = max(0.0, span.end - span.start)
-            if kernel < measured:
-                self._tcp_timed += 1
-                self._tcp_seconds_cut += measured - kernel
-            return min(kernel, measured)
-        if not self.config.stall_discount:
-            return measured
-        held = self.stalls.log.held(started, now, HOLD_SLACK)
-        return self.fetch_times.estimate(host, measured, held)
 
     def _on_headers_received(self, headers: Any, body_length: Any, request: Request,
                              spider: Spider) -> None:
-        meta = request.meta
-        ticket = meta.get(LEASE_META)
-        if ticket is None:
-            return
-        now = self.clock()
-        if self.tcp is not None:
-            transport = answer_transport(request)
-            found = transport is not None and self.tcp.begin(ticket, transport, now)
-            watch = self._socket_watch
-            if watch is not None and request.url.startswith(("http://", "https://")) and \
-                    watch.note(found):
-                logger.warning(
-                    "FRONTIER_TCP_TIMING: the first %d answers of Scrapy's HTTP/1.1 handler "
-                    "gave no TCP socket to read the kernel's stamps from (this Scrapy may have "
-                    "moved the frame scrapy_frontier.scheduler.engine.answer_transport reads): "
-                    "fetches are timed to their end in the crawler instead, which a busy "
-                    "spider can lengthen. Please report it with your Scrapy version.",
-                    watch.missed)
-        # Scrapy's HTTP handler times from just before it writes the request
-        # ("download_latency", set as the headers arrive): a later, truer start than
-        # the middleware's, which the download slot's queue and the connection pool
-        # still lay ahead of. Used only if it is inside the middleware's interval.
-        latency = meta.get("download_latency")
-        started = meta.get(FETCH_START_META)
-        if isinstance(latency, float) and started is not None:
-            sent = now - latency
-            if started < sent <= now:
-                meta[FETCH_START_META] = sent
+        ticket = request.meta.get(LEASE_META)
+        if ticket is not None:
+            self.timing.headers(request, ticket)
 
     def _retire(self, host: str, failures: int, response: Response | None,
                 exception: BaseException | None) -> None:
@@ -874,21 +777,7 @@ class FrontierScheduler:
         if self._completed:
             set_value("frontier/completed", self._completed)
         set_value("frontier/queued", len(self.driver))
-        stalls, times = self.stalls.log, self.fetch_times
-        if stalls.count:
-            set_value("frontier/reactor/stalls_seen", stalls.count)
-            set_value("frontier/reactor/stalled_seconds", round(stalls.total, 3))
-        if self.stalls.congested:
-            set_value("frontier/reactor/stalls_congested", self.stalls.congested)
-        if times.stalled:
-            set_value("frontier/fetch/stalled", times.stalled)
-            set_value("frontier/fetch/discounted", times.discounted)
-            set_value("frontier/fetch/seconds_discounted", round(times.seconds_discounted, 3))
-        if self._tcp_read:
-            set_value("frontier/fetch/tcp_read", self._tcp_read)
-        if self._tcp_timed:
-            set_value("frontier/fetch/tcp_timed", self._tcp_timed)
-            set_value("frontier/fetch/tcp_seconds_cut", round(self._tcp_seconds_cut, 3))
+        self.timing.publish_stats(set_value)
         self.driver.publish_stats(self.stats)
         if self.recrawl is not None:
             self.recrawl.publish_stats(self.stats)

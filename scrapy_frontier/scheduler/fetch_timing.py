@@ -1,0 +1,160 @@
+"""How long each fetch took as the server saw it, and when its answer ended.
+
+One component owns the fetch's timing from the answer's headers to its end: the kernel's
+times (``scheduler.tcp_timing``), the opt-in discount of the loop's own stalls
+(``scheduler.stalls``, ``core.fetch_time``), the start Scrapy's HTTP handler reports, and
+the stats of all three. The scheduler asks it one question per fetch, :meth:`FetchTiming.end`,
+and gets one answer, a :class:`FetchEnd`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from scrapy_frontier.core.fetch_time import FetchTimeEstimator
+from scrapy_frontier.meta import FETCH_START_META
+from scrapy_frontier.scheduler.engine import answer_transport
+from scrapy_frontier.scheduler.stalls import HOLD_SLACK, StallMeter
+from scrapy_frontier.scheduler.tcp_timing import (
+    FetchSpan,
+    SocketWatch,
+    TcpTimes,
+    kernel_tick,
+    serves_http11,
+)
+
+logger = logging.getLogger("scrapy_frontier.scheduler")
+
+
+class FetchEnd(NamedTuple):
+    """A fetch's time to rest by (seconds), and when its answer ended on the scheduler's
+    clock (None: when the scheduler learnt of it, which is later)."""
+
+    duration: float
+    ended_at: float | None
+
+
+class FetchTiming:
+    """The fetch times the hosts rest by, from the kernel, the reads and the reports."""
+
+    def __init__(self, *, clock: Callable[[], float], tcp_timing: bool,
+                 stall_discount: bool) -> None:
+        self.clock = clock
+        self.stall_discount = stall_discount
+        self.want_tcp = tcp_timing
+        # The end where the bytes came in, less the loop's own stalls (core.fetch_time).
+        self.stalls = StallMeter(clock)
+        self.estimates = FetchTimeEstimator()
+        # ... and, where the kernel keeps them, the times the network saw.
+        self.tcp: TcpTimes | None = None
+        self.watch: SocketWatch | None = None
+        self.kernel_read = 0
+        self.kernel_timed = 0
+        self.kernel_seconds_cut = 0.0
+
+    def open(self, handlers: Any, set_value: Callable[[str, Any], None]) -> None:
+        """Start timing; ``handlers`` is the crawl's DOWNLOAD_HANDLERS."""
+        if self.stall_discount:
+            self.stalls.start()
+        if not self.want_tcp:
+            return
+        tick = kernel_tick()
+        if tick is None:
+            logger.debug("FRONTIER_TCP_TIMING: this system gives no TCP timestamps; "
+                         "fetches are timed to their report")
+            return
+        self.tcp = TcpTimes(tick)
+        set_value("frontier/fetch/tcp_tick_ms", round(1000 * tick, 1))
+        if serves_http11(handlers):
+            self.watch = SocketWatch()
+
+    def close(self) -> None:
+        self.stalls.stop()
+        if self.tcp is not None:
+            self.tcp.clear()
+
+    def headers(self, request: Any, ticket: int) -> None:
+        """The answer to ``request`` (holding lease ``ticket``) sent its headers."""
+        now = self.clock()
+        meta = request.meta
+        if self.tcp is not None:
+            transport = answer_transport(request, depth=13)
+            found = transport is not None and self.tcp.begin(ticket, transport, now)
+            watch = self.watch
+            if watch is not None and request.url.startswith(("http://", "https://")) and \
+                    watch.note(found):
+                logger.warning(
+                    "FRONTIER_TCP_TIMING: the first %d answers of Scrapy's HTTP/1.1 handler "
+                    "gave no TCP socket to read the kernel's stamps from (this Scrapy may have "
+                    "moved the frame scrapy_frontier.scheduler.engine.answer_transport reads): "
+                    "fetches are timed to their end in the crawler instead, which a busy "
+                    "spider can lengthen. Please report it with your Scrapy version.",
+                    watch.missed)
+        # Scrapy's HTTP handler times from just before it writes the request
+        # ("download_latency", set as the headers arrive): a later, truer start than
+        # the middleware's, which the download slot's queue and the connection pool
+        # still lay ahead of. Used only if it is inside the middleware's interval.
+        latency = meta.get("download_latency")
+        started = meta.get(FETCH_START_META)
+        if isinstance(latency, float) and started is not None:
+            sent = now - latency
+            if started < sent <= now:
+                meta[FETCH_START_META] = sent
+
+    def forget(self, ticket: int) -> None:
+        if self.tcp is not None:
+            self.tcp.forget(ticket)
+
+    def end(self, host: str, ticket: int, started: float | None, now: float,
+            failed: bool) -> FetchEnd:
+        """The fetch of ``ticket`` to ``host`` ended (``failed``: with an exception), as
+        the scheduler learnt ``now``; ``started`` is its start stamp, None when the request
+        never touched the network (a cache hit, an IgnoreRequest before the downloader)."""
+        span: FetchSpan | None = None
+        if self.tcp is not None:
+            span = self.tcp.end(ticket, started, now) if started is not None else None
+            self.tcp.forget(ticket)
+            if span is not None:
+                self.kernel_read += 1
+            # A failed fetch may have kept the server busy after the last bytes that came.
+            if failed:
+                span = None
+        if started is None:
+            return FetchEnd(0.0, None)
+        measured = now - started
+        if measured <= 0.0:
+            return FetchEnd(0.0, None if span is None else span.end)
+        if span is not None:
+            # The span holds the server's whole time and ends no earlier than its end.
+            kernel = max(0.0, span.end - span.start)
+            if kernel < measured:
+                self.kernel_timed += 1
+                self.kernel_seconds_cut += measured - kernel
+            return FetchEnd(min(kernel, measured), span.end)
+        if not self.stall_discount:
+            return FetchEnd(measured, None)
+        held = self.stalls.log.held(started, now, HOLD_SLACK)
+        return FetchEnd(self.estimates.estimate(host, measured, held), None)
+
+    def recent_stalls(self, since: float, now: float) -> Any:
+        return self.stalls.log.recent(since, now)
+
+    def publish_stats(self, set_value: Callable[[str, Any], None]) -> None:
+        stalls, times = self.stalls.log, self.estimates
+        if stalls.count:
+            set_value("frontier/reactor/stalls_seen", stalls.count)
+            set_value("frontier/reactor/stalled_seconds", round(stalls.total, 3))
+        if self.stalls.congested:
+            set_value("frontier/reactor/stalls_congested", self.stalls.congested)
+        if times.stalled:
+            set_value("frontier/fetch/stalled", times.stalled)
+            set_value("frontier/fetch/discounted", times.discounted)
+            set_value("frontier/fetch/seconds_discounted", round(times.seconds_discounted, 3))
+        if self.kernel_read:
+            set_value("frontier/fetch/tcp_read", self.kernel_read)
+        if self.kernel_timed:
+            set_value("frontier/fetch/tcp_timed", self.kernel_timed)
+            set_value("frontier/fetch/tcp_seconds_cut", round(self.kernel_seconds_cut, 3))
+
