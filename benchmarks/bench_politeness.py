@@ -14,8 +14,9 @@ Webs:
 * ``wide`` -- keeping 16 slots busy while hosts rest dominates;
 * ``cpu`` -- CPU-bound: 300 hosts x 15 pages answered in 10-30 ms, so the crawler's own
   CPU per page sets the pace (``--cpu-hosts`` / ``--cpu-pages`` scale it down);
-* ``real`` -- real content: two real HTML documentation trees installed from Debian
-  packages (python3-doc: 530 pages; sqlite3-doc: 766 pages, 30 MB), which the
+* ``real`` -- real content: three real HTML documentation trees installed from Debian
+  packages (python3-doc: 530 pages; sqlite3-doc: 766 pages, 30 MB; postgresql-doc-15:
+  1,171 pages of 10-100 KB), which the
   benchmark installs itself when missing (``--no-install`` to skip), plus 18 generated
   hosts;
 * ``stall`` -- a spider whose callback blocks the reactor 300 ms on every 10th page
@@ -64,6 +65,7 @@ PLOT = HERE.parent / "docs" / "_static" / "politeness.png"
 DOC_TREES = {
     "/usr/share/doc/python3.11/html": "python3-doc",
     "/usr/share/doc/sqlite3": "sqlite3-doc",
+    "/usr/share/doc/postgresql-doc-15/html": "postgresql-doc-15",
 }
 
 WEBS: dict[str, list[str]] = {

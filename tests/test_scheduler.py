@@ -135,7 +135,7 @@ def test_engine_woken_at_next_contact_not_by_heartbeat() -> None:
         def cancel(self) -> None:
             calls.append((-1, None))
 
-    import scrapy_frontier.scheduler as mod
+    import scrapy_frontier.scheduler.timer as mod
 
     original = mod.call_later
     mod.call_later = lambda delay, func: (calls.append((delay, func)), _Timer())[1]
@@ -164,9 +164,9 @@ def test_close_cancels_timer_and_reports_left_over() -> None:
     assert req is not None
     finish(sched, clock, req, 1.0)
     assert sched.next_request() is None
-    assert sched._timer is not None
+    assert sched.waker.armed
     sched.close("shutdown")
-    assert sched._timer is None
+    assert not sched.waker.armed
     assert crawler.stats.get_value("frontier/queued") == 2
 
 

@@ -46,7 +46,7 @@ from scrapy_frontier.scheduler.fetch_timing import FetchTiming
 from scrapy_frontier.scheduler.inflight import InFlight
 from scrapy_frontier.scheduler.recrawl import RecrawlHooks
 from scrapy_frontier.scheduler.site_rules import SiteRules
-from scrapy_frontier.scheduler.timer import Timer, call_later
+from scrapy_frontier.scheduler.timer import EngineWaker, call_later
 from scrapy_frontier.settings import FrontierConfig, unknown_settings
 
 if TYPE_CHECKING:
@@ -92,6 +92,8 @@ class FrontierScheduler:
         self.clock = clock
         self.stats: StatsCollector = cast("StatsCollector", crawler.stats)
         self.engine = EngineAdapter(crawler)
+        self.waker = EngineWaker(self.engine, clock, running=lambda: not self._closed,
+                                 counted=lambda: self.stats.inc_value("frontier/engine_wakeups"))
         self.mapper = PriorityMapper(config.front_queues)
         self.host_rules = HostRules(config.priority_rules)
         self.inflight = InFlight(config.lease_timeout)
@@ -103,7 +105,7 @@ class FrontierScheduler:
         self.spider: Spider | None = None
         context = DriverContext(
             crawler=crawler, config=config, stats=self.stats, clock=clock,
-            dupefilter=dupefilter, wake=self._nudge_engine, fail=self._driver_failed,
+            dupefilter=dupefilter, wake=self.waker.nudge, fail=self._driver_failed,
         )
         cls = driver_cls if driver_cls is not None else load_driver(config.driver_path)
         self.driver: Driver = cls(context)
@@ -122,8 +124,6 @@ class FrontierScheduler:
         # listed twice twice); their fingerprints only.
         # (On a shared frontier: how often each was listed, see occurrence_key.)
         self._own_starts: dict[int, int] = {}
-        self._timer: Timer | None = None
-        self._timer_at: float | None = None
         self._feed_at = 0.0
         self._check_leases_at = 0.0
         self._closed = False
@@ -227,7 +227,7 @@ class FrontierScheduler:
 
     def close(self, reason: str) -> Deferred[None] | None:
         self._closed = True
-        self._cancel_timer()
+        self.waker.cancel()
         self.timing.close()
         out, ended = self.inflight.take_all()
         # The engine has processed every response by now.
@@ -737,31 +737,7 @@ class FrontierScheduler:
             due = next_due() if next_due is not None else rc.next_due()
             wait = 60.0 if due is None else min(60.0, max(1.0, due - time.time()))
             at = self.clock() + wait if at is None else min(at, self.clock() + wait)
-        if at is None:
-            return
-        if self._timer is not None and self._timer_at is not None and self._timer_at <= at:
-            return
-        self._cancel_timer()
-        self._timer_at = at
-        self._timer = call_later(max(0.0, at - self.clock()), self._wake_engine)
-
-    def _wake_engine(self) -> None:
-        self._timer = None
-        self._timer_at = None
-        # The rest timer is a reactor callback of its own: the engine may ask now.
-        self._nudge_engine(now=True)
-
-    def _nudge_engine(self, *, now: bool = False) -> None:
-        """Make the engine ask for requests again soon (without waiting for its heartbeat);
-        ``now`` only from a reactor callback of the frontier's own (EngineAdapter.wake)."""
-        if not self._closed and self.engine.wake(now=now):
-            self.stats.inc_value("frontier/engine_wakeups")
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = None
-        self._timer_at = None
+        self.waker.wake_at(at)
 
     # -- stats -------------------------------------------------------------------------
 
