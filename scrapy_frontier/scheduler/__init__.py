@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from scrapy import Request, signals
@@ -92,8 +93,8 @@ class FrontierScheduler:
         self.clock = clock
         self.stats: StatsCollector = cast("StatsCollector", crawler.stats)
         self.engine = EngineAdapter(crawler)
-        self.waker = EngineWaker(self.engine, clock, running=lambda: not self._closed,
-                                 counted=lambda: self.stats.inc_value("frontier/engine_wakeups"))
+        self.waker = EngineWaker(self.engine, clock,
+                                 counted=partial(self.stats.inc_value, "frontier/engine_wakeups"))
         self.mapper = PriorityMapper(config.front_queues)
         self.host_rules = HostRules(config.priority_rules)
         self.inflight = InFlight(config.lease_timeout)
@@ -164,7 +165,7 @@ class FrontierScheduler:
 
     def open(self, spider: Spider) -> Deferred[None] | None:
         self.spider = spider
-        self._closed = False
+        self._closed = self.waker.closed = False
         if self.engine.has_downloader_middleware(TIMING_MIDDLEWARE) is False:
             self._use_signals()
         sig = self.crawler.signals
@@ -227,7 +228,7 @@ class FrontierScheduler:
 
     def close(self, reason: str) -> Deferred[None] | None:
         self._closed = True
-        self.waker.cancel()
+        self.waker.close()
         self.timing.close()
         out, ended = self.inflight.take_all()
         # The engine has processed every response by now.

@@ -114,8 +114,7 @@ class FetchTiming:
         never touched the network (a cache hit, an IgnoreRequest before the downloader)."""
         span: FetchSpan | None = None
         if self.tcp is not None:
-            span = self.tcp.end(ticket, started, now) if started is not None else None
-            self.tcp.forget(ticket)
+            span = self.tcp.end(ticket, started, now)  # also forgets it
             if span is not None:
                 self.kernel_read += 1
             # A failed fetch may have kept the server busy after the last bytes that came.

@@ -309,11 +309,12 @@ class TcpTimes:
         self._open[ticket] = _Answer(sock, sent_by)
         return True
 
-    def end(self, ticket: int, started: float, now: float) -> FetchSpan | None:
+    def end(self, ticket: int, started: float | None, now: float) -> FetchSpan | None:
         """The fetch of ``ticket``, whose answer was read whole by ``now``, sent no earlier
-        than ``started`` by the crawler's own clock; None when its socket was not found."""
+        than ``started`` by the crawler's own clock; None when its socket was not found or
+        it has no start. Either way the fetch is forgotten."""
         answer = self._open.pop(ticket, None)
-        if answer is None:
+        if answer is None or started is None:
             return None
         sock = answer.sock
         read_at = sock.read_at

@@ -24,14 +24,15 @@ class EngineWaker:
     """Makes the engine ask for requests without waiting for its 5 s heartbeat: soon when
     told to, and when the earliest resting host is ready (one timer, moved only earlier)."""
 
-    __slots__ = ("engine", "clock", "running", "counted", "_timer", "_at")
+    __slots__ = ("engine", "clock", "counted", "closed", "_timer", "_at")
 
     def __init__(self, engine: Any, clock: Callable[[], float], *,
-                 running: Callable[[], bool], counted: Callable[[], None]) -> None:
+                 counted: Callable[[], None]) -> None:
         self.engine = engine  # scheduler.engine.EngineAdapter
         self.clock = clock
-        self.running = running
         self.counted = counted
+        #: Set while the scheduler is closed: nothing is woken.
+        self.closed = False
         self._timer: Timer | None = None
         self._at: float | None = None
 
@@ -42,7 +43,7 @@ class EngineWaker:
     def nudge(self, *, now: bool = False) -> None:
         """Make the engine ask again soon; ``now`` only from a reactor callback of the
         frontier's own (EngineAdapter.wake)."""
-        if self.running() and self.engine.wake(now=now):
+        if not self.closed and self.engine.wake(now=now):
             self.counted()
 
     def wake_at(self, at: float | None) -> None:
@@ -58,6 +59,10 @@ class EngineWaker:
         self._at = None
         # The timer is a reactor callback of its own: the engine may ask now.
         self.nudge(now=True)
+
+    def close(self) -> None:
+        self.closed = True
+        self.cancel()
 
     def cancel(self) -> None:
         if self._timer is not None:
