@@ -37,13 +37,26 @@ CONGESTED_SHARE = 0.2
 SCHEDSTAT = "/proc/thread-self/schedstat"
 
 
+#: A beat later than this counts in :attr:`StallMeter.over`.
+LONG_STALL = 0.1
+
+
 class StallMeter:
+    """Beats every ``beat`` seconds and records when the loop kept a beat waiting.
+
+    Also the worst lateness seen and how many beats came more than :data:`LONG_STALL`
+    late: the Redis driver reports these (its I/O thread's answers wait for the loop)."""
+
     def __init__(self, clock: Callable[[], float], log: StallLog | None = None,
-                 schedstat: str | None = SCHEDSTAT) -> None:
+                 schedstat: str | None = SCHEDSTAT, beat: float = BEAT) -> None:
         self.clock = clock
         self.log = log if log is not None else StallLog()
+        self.beat = beat
         #: Stalls seen but not recorded because the machine was short of CPU.
         self.congested = 0
+        #: The latest a beat came (seconds), and the beats over LONG_STALL late.
+        self.worst = 0.0
+        self.over = 0
         self._schedstat_path = schedstat
         self._schedstat: IO[bytes] | None = None
         self._waited = 0.0
@@ -88,8 +101,8 @@ class StallMeter:
             return 0.0
 
     def _schedule(self, now: float) -> None:
-        self._due = now + BEAT
-        self._timer = call_later(BEAT, self._beat)
+        self._due = now + self.beat
+        self._timer = call_later(self.beat, self._beat)
 
     def _beat(self) -> None:
         self._timer = None
@@ -97,6 +110,10 @@ class StallMeter:
             return
         now = self.clock()
         late = now - self._due
+        if late > self.worst:
+            self.worst = late
+        if late > LONG_STALL:
+            self.over += 1
         if late > MIN_STALL:
             waited = self._cpu_wait()
             self.stalled(self._due, now, waited - self._waited)

@@ -60,6 +60,7 @@ from scrapy_frontier.errors import (
 from scrapy_frontier.observe.census import Census, HostCounts
 from scrapy_frontier.scheduler.drivers import DriverContext, Handout
 from scrapy_frontier.scheduler.recrawl import add_validators
+from scrapy_frontier.scheduler.stalls import StallMeter
 from scrapy_frontier.scheduler.timer import call_later
 
 if TYPE_CHECKING:
@@ -202,7 +203,8 @@ class RedisDriver:
         # Wakes the engine when the idle grace ends, so that it sees the crawl is over
         # then, not at its next 5 s heartbeat.
         self._grace_call: Any = None
-        self._stall = _StallMeter()
+        # How late the loop runs a 50 ms beat: how long answers of the I/O thread wait.
+        self._stall = StallMeter(context.clock, schedstat=None, beat=0.05)
         self.counters: dict[str, int] = {}
         self._validators: dict[int, tuple[str | None, str | None]] = {}
         self._due: list[PageRecord] = []
@@ -819,33 +821,3 @@ def _reactor() -> Any:
     from twisted.internet import reactor
 
     return reactor
-
-
-class _StallMeter:
-    """How late the reactor runs a 50 ms timer: a direct measure of blocking."""
-
-    PERIOD = 0.05
-
-    def __init__(self) -> None:
-        self.worst = 0.0
-        self.over = 0
-        self._loop: LoopingCall | None = None
-        self._last = 0.0
-
-    def start(self) -> None:
-        self._last = time.monotonic()
-        self._loop = LoopingCall(self._beat)
-        self._loop.start(self.PERIOD, now=False)
-
-    def _beat(self) -> None:
-        now = time.monotonic()
-        late = now - self._last - self.PERIOD
-        self._last = now
-        if late > self.worst:
-            self.worst = late
-        if late > 0.1:
-            self.over += 1
-
-    def stop(self) -> None:
-        if self._loop is not None and self._loop.running:
-            self._loop.stop()
