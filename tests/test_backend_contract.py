@@ -34,6 +34,7 @@ from scrapy_frontier.backends.sqlite.queue import SQLiteStore
 from scrapy_frontier.codec import Codec
 from scrapy_frontier.core import DelayPolicy, FakeClock, Frontier
 from scrapy_frontier.core.store import MemoryQueueStore
+from tests.invariants import check_frontier, check_redis_frontier
 
 BYTES_CODEC: Codec[Any] = Codec(bytes, bytes)
 EPS = 2e-6
@@ -154,7 +155,7 @@ class CoreBackend(Backend):
         return None if wake is None else max(0.0, wake - self.clock())
 
     def check(self) -> None:
-        self.frontier._check()
+        check_frontier(self.frontier)
 
     def close(self) -> None:
         if isinstance(self.store, SQLiteStore):
@@ -202,7 +203,7 @@ class RedisBackend(Backend):
         self.frontier = RedisFrontier(self.client, self.prefix, **self.kw)
 
     def check(self) -> None:
-        self.frontier.check()
+        check_redis_frontier(self.frontier)
 
     def close(self) -> None:
         pass

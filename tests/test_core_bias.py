@@ -17,6 +17,7 @@ from statistics import NormalDist
 import pytest
 
 from scrapy_frontier.core import DelayPolicy, FakeClock, Frontier, FrontQueueChooser
+from tests.invariants import check_frontier
 
 ALPHA = 1e-6
 NO_REST = DelayPolicy(factor=0.0, min_delay=0.0, max_delay=0.0)
@@ -126,7 +127,7 @@ def serve_one_url_hosts(per_level: dict[int, int], bias: float, seed: int) -> li
         served.append(lease.level)
         assert frontier.pop() is None  # one back queue: one host at a time
         frontier.complete(lease.ticket, 0.0)
-    frontier._check()
+    check_frontier(frontier)
     assert len(frontier) == 0
     assert frontier.stats.activations == serial
     return served
@@ -250,9 +251,9 @@ def run_stress(seed: int, steps: int = 20_000) -> Frontier[int]:
             assert frontier.complete(rng.choice(finished), 0.1) is None
         assert frontier.in_flight == len(leases)
         if step % 100 == 0:
-            frontier._check()
+            check_frontier(frontier)
 
-    frontier._check()
+    check_frontier(frontier)
     queued = Counter(item for _, _, item in frontier.iter_queued())
     assert max(queued.values(), default=1) == 1
     assert set(queued).isdisjoint(popped)
@@ -271,7 +272,7 @@ def run_stress(seed: int, steps: int = 20_000) -> Frontier[int]:
         clock.now = max(clock.now, wake)
         while (lease := frontier.pop()) is not None:
             take(lease)
-    frontier._check()
+    check_frontier(frontier)
     assert popped == set(pushed)
     assert len(frontier) == 0 and frontier.in_flight == 0
     assert frontier.stats.pushed == frontier.stats.popped == len(pushed)

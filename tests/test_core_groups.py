@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import invariant, rule
 
 from scrapy_frontier.core import DelayPolicy, FakeClock, Frontier, Lease
+from tests.invariants import check_frontier
 from tests.test_core_statemachine import FrontierMachine, clamp_delay
 
 POLICY = DelayPolicy(factor=10.0, min_delay=0.0, max_delay=60.0)
@@ -33,11 +34,11 @@ def test_unknown_group_holds_host_until_set_group() -> None:
     assert f.pop() is None
     assert f.take_unresolved() == ["a.example"]
     assert f.take_unresolved() == []  # reported once
-    f._check()
+    check_frontier(f)
     f.set_group("a.example", "10.0.0.1")
     lease = f.pop()
     assert lease is not None and lease.item == "a1"
-    f._check()
+    check_frontier(f)
 
 
 def test_hosts_of_one_group_take_turns_with_the_group_rest() -> None:
@@ -53,22 +54,22 @@ def test_hosts_of_one_group_take_turns_with_the_group_rest() -> None:
     # The other two hosts are ready but their group is busy.
     assert f.pop() is None
     assert f.stats.group_parks == 2
-    f._check()
+    check_frontier(f)
     clock.advance(0.1)
     f.complete(first.ticket, 0.1)  # host and group rest 1 s
-    f._check()
+    check_frontier(f)
     assert f.pop() is None
     assert f.next_wakeup() == pytest.approx(clock.now + 1.0)
     clock.advance(1.0)
     second = f.pop()
     assert second is not None and second.host != first.host
     assert f.pop() is None  # the group is busy again
-    f._check()
+    check_frontier(f)
     f.complete(second.ticket, 0.2)
     clock.advance(2.0)
     third = f.pop()
     assert third is not None and third.host not in (first.host, second.host)
-    f._check()
+    check_frontier(f)
 
 
 def test_other_groups_are_not_held() -> None:
@@ -80,7 +81,7 @@ def test_other_groups_are_not_held() -> None:
     f.set_group("b", "ip2")
     leases = [f.pop(), f.pop()]
     assert all(lease is not None for lease in leases)
-    f._check()
+    check_frontier(f)
 
 
 def test_a_host_cannot_move_group_while_fetching() -> None:
@@ -95,7 +96,7 @@ def test_a_host_cannot_move_group_while_fetching() -> None:
     f.complete(lease.ticket, 0.0)
     f.set_group("a", "ip2")
     assert f.group_of("a") == "ip2"
-    f._check()
+    check_frontier(f)
 
 
 def test_retiring_a_parked_host_unparks_it() -> None:
@@ -110,11 +111,11 @@ def test_retiring_a_parked_host_unparks_it() -> None:
     assert f.pop() is None
     other = "b" if lease.host == "a" else "a"
     assert f.retire(other) == [f"{other}1"]
-    f._check()
+    check_frontier(f)
     f.complete(lease.ticket, 0.0)
     clock.advance(1.0)
     assert f.pop() is None
-    f._check()
+    check_frontier(f)
 
 
 def test_groups_are_forgotten_with_their_hosts() -> None:
@@ -220,7 +221,7 @@ class GroupedFrontierMachine(FrontierMachine):
                     break
                 self._record_pop(lease)
             self._collect_dropped()
-            f._check()
+            check_frontier(f)
             if not self.outstanding:
                 wake = f.next_wakeup()
                 if wake is not None and wake > self.clock.now:

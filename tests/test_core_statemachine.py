@@ -22,6 +22,7 @@ from hypothesis.stateful import (
 )
 
 from scrapy_frontier.core import DelayPolicy, FakeClock, Frontier, Lease
+from tests.invariants import check_frontier
 
 HOSTS = "abcdef"
 
@@ -251,7 +252,7 @@ class FrontierMachine(RuleBasedStateMachine):
     @invariant()
     def structure(self):
         if self.frontier is not None:
-            self.frontier._check()
+            check_frontier(self.frontier)
             if self.frontier.front_len:
                 event("hosts waiting in front queues")
             if self.frontier.active_back_queues > self.frontier.back_queues:
@@ -325,7 +326,7 @@ class FrontierMachine(RuleBasedStateMachine):
                 assert f.complete(ticket, 0.1) is lease
                 self.completed += 1
                 self._record_release(lease, 0.1)
-            f._check()
+            check_frontier(f)
             if done():
                 break
             wake = f.next_wakeup()
@@ -341,7 +342,7 @@ class FrontierMachine(RuleBasedStateMachine):
             while (lease := f.pop()) is not None:
                 self._record_pop(lease)
             self._collect_dropped()
-            f._check()
+            check_frontier(f)
         assert self.popped | self.dropped == set(self.pushed), (
             "some pushed items were never handed out nor dropped"
         )

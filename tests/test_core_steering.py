@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from scrapy_frontier.core import DelayPolicy, FakeClock, Frontier
+from tests.invariants import check_frontier, check_redis_frontier
 
 
 def make(**kwargs: object) -> tuple[Frontier[str], FakeClock]:
@@ -29,7 +30,7 @@ def drain(frontier: Frontier[str], clock: FakeClock, seconds: float) -> list[tup
         out.append((clock.now, lease.item))
         clock.advance(0.1)
         frontier.complete(lease.ticket, 0.1)
-        frontier._check()
+        check_frontier(frontier)
     return out
 
 
@@ -39,7 +40,7 @@ def test_a_blocked_host_keeps_its_urls_and_goes_on_after_unblock() -> None:
         frontier.push("a", 1, f"a{i}")
         frontier.push("b", 1, f"b{i}")
     frontier.block("a")
-    frontier._check()
+    check_frontier(frontier)
     fetched = drain(frontier, clock, 30)
     assert [item for _, item in fetched] == ["b0", "b1", "b2"]
     assert len(frontier) == 3 and frontier.counts()["blocked"] == 1
@@ -60,7 +61,7 @@ def test_a_block_for_some_seconds_ends_by_itself_and_a_fetch_in_flight_ends_norm
     frontier.block("a", clock.now + 20)
     clock.advance(0.1)
     frontier.complete(lease.ticket, 0.1)
-    frontier._check()
+    check_frontier(frontier)
     fetched = drain(frontier, clock, 40)
     assert [item for _, item in fetched] == ["a1"]
     assert fetched[0][0] >= 120.0
@@ -144,7 +145,7 @@ def test_redis_block_unblock_delay_and_budget(redis_server: object) -> None:
         remote.push("a", 1, f"a{i}".encode())
         remote.push("b", 1, f"b{i}".encode())
     remote.control("block", "a", math.inf)
-    remote.check()
+    check_redis_frontier(remote)
     got = []
     for _ in range(200):
         lease = remote.pop()
@@ -155,7 +156,7 @@ def test_redis_block_unblock_delay_and_budget(redis_server: object) -> None:
             continue
         got.append(lease.item)
         remote.complete(lease, 0.0)
-        remote.check()
+        check_redis_frontier(remote)
     assert got == [b"b0", b"b1", b"b2"]
     assert remote.next_wakeup() is None  # only a host blocked until unblocked
     census = remote.census()  # blocked, not resting
@@ -173,7 +174,7 @@ def test_redis_block_unblock_delay_and_budget(redis_server: object) -> None:
             continue
         times.append((remote.server_time(), lease.item))
         remote.complete(lease, 0.0)
-        remote.check()
+        check_redis_frontier(remote)
     assert [item for _, item in times] == [b"a0", b"a1"]  # the budget dropped a2
     assert times[1][0] - times[0][0] >= 0.3
     stats = remote.stats()

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from scrapy_frontier.core import DelayPolicy, FakeClock, Frontier, FrontQueueChooser, PriorityMapper
 from scrapy_frontier.core.store import BackQueue
+from tests.invariants import check_frontier
 
 # A policy with no rest at all: isolates queueing behaviour from politeness.
 NO_REST = DelayPolicy(factor=0.0, min_delay=0.0, max_delay=0.0)
@@ -38,7 +39,7 @@ def drain_items(frontier: Frontier, clock: FakeClock, fetch: float = 0.0) -> lis
             continue
         out.append(lease.item)
         frontier.complete(lease.ticket, fetch)
-        frontier._check()
+        check_frontier(frontier)
     raise AssertionError("frontier did not drain")
 
 
@@ -326,7 +327,7 @@ class TestConstruction:
         assert frontier.next_wakeup() is None
         assert frontier.next_lease_deadline() is None
         assert list(frontier.iter_queued()) == []
-        frontier._check()
+        check_frontier(frontier)
 
     def test_back_queues_max_defaults_to_floor(self):
         frontier = Frontier(clock=FakeClock(), back_queues=5)
@@ -339,7 +340,7 @@ class TestConstruction:
             frontier.push("a", level, "x")
         assert frontier.stats.pushed == 0
         assert len(frontier) == 0
-        frontier._check()
+        check_frontier(frontier)
 
 
 # -- Frontier: one fetch per host, politeness ------------------------------------
@@ -357,7 +358,7 @@ class TestPoliteness:
         for _ in range(5):
             clock.advance(1000.0)
             assert frontier.pop() is None
-            frontier._check()
+            check_frontier(frontier)
         assert frontier.in_flight == 1 and len(frontier) == 2
         assert frontier.complete(lease.ticket, 0.1) is lease
         assert not frontier.host_busy("a")
@@ -524,7 +525,7 @@ class TestRestUntil:
         assert lease.item == "a0" and lease.ready_at == 130.0
         assert frontier.stats.held_dispatches == 1
         assert frontier.stats.dispatch_lateness_max == 0.0
-        frontier._check()
+        check_frontier(frontier)
 
     def test_rest_never_shortened(self):
         frontier, clock = make(policy=DelayPolicy(factor=1.0, min_delay=50.0, max_delay=50.0))
@@ -553,7 +554,7 @@ class TestRestUntil:
         frontier.complete(lease.ticket, 0.0)
         frontier.rest_until("a", 500.0)  # released: allowed again
         assert frontier.next_contact("a") == 500.0
-        frontier._check()
+        check_frontier(frontier)
 
     def test_rests_lists_only_future_rests_and_are_forgotten(self):
         frontier, clock = make(policy=NO_REST)
@@ -576,7 +577,7 @@ class TestBackQueues:
         frontier, clock = make(back_queues=2, policy=NO_REST)
         for host in "abcd":
             frontier.push(host, 1, host)
-            frontier._check()
+            check_frontier(frontier)
         assert frontier.active_back_queues == 2
         assert frontier.front_len == 2
         assert len(frontier) == 4
@@ -586,7 +587,7 @@ class TestBackQueues:
         assert frontier.pop() is None  # c and d wait: no back queue free
         assert frontier.stats.activations == 2
         frontier.complete(a.ticket, 0.0)  # a's back queue empties: c gets it
-        frontier._check()
+        check_frontier(frontier)
         assert frontier.active_back_queues == 2
         assert frontier.front_len == 1
         c = frontier.pop()
@@ -616,7 +617,7 @@ class TestBackQueues:
         # refill: head c1 belongs to active c -> appended there, then d0 activates d
         assert frontier.front_len == 0
         assert frontier.active_back_queues == 2
-        frontier._check()
+        check_frontier(frontier)
         queued = sorted(item for _, _, item in frontier.iter_queued())
         assert queued == ["c0", "c1", "d0"]
         assert frontier.stats.activations == 4
@@ -659,7 +660,7 @@ class TestBackQueues:
         assert frontier.active_back_queues == 3
         assert frontier.front_len == 1
         assert frontier.stats.peak_active == 3
-        frontier._check()
+        check_frontier(frontier)
         frontier.complete(first.ticket, 0.0)
         assert frontier.active_back_queues == 2  # released, and above the floor
         assert frontier.front_len == 1  # no refill above the floor on release
@@ -755,7 +756,7 @@ class TestLeases:
         assert frontier.host_busy("a")
         clock.now = lease.deadline
         assert frontier.expire_leases() == [lease]
-        frontier._check()
+        check_frontier(frontier)
         assert not frontier.host_busy("a")
         assert frontier.in_flight == 0
         assert frontier.stats.expired == 1
@@ -767,7 +768,7 @@ class TestLeases:
 
         # A late completion of the expired ticket changes nothing.
         assert frontier.complete(lease.ticket, 0.5) is None
-        frontier._check()
+        check_frontier(frontier)
         assert frontier.stats.completed == 0
         assert frontier.next_contact("a") == rest_until
         assert frontier.active_back_queues == 1
@@ -780,7 +781,7 @@ class TestLeases:
         assert frontier.complete(lease.ticket, 0.5) is None
         assert frontier.host_busy("a")
         assert frontier.in_flight == 1
-        frontier._check()
+        check_frontier(frontier)
 
     def test_expired_lease_of_a_drained_host_releases_the_back_queue_once(self):
         frontier, clock = make(back_queues=1, policy=NO_REST, lease_timeout=5.0)
@@ -793,7 +794,7 @@ class TestLeases:
         # a's back queue went to b.
         assert frontier.active_back_queues == 1 and frontier.front_len == 1
         assert frontier.complete(lease.ticket, 0.1) is None
-        frontier._check()
+        check_frontier(frontier)
         assert frontier.active_back_queues == 1 and frontier.front_len == 1
         assert frontier.stats.releases == 1
         assert frontier.pop().item == "b0"
@@ -825,7 +826,7 @@ class TestLeases:
         assert frontier.complete(987654, 0.0) is None
         assert frontier.stats.completed == 1
         assert frontier.stats.releases == 1
-        frontier._check()
+        check_frontier(frontier)
 
     def test_leases_listing(self):
         frontier, _ = make(policy=NO_REST)

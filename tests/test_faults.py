@@ -36,6 +36,7 @@ from scrapy_frontier.errors import (
     StoreError,
 )
 from tests.faults import DISK_FULL, IO_ERROR, KILL, Killed, RedisFaults, SQLiteFault, SQLiteFaults
+from tests.invariants import check_frontier, check_redis_frontier
 from tests.redis_server import RedisServer
 
 R = TypeVar("R")
@@ -165,10 +166,10 @@ RESUME_FLOOR = "front queues wait while back queues are free"
 
 
 def check_resumed(frontier: Frontier[bytes]) -> None:
-    """``frontier._check()`` right after resume(), but for the refill floor, which
+    """``check_frontier(frontier)`` right after resume(), but for the refill floor, which
     resume() does not restore (test_resume_keeps_the_refill_floor, a known failure)."""
     try:
-        frontier._check()
+        check_frontier(frontier)
     except AssertionError as exc:
         if str(exc) != RESUME_FLOOR:
             raise
@@ -234,7 +235,7 @@ def run_sqlite_case(tmp: Path, monkeypatch: pytest.MonkeyPatch, at: int, fault: 
         frontier, store2 = open_frontier(path, later, flush_ops)
         check_resumed(frontier)
         out = drain(frontier, later)
-        frontier._check()
+        check_frontier(frontier)
         store2.close()
     except Exception as exc:  # noqa: BLE001
         return [*problems, f"{where}: reopening failed: {exc!r}"]
@@ -322,7 +323,7 @@ def test_resume_keeps_the_refill_floor(tmp_path: Path) -> None:
     store._unlock()  # the kernel drops the lock of a dead process
     again, store2 = open_frontier(path, clock, 5000)
     assert again.active_back_queues >= again.back_queues or not again.front_len
-    again._check()
+    check_frontier(again)
     store2.close()
 
 
@@ -477,7 +478,7 @@ class RedisRun:
             out.append(f"{where}: delivered twice without an expired lease: {twice[:5]}")
         f = self.f
         try:
-            f.check()
+            check_redis_frontier(f)
         except AssertionError as exc:
             out.append(f"{where}: check() failed: {exc}")
         if f.in_flight or len(f):
@@ -557,7 +558,7 @@ def test_redis_killed_mid_crawl_with_persistence_loses_nothing() -> None:
         assert not run.problems("kill -9 with AOF")
         # A fresh frontier on the same keys sees the same (empty, consistent) state.
         again = redis_frontier(server.client(), prefix)
-        again.check()
+        check_redis_frontier(again)
         assert again.idle()
     finally:
         server.stop()
@@ -618,7 +619,7 @@ def test_redis_out_of_memory_mid_crawl_loses_nothing_and_resumes(
                 call()
     finally:
         client.config_set("maxmemory", 0)
-    f.check()  # the refused scripts left no half-written state
+    check_redis_frontier(f)  # the refused scripts left no half-written state
     for lease in held:
         run.complete(lease)
     deadline = time.monotonic() + 10

@@ -39,6 +39,7 @@ import redis
 from scrapy_frontier.backends.redis.frontier import RedisFrontier, RedisLease
 from scrapy_frontier.backends.redis.lua import lua_source
 from scrapy_frontier.core import DelayPolicy, FakeClock, Frontier, FrontQueueChooser, Lease
+from tests.invariants import check_frontier, check_redis_frontier
 
 #: Redis times are written with 6 decimals (the prelude's ``fmt``).
 EPS = 2e-6
@@ -339,8 +340,8 @@ class Twins:
     def assert_empty(self) -> None:
         assert len(self.core) == 0 and self.core.in_flight == 0
         assert self.red.idle()
-        self.red.check()
-        self.core._check()
+        check_redis_frontier(self.red)
+        check_frontier(self.core)
 
 
 def hosts_levels(handouts: Sequence[Handout]) -> list[tuple[str, int]]:

@@ -28,6 +28,7 @@ from scrapy_frontier.settings import FrontierConfig
 from scrapy_frontier.testweb import ServerProcess, audit, read_log
 from scrapy_frontier.testweb.crawl import FRONTIER_ADDON, run_crawl
 from scrapy_frontier.testweb.log import LogEntry
+from tests.invariants import check_frontier
 from tests.test_scheduler import make_scheduler
 
 NO_REST = DelayPolicy(factor=0.0, min_delay=0.0, max_delay=0.0)
@@ -51,7 +52,7 @@ def test_min_rest_is_a_floor_under_the_policy_and_survives_forgetting() -> None:
     assert lease is not None
     f.complete(lease.ticket, 0.05)  # policy: 0.5 s; floor: 2 s
     assert f.next_contact("a") == pytest.approx(102.0)
-    f._check()
+    check_frontier(f)
     # The host is forgotten once its rest is over; the floor is not.
     clock.advance(5.0)
     assert f.pop() is None
@@ -75,7 +76,7 @@ def test_rest_at_least_delays_the_next_contact_and_is_validated() -> None:
     lease = f.pop()
     assert lease is not None
     f.complete(lease.ticket, 0.0, rest_at_least=3.0)
-    f._check()
+    check_frontier(f)
     assert f.pop() is None
     assert f.next_wakeup() == pytest.approx(103.0)
     clock.advance(3.0)
@@ -101,7 +102,7 @@ def test_retire_drops_back_queue_front_queue_and_later_pushes() -> None:
     dropped = f.retire("a")
     assert sorted(dropped) == ["a1", "a2", "a3"]
     assert f.is_retired("a")
-    f._check()
+    check_frontier(f)
     assert f.push("a", 1, "a-new") is False
     assert f.retire("a") == []  # idempotent
     items = []
@@ -111,7 +112,7 @@ def test_retire_drops_back_queue_front_queue_and_later_pushes() -> None:
             break
         items.append(lease.item)
         f.complete(lease.ticket, 0.0)
-        f._check()
+        check_frontier(f)
     assert items == ["b0", "b1", "b2"]
     assert f.take_dropped() == []
     assert len(f) == 0
@@ -126,12 +127,12 @@ def test_retired_host_urls_in_front_queues_are_dropped_when_they_surface() -> No
     f.push("a", 1, "a0")  # front queue
     f.push("a", 2, "a1")
     assert f.retire("a") == []
-    f._check()
+    check_frontier(f)
     items = []
     while (lease := f.pop()) is not None:
         items.append(lease.item)
         f.complete(lease.ticket, 0.0)
-        f._check()
+        check_frontier(f)
     assert items == ["b0", "b1"]
     assert sorted(f.take_dropped()) == [("a", "a0"), ("a", "a1")]
     assert len(f) == 0 and f.stats.retired_items == 2
@@ -144,10 +145,10 @@ def test_retire_while_a_fetch_is_in_flight() -> None:
     lease = f.pop()
     assert lease is not None
     assert f.retire("a") == ["a1", "a2"]
-    f._check()
+    check_frontier(f)
     assert f.push("a", 1, "x") is False
     f.complete(lease.ticket, 0.0)
-    f._check()
+    check_frontier(f)
     assert f.active_back_queues == 0 and len(f) == 0
 
 
@@ -156,7 +157,7 @@ def test_retire_unknown_host_refuses_its_pushes() -> None:
     assert f.retire("never-seen") == []
     assert f.push("never-seen", 1, "x") is False
     assert f.push("other", 1, "y") is True
-    f._check()
+    check_frontier(f)
 
 
 # -- scheduler: Retry-After, back-off, retirement, Crawl-delay ----------------------------------

@@ -22,6 +22,7 @@ from scrapy_frontier.errors import (
     RedisFrontierUnavailable,
     StoreError,
 )
+from tests.invariants import check_redis_frontier
 from tests.redis_server import RedisServer
 
 HOSTS = ["a", "b", "c", "d", "e", "f"]
@@ -114,7 +115,7 @@ def test_random_stress_keeps_invariants(redis_client: redis.Redis, redis_prefix:
         for host, item in f.take_dropped():
             assert host in retired
             dropped.add(item)
-        f.check()
+        check_redis_frontier(f)
         assert time.monotonic() - started < 60, "stress test too slow"
     # Drain: complete every lease still believed held, then everything left.
     for lease in list(outstanding.values()):
@@ -134,7 +135,7 @@ def test_random_stress_keeps_invariants(redis_client: redis.Redis, redis_prefix:
         del outstanding[lease.host]
         assert f.complete(lease, 0.0) is not None
         completed.add(lease.item)
-        f.check()
+        check_redis_frontier(f)
     for _host, item in f.take_dropped():
         dropped.add(item)
     assert f.idle()
@@ -195,7 +196,7 @@ def test_redis_going_away_raises_unavailable_and_loses_nothing() -> None:
                 continue
             seen.append(lease.item)
             f.complete(lease, 0.0)
-            f.check()
+            check_redis_frontier(f)
         assert sorted(seen) == sorted(b"u%d" % i for i in range(4))
     finally:
         server.stop()
@@ -254,7 +255,7 @@ def test_front_queue_choice_is_biased(redis_client: redis.Redis, redis_prefix: s
         f.complete(lease, 0.0)
     share = levels[1:].count(2) / len(levels[1:])
     assert 0.65 < share < 0.85, share
-    f.check()
+    check_redis_frontier(f)
 
 
 def test_a_redis_restarted_empty_is_noticed_and_nothing_is_written() -> None:

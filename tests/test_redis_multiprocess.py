@@ -25,6 +25,7 @@ import redis
 
 from scrapy_frontier.backends.redis.frontier import RedisFrontier
 from scrapy_frontier.core import DelayPolicy
+from tests.invariants import check_redis_frontier
 from tests.redis_server import RedisServer
 
 PREFIX = "mp:frontier:"
@@ -117,7 +118,7 @@ def test_three_workers_one_killed(tmp_path: Path) -> None:
                     p.kill()
                     p.join(5)
         assert frontier.idle()
-        frontier.check()
+        check_redis_frontier(frontier)
 
     records = [r for path in logs for r in read(path)]
     dones = [r for r in records if r["ev"] == "done"]

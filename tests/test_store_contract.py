@@ -23,6 +23,7 @@ from scrapy_frontier.codec import Codec
 from scrapy_frontier.core import FakeClock, Frontier
 from scrapy_frontier.core.store import MemoryQueueStore
 from scrapy_frontier.errors import StoreError
+from tests.invariants import check_frontier
 from tests.test_core_statemachine import FrontierMachine
 from tests.test_seen import cut_short_checkpoint
 
@@ -110,7 +111,7 @@ def test_frontier_runs_the_same_on_every_store(make: Callable[[int], Any]) -> No
     )
     for i in range(60):
         frontier.push(f"h{i % 7}", 1 + i % 3, i)
-        frontier._check()
+        check_frontier(frontier)
     done = []
     for _ in range(2000):
         lease = frontier.pop()
@@ -122,7 +123,7 @@ def test_frontier_runs_the_same_on_every_store(make: Callable[[int], Any]) -> No
         clock.advance(0.01)
         frontier.complete(lease.ticket, 0.01)
         done.append(lease.item)
-        frontier._check()
+        check_frontier(frontier)
         if len(done) == 60:
             break
     assert sorted(done) == list(range(60))
@@ -392,7 +393,7 @@ def test_sqlite_memory_is_capped_in_bytes_not_only_rows(tmp_path: Path) -> None:
             assert lease is not None
             frontier.complete(lease.ticket, 0.0)
             peak = max(peak, store.memory_bytes)
-        frontier._check()
+        check_frontier(frontier)
         store.close()
         return peak, len(frontier) + 200
 

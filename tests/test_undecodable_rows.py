@@ -19,6 +19,7 @@ from scrapy_frontier.errors import StoreError
 from scrapy_frontier.scheduler.drivers.local import STATE_FILE
 from scrapy_frontier.testweb import ServerProcess, audit, read_log
 from scrapy_frontier.testweb.crawl import FRONTIER_ADDON, run_crawl
+from tests.invariants import check_frontier
 from tests.test_codec import CodecSpider
 
 
@@ -51,7 +52,7 @@ def drain(frontier: Frontier[Any], clock: FakeClock) -> list[str]:
     urls = []
     for _ in range(1000):
         lease = frontier.pop()
-        frontier._check()  # after pop: resume() leaves the refill to the first pop
+        check_frontier(frontier)  # after pop: resume() leaves the refill to the first pop
         if lease is None:
             if not len(frontier):
                 break
@@ -59,7 +60,7 @@ def drain(frontier: Frontier[Any], clock: FakeClock) -> list[str]:
             continue
         urls.append(lease.item.url)
         frontier.complete(lease.ticket, 0.01)
-    frontier._check()
+    check_frontier(frontier)
     return urls
 
 
@@ -176,7 +177,7 @@ def test_retired_host_with_unreadable_rows_is_dropped_cleanly(tmp_path: Path) ->
     frontier.push("a.example", 1, Request("http://a.example/2"))
     dropped = frontier.retire("a.example")
     assert [r.url for r in dropped] == ["http://a.example/0", "http://a.example/2"]
-    frontier._check()
+    check_frontier(frontier)
     assert store.undecodable == 1
     store.close()
 

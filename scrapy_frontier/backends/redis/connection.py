@@ -100,7 +100,8 @@ def frontier_error(client: redis.Redis, prefix: str, doing: str,
         return RedisFrontierDataError(
             f"{where} refused an operation on keys under {prefix!r} while {doing}: {exc}. A "
             "key there holds data the frontier did not write (another program uses that "
-            "prefix); RedisFrontier.check() names it. Pick another FRONTIER_REDIS_KEY prefix, "
+            "prefix; redis-cli's TYPE on the keys under that prefix shows which). Pick another "
+            "FRONTIER_REDIS_KEY prefix, "
             "or move the other data away (RENAME its keys, or another database), then start "
             "again."
         )

@@ -1,0 +1,157 @@
+"""The frontiers' structural invariants, asserted by the tests: O(size), never in a crawl.
+
+They read the frontiers' private state, so they live beside the tests that need them rather
+than in the classes a crawl runs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from scrapy_frontier.backends.redis.frontier import text
+
+Frontier = Any  # scrapy_frontier.core.frontier.Frontier
+RedisFrontier = Any  # scrapy_frontier.backends.redis.frontier.RedisFrontier
+
+
+def check_frontier(frontier: Frontier) -> None:
+    """Assert every structural invariant of a core Frontier."""
+    slot_hosts = [hs for hs in frontier._hosts.values() if hs.active]
+    for hs in slot_hosts:
+        assert frontier.store.back_len(hs.key) == hs.queued, f"store drift for {hs.key}"
+    assert frontier._active == len(slot_hosts), "active count drift"
+    assert frontier._active <= frontier.back_queues_max, "more back queues than allowed"
+    assert frontier._back_len == sum(hs.queued for hs in slot_hosts), "back_len drift"
+    assert bool(frontier._front_len) == bool(frontier.store.front_levels()), "front_len drift"
+    if frontier._front_len:
+        assert frontier._active >= frontier.back_queues, \
+            "front queues wait while back queues are free"
+    for hs in slot_hosts:
+        assert hs.queued or hs.lease is not None, f"idle empty back queue for {hs.key}"
+    for hs in frontier._hosts.values():
+        if not hs.active:
+            assert hs.lease is None, f"{hs.key} in flight without a back queue"
+        elif hs.key in frontier._retired:
+            assert hs.lease is not None and not hs.queued, f"retired {hs.key} still queued"
+    entries: dict[str, float] = {}
+    for t_e, _, key in frontier._ready:
+        assert key not in entries, f"two heap entries for {key}"
+        entries[key] = t_e
+    for *_, key, t_e in frontier._due:
+        assert key not in entries, f"two heap entries for {key}"
+        entries[key] = t_e
+    waiting = set(frontier._unresolved)
+    for g in frontier._groups.values():
+        assert len(set(g.parked)) == len(g.parked), f"host parked twice in {g.key}"
+        assert not g.parked or g.busy is not None, f"parked hosts in idle group {g.key}"
+        for key in g.parked:
+            assert frontier._group_of[key] == g.key
+            assert key not in waiting, f"{key} waits twice"
+            waiting.add(key)
+        if g.busy is not None:
+            busy_host = frontier._hosts[g.busy]
+            assert busy_host.lease is not None, f"group {g.key} busy without a lease"
+            assert frontier._group_of[g.busy] == g.key
+    for key in frontier._unresolved:
+        assert key not in frontier._group_of, f"{key} unresolved but grouped"
+    for hs in slot_hosts:
+        if hs.queued and hs.lease is None and hs.key not in waiting:
+            assert entries.get(hs.key) == hs.next_contact, f"heap entry wrong for {hs.key}"
+        else:
+            assert hs.key not in entries, f"heap entry for busy, empty or parked {hs.key}"
+    for key in waiting:
+        hs = frontier._hosts[key]
+        assert hs.active and hs.queued and hs.lease is None, f"{key} waits for nothing"
+    assert len(entries) + len(waiting) == sum(
+        1 for hs in slot_hosts if hs.queued and hs.lease is None
+    )
+    if frontier.group_hosts:
+        groups_busy = [frontier._group_of[lease.host] for lease in frontier._leases.values()]
+        assert len(groups_busy) == len(set(groups_busy)), "two leases in one group"
+        for gkey in groups_busy:
+            assert frontier._groups[gkey].busy is not None
+    busy: set[str] = set()
+    for ticket, lease in frontier._leases.items():
+        assert lease.ticket == ticket
+        assert lease.host not in busy, f"two leases on {lease.host}"
+        busy.add(lease.host)
+        assert frontier._hosts[lease.host].lease is lease
+    assert busy == {hs.key for hs in frontier._hosts.values() if hs.lease is not None}
+
+
+def check_redis_frontier(frontier: RedisFrontier) -> None:
+    """Assert every structural invariant by reading all keys; O(size), for tests.
+
+    Only meaningful while no other worker changes the frontier.
+    """
+    c = frontier.client
+    k = frontier.key
+
+    def h(name: str) -> dict[str, bytes]:
+        return {text(a): b for a, b in c.hgetall(k(name)).items()}
+
+    def z(name: str) -> dict[str, float]:
+        return {text(a): b for a, b in c.zrange(k(name), 0, -1, withscores=True)}
+
+    now = frontier.server_time()
+    count = {a: int(b) for a, b in h("count").items()}
+    active = {a: int(b) for a, b in h("active").items()}
+    leases = h("leases")
+    deadlines = z("deadlines")
+    ready = z("ready")
+    rest = z("rest")
+    fetch = h("fetch")
+    retired = {text(x) for x in c.smembers(k("retired"))}
+    front = 0
+    for lv in range(1, frontier.levels + 1):
+        entries = c.lrange(k(f"f:{lv}"), 0, -1)
+        front += len(entries)
+        for e in entries:
+            assert b"\0" in e, f"front entry without host in f:{lv}"
+    assert count.get("front", 0) == front, f"front count {count.get('front')} != {front}"
+    back_keys: dict[str, int] = {}
+    pattern = frontier._glob() + "b:*"
+    for key in c.scan_iter(match=pattern, count=1000):
+        rest_of = text(key)[len(frontier.prefix) + 2:]
+        level, _, host = rest_of.partition(":")
+        n = c.llen(key)
+        assert n > 0, f"empty back list {key!r} kept"
+        assert 1 <= int(level) <= frontier.levels, f"back list {key!r} with bad level"
+        back_keys[host] = back_keys.get(host, 0) + n
+    for host, n in back_keys.items():
+        assert host in active, f"back queue for {host} without an active entry"
+        assert active[host] == n, f"{host}: active says {active[host]}, lists hold {n}"
+    for host, q in active.items():
+        assert q == back_keys.get(host, 0), f"{host}: active says {q}, lists hold none"
+        assert q >= 0
+        assert q or host in leases, f"idle empty back queue for {host}"
+        if host in retired:
+            assert q == 0, f"retired {host} still queued"
+    assert count.get("back", 0) == sum(active.values()), "back count drift"
+    assert len(active) <= frontier.back_queues_max, "more back queues than allowed"
+    if front:
+        assert len(active) >= frontier.back_queues, "front queues wait while back queues are free"
+    assert set(leases) == set(deadlines), "leases and deadlines disagree"
+    for host, rec in leases.items():
+        assert host in active, f"lease on {host} without a back queue"
+        assert host not in ready, f"leased {host} also ready"
+        _, _, handed, _, _ = rec.split(b"|", 4)
+        assert abs(deadlines[host] - float(handed) - frontier.lease_timeout) < 1e-3
+    want_ready = {host for host, q in active.items() if q and host not in leases}
+    assert set(ready) == want_ready, f"ready {sorted(ready)} != {sorted(want_ready)}"
+    blocked = z("blocked")
+    for host, t_e in ready.items():
+        if blocked.get(host, -math.inf) > now and t_e >= blocked[host] - 1e-5:
+            continue  # held by a block (scrapy frontier block)
+        if host in rest:
+            assert abs(rest[host] - t_e) < 1e-5, f"{host}: ready {t_e} != rest {rest[host]}"
+        else:
+            assert t_e <= now + 1e-3, f"{host}: ready in the future without a rest"
+    assert set(fetch) <= set(active), "fetch durations for inactive hosts"
+    head = {a: int(b) for a, b in h("head").items()}
+    assert set(head) == {host for host, q in active.items() if q}, "head levels drift"
+    for host, lv in head.items():
+        top = max(lvl for lvl in range(1, frontier.levels + 1)
+                  if c.llen(k(f"b:{lvl}:{host}")))
+        assert lv == top, f"{host}: head level {lv}, lists say {top}"
