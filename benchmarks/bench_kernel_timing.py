@@ -93,8 +93,9 @@ def run(trials: int, seed: int) -> dict[str, object]:
             data += transport.socket.recv(100)
         read = time.monotonic()
         stamps = read_stamps(client)
-        timing.begin(i, transport, read)
-        span = timing.end(i, sent_before, read)
+        answer = timing.begin(transport, read)
+        assert answer is not None
+        span = timing.end(answer, sent_before, read)
         while len(server_times) <= i:
             time.sleep(0.0001)
         truth = server_times[i]
@@ -103,7 +104,6 @@ def run(trials: int, seed: int) -> dict[str, object]:
             old_short += old < truth
             old_worst = min(old_worst, old / truth)
             old_cut += max(0.0, (read - sent_before) - old)
-        assert span is not None
         new = span.end - span.start
         stamped += span.stamped
         new_short += new < truth

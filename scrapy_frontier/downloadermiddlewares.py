@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 
-from scrapy_frontier.meta import FETCH_START_META, LEASE_META, ROBOTS_START_META
+from scrapy_frontier.meta import LEASE_META, ROBOTS_START_META
 from scrapy_frontier.scheduler.engine import running_scheduler
 
 if TYPE_CHECKING:
@@ -40,12 +40,12 @@ class FetchTimingMiddleware:
     def process_request(self, request: Request, spider: Any = None) -> Request | None:
         meta = request.meta
         if LEASE_META in meta:
-            hold = getattr(running_scheduler(self.crawler), "robots_hold", None)
-            if hold is not None:
-                again: Request | None = hold(request)
+            scheduler = running_scheduler(self.crawler)
+            if scheduler is not None:
+                again: Request | None = scheduler.robots_hold(request)
                 if again is not None:
                     return again  # back to the frontier until the host has rested
-            meta[FETCH_START_META] = time.monotonic()
+                scheduler.fetch_sent(request)
         elif meta.get("dont_obey_robotstxt") and _is_robots_txt(request.url):
             meta[ROBOTS_START_META] = time.monotonic()
         return None

@@ -2,9 +2,6 @@
 
 #: Set by the scheduler: the lease ticket of a request the frontier handed out.
 LEASE_META = "frontier_lease"
-#: Set by the timing middleware: ``time.monotonic()`` when the fetch was sent; moved later
-#: to when Scrapy's HTTP handler wrote the request, once its headers_received signal says so.
-FETCH_START_META = "frontier_fetch_start"
 #: Set by the timing middleware on robots.txt requests (they bypass the scheduler,
 #: but they are contacts the host's rest must count).
 ROBOTS_START_META = "frontier_robots_start"

@@ -11,7 +11,6 @@ from scrapy import Request
 
 from scrapy_frontier.core import FakeClock
 from scrapy_frontier.core.fetch_time import FetchTimeEstimator, StallLog
-from scrapy_frontier.meta import FETCH_START_META
 from scrapy_frontier.scheduler.stalls import BEAT, MIN_STALL, StallMeter
 from tests.test_scheduler import make_scheduler
 
@@ -167,13 +166,13 @@ def test_scheduler_discounts_its_own_stalls() -> None:
         sched2.enqueue_request(Request(f"http://b.example/{i}"))
     req = sched2.next_request()
     assert req is not None
-    req.meta[FETCH_START_META] = clock2()
+    sched2.fetch_sent(req)
     clock2.advance(0.02)
     sched2.fetch_finished(req)  # clean 20 ms: the host's recent time
     while (req := sched2.next_request()) is None:
         clock2.advance(0.01)
     # A fetch whose answer waited 300 ms unread in a stall the scheduler saw.
-    req.meta[FETCH_START_META] = clock2()
+    sched2.fetch_sent(req)
     clock2.advance(0.01)
     sched2.timing.stalls.log.add(clock2(), clock2() + 0.3)
     clock2.advance(0.304)
@@ -197,12 +196,12 @@ def test_stall_discount_can_be_turned_off() -> None:
         sched.enqueue_request(Request(f"http://a.example/{i}"))
     req = sched.next_request()
     assert req is not None
-    req.meta[FETCH_START_META] = clock()
+    sched.fetch_sent(req)
     clock.advance(0.02)
     sched.fetch_finished(req)
     while (req := sched.next_request()) is None:
         clock.advance(0.01)
-    req.meta[FETCH_START_META] = clock()
+    sched.fetch_sent(req)
     sched.timing.stalls.log.add(clock(), clock() + 0.3)
     clock.advance(0.31)
     sched.fetch_finished(req)
@@ -219,13 +218,13 @@ def test_a_stall_in_the_middle_of_a_fetch_is_not_discounted() -> None:
         sched.enqueue_request(Request(f"http://a.example/{i}"))
     req = sched.next_request()
     assert req is not None
-    req.meta[FETCH_START_META] = clock()
+    sched.fetch_sent(req)
     clock.advance(0.02)
     sched.fetch_finished(req)
     while (req := sched.next_request()) is None:
         clock.advance(0.01)
     # The server works 400 ms; the loop stalls 100 ms early on; the answer is read on time.
-    req.meta[FETCH_START_META] = clock()
+    sched.fetch_sent(req)
     sched.timing.stalls.log.add(clock() + 0.05, clock() + 0.15)
     clock.advance(0.4)
     sched.fetch_finished(req)

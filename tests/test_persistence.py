@@ -85,7 +85,7 @@ def test_fetched_page_is_kept_until_the_engine_is_done_with_it(tmp_path: Path) -
     page = sched.next_request()
     assert page is not None
     inprogress.add(page)  # the engine tracks it until its callback output is queued
-    page.meta["frontier_fetch_start"] = clock()
+    sched.fetch_sent(page)
     clock.advance(0.1)
     sched.fetch_finished(page)
     assert sched.next_request() is None  # still in progress: not acknowledged

@@ -22,7 +22,6 @@ from twisted.internet.error import TCPTimedOutError
 from scrapy_frontier.core import DelayPolicy, FakeClock, Frontier
 from scrapy_frontier.core.site_rules import parse_retry_after, robots_delay
 from scrapy_frontier.errors import FrontierConfigError
-from scrapy_frontier.meta import FETCH_START_META
 from scrapy_frontier.scheduler.engine import ProtegoDelays, robots_view
 from scrapy_frontier.settings import FrontierConfig
 from scrapy_frontier.testweb import ServerProcess, audit, read_log
@@ -177,7 +176,7 @@ def _respond(sched: Any, clock: FakeClock, status: int, headers: dict[str, str] 
              *, exception: BaseException | None = None) -> Request:
     request = sched.next_request()
     assert request is not None
-    request.meta[FETCH_START_META] = clock()
+    sched.fetch_sent(request)
     response = None if exception else Response(request.url, status=status, headers=headers)
     sched.fetch_finished(request, response=response, exception=exception)
     return request
@@ -240,7 +239,7 @@ def test_host_retired_after_consecutive_failures_and_logged(
         if request is None:
             clock.advance(1.0)
             continue
-        request.meta[FETCH_START_META] = clock()
+        sched.fetch_sent(request)
         if "up.example" in request.url:
             sched.fetch_finished(request, response=Response(request.url, status=200))
             continue

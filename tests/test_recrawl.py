@@ -379,7 +379,7 @@ def _drain(sched: Any, clock: Any) -> list[Request]:
                 break
             continue
         out.append(request)
-        request.meta["frontier_fetch_start"] = clock()
+        sched.fetch_sent(request)
         sched.fetch_finished(request)
     return out
 
@@ -588,7 +588,7 @@ def test_a_kill_after_a_fetch_keeps_its_visit_or_its_request(tmp_path: Path) -> 
     sched.enqueue_request(Request("http://a.example/"))
     request = sched.next_request()
     assert request is not None
-    request.meta["frontier_fetch_start"] = clock()
+    sched.fetch_sent(request)
     sched.fetch_finished(request)
     sched.page_visited(request, Visit(status=200, digest="d"))
     sched._acknowledge()  # the engine is done with the request

@@ -18,7 +18,7 @@ from scrapy_frontier.addon import MIDDLEWARE_PATH, SCHEDULER_PATH
 from scrapy_frontier.core import FakeClock
 from scrapy_frontier.errors import FrontierConfigError
 from scrapy_frontier.hostkey import HostlessURL, host_key, url_host_key
-from scrapy_frontier.meta import FETCH_START_META, LEASE_META
+from scrapy_frontier.meta import LEASE_META
 from scrapy_frontier.settings import FrontierConfig
 
 
@@ -60,7 +60,7 @@ def make_scheduler(
 
 
 def finish(sched: FrontierScheduler, clock: FakeClock, request: Request, seconds: float) -> None:
-    request.meta[FETCH_START_META] = clock()
+    sched.fetch_sent(request)
     clock.advance(seconds)
     sched.fetch_finished(request)
 
@@ -315,13 +315,15 @@ def test_timing_middleware_reports_only_frontier_requests() -> None:
     mw = FetchTimingMiddleware(crawler)
     robots = Request("http://a.example/robots.txt")  # bypasses the scheduler
     mw.process_request(robots)
-    assert FETCH_START_META not in robots.meta
+    assert LEASE_META not in robots.meta
     sched.enqueue_request(Request("http://a.example/0"))
     sched.enqueue_request(Request("http://a.example/1"))
     req = sched.next_request()
     assert req is not None
+    fetch = sched.inflight.get(req.meta[LEASE_META])
+    assert fetch is not None and fetch.sent_at is None
     mw.process_request(req)
-    assert FETCH_START_META in req.meta
+    assert fetch.sent_at == clock()
     mw.process_exception(robots, RuntimeError("x"))
     assert sched.driver.frontier.host_busy("a.example")
     mw.process_exception(req, RuntimeError("boom"))

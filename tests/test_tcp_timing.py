@@ -14,7 +14,7 @@ import pytest_twisted
 from scrapy import Request
 from scrapy.exceptions import IgnoreRequest
 
-from scrapy_frontier.meta import FETCH_START_META, LEASE_META
+from scrapy_frontier.meta import LEASE_META
 from scrapy_frontier.scheduler.engine import answer_transport
 from scrapy_frontier.scheduler.tcp_timing import (
     StampedSocket,
@@ -108,9 +108,10 @@ def test_the_span_holds_the_servers_time_and_not_the_unread_wait(
     sent_before, server_start, server_end, sent_after = _answer(client, server, 0.03, 0.15)
     assert transport.socket.recv(100).endswith(b"body")
     read = time.monotonic()
-    assert times.begin(1, transport, read)
-    span = times.end(1, sent_before, time.monotonic())
-    assert span is not None and span.stamped
+    answer = times.begin(transport, read)
+    assert answer is not None
+    span = times.end(answer, sent_before, time.monotonic())
+    assert span.stamped
     # Polite: the span holds the server's whole time, so the rest (which counts from its
     # end) is never too short, and never starts before the server's answer was out.
     assert span.start <= server_start and span.end >= server_end
@@ -119,7 +120,6 @@ def test_the_span_holds_the_servers_time_and_not_the_unread_wait(
     # 150 ms it waited unread are not in the span (a read-time measure has all of them).
     assert span.end <= sent_after + 0.001
     assert read - span.end >= 0.149
-    assert times.end(1, sent_before, time.monotonic()) is None  # taken once
 
 
 @linux
@@ -152,8 +152,9 @@ def test_jiffies_that_stood_still_never_shorten_the_span(
     sent_before, server_start, server_end, _ = _answer(client, server, 4 * times.tick, 0.0)
     transport.socket.recv(100)
     now = time.monotonic()
-    times.begin(2, transport, now)
-    span = times.end(2, sent_before, now)
+    answer = times.begin(transport, now)
+    assert answer is not None
+    span = times.end(answer, sent_before, now)
     assert span is not None
     assert span.end - span.start >= server_end - server_start
     assert span.end >= server_end
@@ -185,9 +186,9 @@ def test_jiffies_behind_when_read_never_date_the_send_late(
     sent_before, server_start, server_end, _ = _answer(client, server, 0.02, 0.0)
     transport.socket.recv(100)
     now = time.monotonic()
-    times.begin(3, transport, now)
-    span = times.end(3, sent_before - 1.0, now)  # the crawler's own start: far too early
-    assert span is not None
+    answer = times.begin(transport, now)
+    assert answer is not None
+    span = times.end(answer, sent_before - 1.0, now)  # the crawler's own start: far too early
     assert sent_before - 1.0 < span.start <= server_start
 
 
@@ -205,9 +206,10 @@ def test_a_step_of_the_wall_clock_leaves_the_arrival_untrusted(
     # The wall clock stepped 10 s ahead between the answer's arrival and its read.
     stamped.wall_at += 10.0
     assert stamped.read_at is not None
-    times.begin(4, transport, stamped.read_at)
-    span = times.end(4, sent_before, time.monotonic())
-    assert span is not None and not span.stamped
+    answer = times.begin(transport, stamped.read_at)
+    assert answer is not None
+    span = times.end(answer, sent_before, time.monotonic())
+    assert not span.stamped
     assert span.end == stamped.read_at  # the read's own time: never before the arrival
 
 
@@ -220,18 +222,20 @@ def test_the_first_answer_on_a_connection_ends_at_its_read(
     sent_before, _, server_end, _ = _answer(client, server, 0.01, 0.0)
     client.recv(100)  # read before the socket was stamped
     read = time.monotonic()
-    assert times.begin(5, transport, read)
+    answer = times.begin(transport, read)
+    assert answer is not None
     assert isinstance(transport.socket, StampedSocket)
-    span = times.end(5, sent_before, time.monotonic())
-    assert span is not None and not span.stamped
+    span = times.end(answer, sent_before, time.monotonic())
+    assert not span.stamped
     assert span.end == read >= server_end
     # The next answer on the same connection is stamped.
     times.wall.note(time.monotonic(), time.time())
     sent_before, _, server_end, sent_after = _answer(client, server, 0.01, 0.05)
     transport.socket.recv(100)
-    times.begin(6, transport, time.monotonic())
-    span = times.end(6, sent_before, time.monotonic())
-    assert span is not None and span.stamped
+    answer = times.begin(transport, time.monotonic())
+    assert answer is not None
+    span = times.end(answer, sent_before, time.monotonic())
+    assert span.stamped
     assert server_end <= span.end <= sent_after + 0.001
 
 
@@ -275,14 +279,16 @@ def _fetch_with_kernel(settings: dict[str, Any], sent_ms: int | None, arrived_ag
         sched.enqueue_request(Request(f"http://a.example/{i}"))
     req = sched.next_request()
     assert req is not None
-    req.meta[FETCH_START_META] = clock()
+    sched.fetch_sent(req)
     clock.advance(0.3)
     if sent_ms is not None and sched.timing.tcp is not None:
         sock = StampedSocket(FakeTcpSocket(sent_ms, 0, retrans))  # type: ignore[arg-type]
         sock.read_at, sock.wall_at = clock(), 1000.0 + clock()
         sock.arrived = None if arrived_ago is None else sock.wall_at - arrived_ago
         sched.timing.tcp.wall.note(clock() - 1.0, 999.0 + clock())  # the wall clock was steady
-        sched.timing.tcp.begin(req.meta[LEASE_META], Transport(sock), clock())
+        fetch = sched.inflight.get(req.meta[LEASE_META])
+        assert fetch is not None
+        fetch.answer = sched.timing.tcp.begin(Transport(sock), clock())
     sched.fetch_finished(req, exception=exception)
     waited = _rest_after(sched, clock, req)
     sched.publish_stats()

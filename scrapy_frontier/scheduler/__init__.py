@@ -33,7 +33,6 @@ from scrapy_frontier.fingerprint import Fingerprinter64, occurrence_key
 from scrapy_frontier.hostkey import HostlessURL, host_key
 from scrapy_frontier.meta import (
     BOOST_META,
-    FETCH_START_META,
     FORCE_META,
     LEASE_META,
     RECRAWL_META,
@@ -280,19 +279,18 @@ class FrontierScheduler:
             # A redirect, a retry, or a middleware that swaps the request copies meta:
             # the fetch that held this lease is over whatever happened to it.
             ticket = meta.pop(LEASE_META, None)
-            started = meta.pop(FETCH_START_META, None)
             try:
                 host = host_key(request)
             except HostlessURL as exc:
                 self.stats.inc_value(f"frontier/rejected/{exc.reason}")
                 logger.warning("Dropped %s: %s", request, exc)
                 if ticket is not None:
-                    self._fetch_ended(ticket, started)
+                    self._fetch_ended(ticket)
                 return False
             queued = self._route(request, meta, host, ticket)
             if ticket is not None:
                 # After the push, so that the request this one became is stored first.
-                self._fetch_ended(ticket, started)
+                self._fetch_ended(ticket)
             return queued
         except StoreError as exc:
             # The request is in the store's pending writes: not lost, but the
@@ -463,7 +461,6 @@ class FrontierScheduler:
                 self._lease_extended(flight)
                 continue
             self.stats.inc_value("frontier/lease_expired")
-            self.timing.forget(flight.ticket)
             logger.warning(
                 "No end was reported for %s within %.0f s (FRONTIER_LEASE_TIMEOUT); "
                 "releasing host %r", flight.request, self.config.lease_timeout, flight.host,
@@ -481,6 +478,13 @@ class FrontierScheduler:
             )
 
     # -- fetch ends ----------------------------------------------------------------------
+
+    def fetch_sent(self, request: Request) -> None:
+        """Called as a request this frontier handed out reaches the downloader (the timing
+        middleware's process_request, or the request_reached_downloader signal)."""
+        fetch = self.inflight.get(request.meta.get(LEASE_META))
+        if fetch is not None:
+            self.timing.sent(fetch)
 
     def fetch_finished(
         self,
@@ -502,25 +506,24 @@ class FrontierScheduler:
                 self.driver.record_visit(self.fp64(request), request.url, None)
             ticket = request.meta.get(LEASE_META)
             if ticket is not None:
-                meta = request.meta
-                self._fetch_ended(ticket, meta.get(FETCH_START_META), response, exception)
+                self._fetch_ended(ticket, response, exception)
         except StoreError as exc:
             self._store_failed(exc)
 
     def _fetch_ended(
         self,
         ticket: int,
-        started: float | None,
         response: Response | None = None,
         exception: BaseException | None = None,
     ) -> None:
         if self._closed:
             return
-        host = self.inflight.end(ticket, keep=self._needs_ack)
-        if host is None:
+        flight = self.inflight.end(ticket, keep=self._needs_ack)
+        if flight is None:
             return  # a late report, or one already made: never release a host twice
+        host, started = flight.host, flight.sent_at
         now = self.clock()
-        fetch = self.timing.end(host, ticket, started, now, exception is not None)
+        fetch = self.timing.end(flight, now, exception is not None)
         rest, failures = 0.0, 0
         if response is not None or exception is not None:
             rest, failures = self.rules.outcome_rest(host, response, exception)
@@ -541,9 +544,9 @@ class FrontierScheduler:
 
     def _on_headers_received(self, headers: Any, body_length: Any, request: Request,
                              spider: Spider) -> None:
-        ticket = request.meta.get(LEASE_META)
-        if ticket is not None:
-            self.timing.headers(request, ticket)
+        fetch = self.inflight.get(request.meta.get(LEASE_META))
+        if fetch is not None:
+            self.timing.headers(fetch)
 
     def _retire(self, host: str, failures: int, response: Response | None,
                 exception: BaseException | None) -> None:
@@ -710,9 +713,7 @@ class FrontierScheduler:
         sig.connect(self._on_response_received, signal=signals.response_received)
 
     def _on_reached_downloader(self, request: Request, spider: Spider) -> None:
-        meta = request.meta
-        if LEASE_META in meta:
-            meta[FETCH_START_META] = self.clock()
+        self.fetch_sent(request)
 
     def _on_left_downloader(self, request: Request, spider: Spider) -> None:
         self.fetch_finished(request)

@@ -14,11 +14,10 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from scrapy_frontier.core.fetch_time import FetchTimeEstimator
-from scrapy_frontier.meta import FETCH_START_META
 from scrapy_frontier.scheduler.engine import answer_transport
+from scrapy_frontier.scheduler.inflight import Fetch
 from scrapy_frontier.scheduler.stalls import HOLD_SLACK, StallMeter
 from scrapy_frontier.scheduler.tcp_timing import (
-    FetchSpan,
     SocketWatch,
     TcpTimes,
     kernel_tick,
@@ -72,19 +71,22 @@ class FetchTiming:
 
     def close(self) -> None:
         self.stalls.stop()
-        if self.tcp is not None:
-            self.tcp.clear()
 
-    def headers(self, request: Any, ticket: int) -> None:
-        """The answer to ``request`` (holding lease ``ticket``) sent its headers."""
+    def sent(self, fetch: Fetch) -> None:
+        """The request of ``fetch`` reaches the downloader now."""
+        fetch.sent_at = self.clock()
+        fetch.answer = None  # an earlier attempt's, if any
+
+    def headers(self, fetch: Fetch) -> None:
+        """The answer to the request of ``fetch`` sent its headers."""
         now = self.clock()
-        meta = request.meta
+        request = fetch.request
         if self.tcp is not None:
-            transport = answer_transport(request, depth=13)
-            found = transport is not None and self.tcp.begin(ticket, transport, now)
+            transport = answer_transport(request, depth=14)
+            fetch.answer = None if transport is None else self.tcp.begin(transport, now)
             watch = self.watch
             if watch is not None and request.url.startswith(("http://", "https://")) and \
-                    watch.note(found):
+                    watch.note(fetch.answer is not None):
                 logger.warning(
                     "FRONTIER_TCP_TIMING: the first %d answers of Scrapy's HTTP/1.1 handler "
                     "gave no TCP socket to read the kernel's stamps from (this Scrapy may have "
@@ -96,32 +98,27 @@ class FetchTiming:
         # ("download_latency", set as the headers arrive): a later, truer start than
         # the middleware's, which the download slot's queue and the connection pool
         # still lay ahead of. Used only if it is inside the middleware's interval.
-        latency = meta.get("download_latency")
-        started = meta.get(FETCH_START_META)
+        latency = request.meta.get("download_latency")
+        started = fetch.sent_at
         if isinstance(latency, float) and started is not None:
             sent = now - latency
             if started < sent <= now:
-                meta[FETCH_START_META] = sent
+                fetch.sent_at = sent
 
-    def forget(self, ticket: int) -> None:
-        if self.tcp is not None:
-            self.tcp.forget(ticket)
-
-    def end(self, host: str, ticket: int, started: float | None, now: float,
-            failed: bool) -> FetchEnd:
-        """The fetch of ``ticket`` to ``host`` ended (``failed``: with an exception), as
-        the scheduler learnt ``now``; ``started`` is its start stamp, None when the request
-        never touched the network (a cache hit, an IgnoreRequest before the downloader)."""
-        span: FetchSpan | None = None
-        if self.tcp is not None:
-            span = self.tcp.end(ticket, started, now)  # also forgets it
-            if span is not None:
-                self.kernel_read += 1
-            # A failed fetch may have kept the server busy after the last bytes that came.
-            if failed:
-                span = None
+    def end(self, fetch: Fetch, now: float, failed: bool) -> FetchEnd:
+        """``fetch`` ended (``failed``: with an exception), as the scheduler learnt ``now``.
+        A fetch never sent never touched the network (a cache hit, an IgnoreRequest before
+        the downloader): it took no time."""
+        started = fetch.sent_at
         if started is None:
             return FetchEnd(0.0, None)
+        answer, fetch.answer = fetch.answer, None
+        span = None
+        if answer is not None and self.tcp is not None:
+            self.kernel_read += 1
+            # A failed fetch may have kept the server busy after the last bytes that came.
+            if not failed:
+                span = self.tcp.end(answer, started, now)
         measured = now - started
         if measured <= 0.0:
             return FetchEnd(0.0, None if span is None else span.end)
@@ -135,7 +132,7 @@ class FetchTiming:
         if not self.stall_discount:
             return FetchEnd(measured, None)
         held = self.stalls.log.held(started, now, HOLD_SLACK)
-        return FetchEnd(self.estimates.estimate(host, measured, held), None)
+        return FetchEnd(self.estimates.estimate(fetch.host, measured, held), None)
 
     def recent_stalls(self, since: float, now: float) -> Any:
         return self.stalls.log.recent(since, now)

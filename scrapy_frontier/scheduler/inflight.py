@@ -15,7 +15,7 @@ A lease whose end is never reported expires after ``FRONTIER_LEASE_TIMEOUT``.
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from scrapy_frontier.meta import LEASE_META
 
@@ -23,27 +23,34 @@ if TYPE_CHECKING:
     from scrapy import Request
 
 
-class Flight(NamedTuple):
-    """One lease, as the cold paths (expiry, acknowledgement, close) see it."""
+class Fetch:
+    """One lease and everything known about its fetch, from hand-out to acknowledgement."""
 
-    ticket: int
-    host: str
-    request: Request
-    handed_at: float
-    deadline: float
+    __slots__ = ("ticket", "host", "request", "handed_at", "deadline", "sent_at", "answer")
 
+    def __init__(self, ticket: int, host: str, request: Request, handed_at: float,
+                 deadline: float) -> None:
+        self.ticket = ticket
+        self.host = host
+        self.request = request
+        self.handed_at = handed_at
+        self.deadline = deadline
+        #: When the request went out, as the crawler knows it (the timing middleware, then
+        #: Scrapy's HTTP handler); None while it has not reached the downloader.
+        self.sent_at: float | None = None
+        #: What the kernel knows of the answer (scheduler.tcp_timing), once its headers came.
+        self.answer: Any = None
 
-# The ledger keeps plain tuples in Flight's field order: building one costs far
-# less than an object, and this happens once per request.
-_Entry = tuple[int, str, "Request", float, float]
+    def __repr__(self) -> str:
+        return f"<Fetch {self.ticket} {self.host} {self.request.url}>"
 
 
 class InFlight:
     def __init__(self, lease_timeout: float) -> None:
         self.lease_timeout = lease_timeout
         # Insertion-ordered; deadlines grow with insertion (one timeout for all).
-        self._out: dict[int, _Entry] = {}
-        self._ended: dict[int, _Entry] = {}
+        self._out: dict[int, Fetch] = {}
+        self._ended: dict[int, Fetch] = {}
 
     def __len__(self) -> int:
         """Leases handed out whose fetch has not ended."""
@@ -53,52 +60,58 @@ class InFlight:
     def unacknowledged(self) -> int:
         return len(self._ended)
 
-    def hand_out(self, ticket: int, host: str, request: Request, now: float) -> None:
+    def hand_out(self, ticket: int, host: str, request: Request, now: float) -> Fetch:
         request.meta[LEASE_META] = ticket
-        self._out[ticket] = (ticket, host, request, now, now + self.lease_timeout)
+        fetch = self._out[ticket] = Fetch(ticket, host, request, now, now + self.lease_timeout)
+        return fetch
+
+    def get(self, ticket: object) -> Fetch | None:
+        """The fetch of lease ``ticket`` while it has not ended."""
+        return self._out.get(ticket)  # type: ignore[call-overload,no-any-return]
 
     def host_of(self, ticket: object) -> str | None:
-        entry = self._out.get(ticket)  # type: ignore[call-overload]
-        return None if entry is None else entry[1]
+        fetch = self._out.get(ticket)  # type: ignore[call-overload]
+        return None if fetch is None else fetch.host
 
-    def end(self, ticket: int, *, keep: bool = True) -> str | None:
-        """The fetch of ``ticket`` ended: its host, or None if the lease was unknown or
-        had ended already.
+    def end(self, ticket: int, *, keep: bool = True) -> Fetch | None:
+        """The fetch of ``ticket`` ended: it, or None if the lease was unknown or had
+        ended already.
 
         ``keep``: wait for the engine before acknowledging (a store that can lose
         nothing); without it the lease is over now.
         """
-        entry = self._out.pop(ticket, None)
-        if entry is None:
+        fetch = self._out.pop(ticket, None)
+        if fetch is None:
             return None
         if keep:
-            self._ended[ticket] = entry
-        return entry[1]
+            self._ended[ticket] = fetch
+        return fetch
 
-    def expired(self, now: float, *, keep: bool = True) -> list[Flight]:
+    def expired(self, now: float, *, keep: bool = True) -> list[Fetch]:
         """Leases whose end was never reported within the lease timeout (ended now)."""
-        out: list[Flight] = []
+        out: list[Fetch] = []
         while self._out:
-            ticket, entry = next(iter(self._out.items()))
-            if entry[4] > now:
+            ticket, fetch = next(iter(self._out.items()))
+            if fetch.deadline > now:
                 break
-            out.append(Flight._make(entry))
+            out.append(fetch)
             self.end(ticket, keep=keep)
         return out
 
-    def renew(self, flight: Flight, now: float) -> None:
-        """Keep ``flight`` out for another lease timeout (its fetch is still running),
-        even if :meth:`expired` just returned it."""
-        self._ended.pop(flight.ticket, None)
-        # Re-inserted last: deadlines stay in order.
-        self._out[flight.ticket] = flight._replace(deadline=now + self.lease_timeout)
+    def renew(self, fetch: Fetch, now: float) -> None:
+        """Keep ``fetch`` out for another lease timeout (it is still running), even if
+        :meth:`expired` just returned it."""
+        self._ended.pop(fetch.ticket, None)
+        self._out.pop(fetch.ticket, None)
+        fetch.deadline = now + self.lease_timeout
+        self._out[fetch.ticket] = fetch  # re-inserted last: deadlines stay in order
 
-    def untracked(self, in_progress: Collection[Request], before: float) -> list[Flight]:
+    def untracked(self, in_progress: Collection[Request], before: float) -> list[Fetch]:
         """Leases handed out before ``before`` whose request the engine no longer works on
         (e.g. dropped before the downloader by robots.txt): their fetch is over, whatever
         reported it. (The engine tracks a request from the moment it takes it.)"""
-        return [Flight._make(e) for e in self._out.values()
-                if e[3] < before and e[2] not in in_progress]
+        return [f for f in self._out.values()
+                if f.handed_at < before and f.request not in in_progress]
 
     def acknowledgeable(self, in_progress: Collection[Request] | None) -> list[int]:
         """Tickets of ended leases the engine is done with (all of them when it cannot
@@ -109,15 +122,15 @@ class InFlight:
         if in_progress is None:
             done = list(ended)
         else:
-            done = [t for t, e in ended.items() if e[2] not in in_progress]
+            done = [t for t, f in ended.items() if f.request not in in_progress]
         for ticket in done:
             del ended[ticket]
         return done
 
-    def take_all(self) -> tuple[list[Flight], list[Flight]]:
+    def take_all(self) -> tuple[list[Fetch], list[Fetch]]:
         """(handed out, ended) leases, forgotten: at close."""
-        out = [Flight._make(e) for e in self._out.values()]
-        ended = [Flight._make(e) for e in self._ended.values()]
+        out = list(self._out.values())
+        ended = list(self._ended.values())
         self._out.clear()
         self._ended.clear()
         return out, ended

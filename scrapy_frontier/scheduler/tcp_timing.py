@@ -247,7 +247,9 @@ class FetchSpan(NamedTuple):
     stamped: bool
 
 
-class _Answer:
+class Answer:
+    """What the kernel said of one fetch as its answer's headers came in."""
+
     __slots__ = ("sock", "sent_by")
 
     def __init__(self, sock: StampedSocket, sent_by: float | None) -> None:
@@ -280,23 +282,23 @@ class WallClockWatch:
 
 
 class TcpTimes:
-    """The kernel's times of each fetch whose answer is being read, by lease ticket."""
+    """The kernel's times of fetches: :meth:`begin` as an answer's headers come in, and
+    :meth:`end` when the fetch is over."""
 
-    __slots__ = ("tick", "coarse", "wall", "_open")
+    __slots__ = ("tick", "coarse", "wall")
 
     def __init__(self, tick: float, coarse: Callable[[], float] = coarse_monotonic) -> None:
         self.tick = tick
         self.coarse = coarse
         self.wall = WallClockWatch()
-        self._open: dict[int, _Answer] = {}
 
-    def begin(self, ticket: int, transport: Any, now: float) -> bool:
-        """The answer's headers were read (at ``now``, monotonic) from ``transport``:
-        True when its socket's reads are stamped from now on."""
+    def begin(self, transport: Any, now: float) -> Answer | None:
+        """The answer's headers were read (at ``now``, monotonic) from ``transport``: what
+        the kernel knows of the fetch, or None when its socket's reads cannot be stamped."""
         fresh = not isinstance(getattr(transport, "socket", None), StampedSocket)
         sock = stamp_reads(transport)
         if sock is None:
-            return False
+            return None
         if fresh:  # the headers' read was not stamped; it was no later than now
             sock.read_at, sock.wall_at, sock.arrived = now, 0.0, None
         coarse = self.coarse()  # before the stamps: jiffies no older than this
@@ -306,16 +308,11 @@ class TcpTimes:
         # data sent went out before the last data came in (the request, not a later send).
         if stamps is not None and not stamps[2] and stamps[0] >= stamps[1]:
             sent_by = coarse - stamps[0] / 1000.0 - self.tick
-        self._open[ticket] = _Answer(sock, sent_by)
-        return True
+        return Answer(sock, sent_by)
 
-    def end(self, ticket: int, started: float | None, now: float) -> FetchSpan | None:
-        """The fetch of ``ticket``, whose answer was read whole by ``now``, sent no earlier
-        than ``started`` by the crawler's own clock; None when its socket was not found or
-        it has no start. Either way the fetch is forgotten."""
-        answer = self._open.pop(ticket, None)
-        if answer is None or started is None:
-            return None
+    def end(self, answer: Answer, started: float, now: float) -> FetchSpan:
+        """The fetch whose answer is ``answer``, read whole by ``now`` and sent no earlier
+        than ``started`` by the crawler's own clock."""
         sock = answer.sock
         read_at = sock.read_at
         end = read_at if read_at is not None and read_at <= now else now
@@ -339,12 +336,3 @@ class TcpTimes:
         # Shrunk by the largest slew: a wall clock running fast never dates it early.
         at = read_at - waited * (1.0 - _SLEW)
         return at if at >= steady_since else None
-
-    def forget(self, ticket: int) -> None:
-        self._open.pop(ticket, None)
-
-    def clear(self) -> None:
-        self._open.clear()
-
-    def __len__(self) -> int:
-        return len(self._open)
