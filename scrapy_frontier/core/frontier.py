@@ -572,7 +572,7 @@ class Frontier(Generic[T]):
                 self._schedule(hs, held=False)
         self.stats.peak_active = max(self.stats.peak_active, self._active)
         # A crash may have left fewer hosts active than the floor: refill now, as a
-        # running frontier would have (tests/test_faults.py found it).
+        # running frontier would have.
         self._fill_to_floor()
 
     def rests(self) -> dict[str, float]:

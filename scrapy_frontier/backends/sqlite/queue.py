@@ -473,7 +473,7 @@ class SQLiteStore(Generic[T]):
         row, host, data = window.popleft()
         self._fsize[level - 1] -= 1
         # No _op() here: a flush between this delete and the back insert that follows
-        # would commit a URL that is in neither table (tests/test_faults.py).
+        # would commit a URL that is in neither table.
         self._del_front.append((row,))
         return row, host, data
 
