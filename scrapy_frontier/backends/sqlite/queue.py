@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from scrapy_frontier.backends.sqlite.files import SQLiteFile
+from scrapy_frontier.backends.sqlite.files import SQLiteFile, describe
 from scrapy_frontier.backends.sqlite.lock import FileLock
 from scrapy_frontier.codec import Codec, saved_url
 from scrapy_frontier.errors import StoreError, UndecodableRow, Unserializable
@@ -152,14 +152,14 @@ class SQLiteStore(Generic[T]):
         self._lock: FileLock | None = None
         try:
             return self._open_db(spider)
-        except sqlite3.Error as exc:  # past the checks below: the meta table, say
+        except BaseException as exc:
             if self._opening is not None:
                 self._opening.close()
+                self._opening = None
             self._unlock(refused=True)
-            raise self._file.classify(exc, "cannot be opened", "nothing was changed in it") \
-                from exc
-        except BaseException:
-            self._unlock(refused=True)
+            if isinstance(exc, sqlite3.Error):  # one mapping for every SQLite file (files.py)
+                raise self._file.classify(exc, "cannot be opened",
+                                          "nothing was changed in it") from exc
             raise
 
     def _unlock(self, *, refused: bool = False) -> None:
@@ -183,8 +183,18 @@ class SQLiteStore(Generic[T]):
         db: sqlite3.Connection | None = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            # One crawl writes the file (see backends/sqlite/lock.py); readers may open it.
-            self._lock = FileLock(path, _file_error)
+        except OSError as exc:
+            raise self._file.error(path, f"cannot be created ({describe(exc)})",
+                                   "Check that its directory can be created and written.") \
+                from exc
+        # The checks every scrapy-frontier SQLite file gets (backends/sqlite/files.py).
+        if fresh:
+            self._file.check_directory()
+        else:
+            self._file.check_file()
+        # One crawl writes the file (see backends/sqlite/lock.py); readers may open it.
+        self._lock = FileLock(path, _file_error)
+        try:
             db = sqlite3.connect(
                 str(path), isolation_level=None, check_same_thread=False, timeout=1.0
             )
@@ -211,39 +221,16 @@ class SQLiteStore(Generic[T]):
             db.execute("PRAGMA cache_size=-8192")  # 8 MiB page cache: bounded memory
             quick = db.execute("PRAGMA quick_check").fetchone()[0]
             if quick != "ok":
-                raise sqlite3.DatabaseError(quick)
+                raise self._file.error(
+                    path, f"is corrupt (quick_check: {quick})",
+                    "Nothing was changed. Restore it from a backup, or move it away to start "
+                    "afresh (the crawl then starts without its URLs).")
             db.executescript(SCHEMA)
-        except sqlite3.OperationalError as exc:
-            # Before DatabaseError, its base class: a full disk, an I/O error, a read-only
-            # or locked file are not corruption.
+        except BaseException:
             if db is not None:
                 db.close()
             self._opening = None
-            raise self._file.classify(exc, "cannot be opened", "nothing was changed in it") \
-                from exc
-        except sqlite3.DatabaseError as exc:
-            if db is not None:
-                db.close()
-            self._opening = None
-            if "locked" in str(exc) or "busy" in str(exc):
-                raise StoreError(
-                    f"the frontier state {path} is in use by another process ({exc}): another "
-                    "crawl is using this JOBDIR (or FRONTIER_PATH). Stop it, or use another "
-                    "directory."
-                ) from exc
-            raise StoreError(
-                f"the frontier state {path} is corrupt, truncated or not a SQLite file "
-                f"({exc}). Nothing was changed. Move it away to start afresh (its URLs will "
-                "be lost), or restore it from a backup."
-            ) from exc
-        except OSError as exc:
-            if db is not None:
-                db.close()
-            self._opening = None
-            raise StoreError(
-                f"cannot open the frontier state {path} ({exc}). Check that the directory "
-                "exists, is writable and has free space."
-            ) from exc
+            raise
         assert db is not None
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
         if fresh or not meta:
