@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
@@ -47,7 +46,9 @@ class FetchTimingMiddleware:
                     return again  # back to the frontier until the host has rested
                 scheduler.fetch_sent(request)
         elif meta.get("dont_obey_robotstxt") and _is_robots_txt(request.url):
-            meta[ROBOTS_START_META] = time.monotonic()
+            scheduler = running_scheduler(self.crawler)
+            if scheduler is not None:  # timed on the scheduler's clock, as every fetch
+                meta[ROBOTS_START_META] = scheduler.clock()
         return None
 
     def process_response(
@@ -70,9 +71,9 @@ class FetchTimingMiddleware:
         if LEASE_META not in request.meta:
             started = request.meta.get(ROBOTS_START_META)
             if started is not None:
-                fetched = getattr(running_scheduler(self.crawler), "robots_fetched", None)
-                if fetched is not None:
-                    fetched(request, max(0.0, time.monotonic() - started))
+                scheduler = running_scheduler(self.crawler)
+                if scheduler is not None:
+                    scheduler.robots_fetched(request, max(0.0, scheduler.clock() - started))
             return
         scheduler = running_scheduler(self.crawler)
         finished = getattr(scheduler, "fetch_finished", None)

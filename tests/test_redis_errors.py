@@ -259,6 +259,7 @@ def test_the_driver_retries_an_outage() -> None:
     stats = SimpleNamespace(inc_value=lambda *a, **k: None)
     fake = SimpleNamespace(_sending=None, _next=SimpleNamespace(pushes=[]), _closed=False,
                            stats=stats, _outage_since=None, _backoff=0.0, _retry_at=0.0,
-                           ctx=SimpleNamespace(fail=lambda r, e: failed.append((r, e))))
+                           ctx=SimpleNamespace(fail=lambda r, e: failed.append((r, e)),
+                                             clock=time.monotonic))
     RedisDriver._round_failed(fake, Failure(RedisFrontierUnavailable("away")))  # type: ignore[arg-type]
     assert failed == [] and fake._retry_at > 0

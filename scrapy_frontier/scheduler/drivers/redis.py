@@ -34,7 +34,6 @@ import contextlib
 import logging
 import random
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -462,7 +461,7 @@ class RedisDriver:
             return True
         # The cluster's work is over only when it has looked over for a while: another
         # worker's fetch in flight may still add requests.
-        left = self.idle_grace - (time.monotonic() - since)
+        left = self.idle_grace - (self.ctx.clock() - since)
         if left > 0:
             self._wake_after_grace(left)
             return True
@@ -502,7 +501,7 @@ class RedisDriver:
     def _kick(self, *, poll: bool = False) -> None:
         if self._closed or self._sending is not None or self._pool is None:
             return
-        if time.monotonic() < self._retry_at:
+        if self.ctx.clock() < self._retry_at:
             return
         nxt = self._next
         nxt.want = max(0, self.prefetch - len(self._buffer))
@@ -511,8 +510,8 @@ class RedisDriver:
         if poll and self._want_due:
             nxt.feed, self._want_due = self._want_due, 0
         # Any round may carry it: under load the poll ticks rarely find the thread free.
-        if self._census_wanted and time.monotonic() - self._census_at >= CENSUS_REFRESH:
-            nxt.census = self._census_at = time.monotonic()
+        if self._census_wanted and self.ctx.clock() - self._census_at >= CENSUS_REFRESH:
+            nxt.census = self._census_at = self.ctx.clock()
         if not (poll or nxt.want or nxt.has_writes()):
             return
         self._sending, self._next = nxt, _Round()
@@ -600,8 +599,8 @@ class RedisDriver:
             if claimed is None:
                 break
             leases.append(claimed)
-        if time.monotonic() >= self._budget_read_at:
-            self._budget_read_at = time.monotonic() + 5.0
+        if self.ctx.clock() >= self._budget_read_at:
+            self._budget_read_at = self.ctx.clock() + 5.0
             self.shared_budget = remote.budget_stats()
         front, back, held = remote.sizes()  # one round trip for all three
         answer = _Answer(leases, duplicates, front + back + held == 0, front + back, held,
@@ -617,8 +616,8 @@ class RedisDriver:
                 record = recrawler.store.get(int.from_bytes(lease.item[:8], "big", signed=True))
                 if record is not None and (record.etag or record.last_modified):
                     answer.validators[lease.ticket] = (record.etag, record.last_modified)
-            if time.monotonic() >= self._marks_read_at:
-                self._marks_read_at = time.monotonic() + MARKS_INTERVAL
+            if self.ctx.clock() >= self._marks_read_at:
+                self._marks_read_at = self.ctx.clock() + MARKS_INTERVAL
                 read_marks = getattr(recrawler.store, "marks", None)
                 marks = int(read_marks()) if read_marks is not None else 0
                 if marks != self._marks:
@@ -643,7 +642,7 @@ class RedisDriver:
                 census = self.remote.census()
                 history = self.recrawler.census() if self.recrawler is not None else None
                 self._shared, self._shared_history = census, history
-                self._shared_read_at = time.monotonic()
+                self._shared_read_at = self.ctx.clock()
         if self.recrawler is not None:
             self.recrawler.close()
         return answer
@@ -656,7 +655,7 @@ class RedisDriver:
             return
         if self._outage_since is not None:
             redis_log.warning("Redis is back after %.1f s; continuing",
-                              time.monotonic() - self._outage_since)
+                              self.ctx.clock() - self._outage_since)
             self._outage_since = None
         self._backoff = 0.0
         if answer.duplicates:
@@ -677,7 +676,7 @@ class RedisDriver:
         local_work = self._buffer or self._held or self._finished or self._due
         if answer.idle and not local_work:
             if self._remote_idle_since is None:
-                self._remote_idle_since = time.monotonic()
+                self._remote_idle_since = self.ctx.clock()
                 self._wake_after_grace(self.idle_grace)
         else:
             self._remote_idle_since = None
@@ -738,11 +737,11 @@ class RedisDriver:
         self.stats.inc_value("frontier/redis/errors")
         if isinstance(exc, RedisFrontierUnavailable):
             if self._outage_since is None:
-                self._outage_since = time.monotonic()
+                self._outage_since = self.ctx.clock()
                 redis_log.warning("Redis is unreachable (%s); keeping %d requests locally "
                                   "and retrying", exc, len(self._next.pushes))
             self._backoff = min(MAX_BACKOFF, max(0.25, 2 * self._backoff))
-            self._retry_at = time.monotonic() + self._backoff
+            self._retry_at = self.ctx.clock() + self._backoff
             return
         if not isinstance(exc, RedisFrontierError):
             redis_log.error("Unexpected error talking to Redis: %s", failure.getTraceback())
@@ -786,7 +785,7 @@ class RedisDriver:
             fetched=shared.fetched, politeness_wait_seconds=shared.politeness_wait_seconds,
             history_pages=pages, history_due=due,
         )
-        return replace(mine, shared=whole, shared_age=time.monotonic() - self._shared_read_at)
+        return replace(mine, shared=whole, shared_age=self.ctx.clock() - self._shared_read_at)
 
     def publish_stats(self, stats: StatsCollector) -> None:
         set_value = stats.set_value
