@@ -1,9 +1,8 @@
-"""Fetch times from the kernel's TCP stamps: real loopback sockets, and the scheduler's use."""
+"""Fetch times from the kernel and the socket: real loopback sockets, and the scheduler's use."""
 
 from __future__ import annotations
 
 import socket
-import struct
 import sys
 import time
 from collections.abc import Iterator
@@ -19,22 +18,20 @@ from scrapy_frontier.scheduler.engine import answer_transport
 from scrapy_frontier.scheduler.tcp_timing import (
     StampedSocket,
     TcpTimes,
-    kernel_tick,
-    read_stamps,
     stamp_reads,
-    tick_from_steps,
+    stamps_supported,
 )
 from tests.test_fetch_time import _rest_after
 from tests.test_scheduler import make_scheduler
 
-linux = pytest.mark.skipif(sys.platform != "linux", reason="TCP_INFO stamps are Linux's")
+linux = pytest.mark.skipif(sys.platform != "linux",
+                           reason="receive stamps (SO_TIMESTAMPNS) are Linux's")
 
 
 @pytest.fixture
 def times() -> TcpTimes:
-    tick = kernel_tick()
-    assert tick is not None
-    return TcpTimes(tick)
+    assert stamps_supported()
+    return TcpTimes()
 
 
 @pytest.fixture
@@ -49,30 +46,6 @@ def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
         yield client, server
 
 
-@linux
-@pytest.mark.parametrize(("steps", "tick_ms"), [
-    ([4, 4, 4], 4),     # 250 Hz
-    ([4, 8, 4], 4),     # 250 Hz, one poll late
-    ([3, 4, 3], 4),     # 300 Hz (3.33 ms): rounded up
-    ([3, 3], 4),        # 300 Hz seen for two steps only: not known to be exact
-    ([1, 1, 1, 1], 1),  # 1000 Hz
-    ([10, 10, 20], 10),  # 100 Hz
-])
-def test_the_tick_is_never_shorter_than_the_jiffy(steps: list[int], tick_ms: int) -> None:
-    assert tick_from_steps(steps) == pytest.approx(tick_ms / 1000.0)
-
-
-def test_one_step_tells_no_tick() -> None:
-    assert tick_from_steps([4]) is None
-
-
-def test_the_kernel_tick_is_one_jiffy_of_a_real_kernel() -> None:
-    tick = kernel_tick()
-    assert tick is not None
-    assert 0.001 <= tick <= 0.010  # 1000 Hz to 100 Hz
-    assert kernel_tick() == tick  # measured once per process
-
-
 class Transport:
     """What the timing reads of a Twisted TCP transport: its ``socket``."""
 
@@ -80,13 +53,13 @@ class Transport:
         self.socket: Any = sock
 
 
-def _answer(client: socket.socket, server: socket.socket, work: float, unread: float,
+def _answer(transport: Transport, server: socket.socket, work: float, unread: float,
             ) -> tuple[float, float, float, float]:
-    """A request from ``client``, which ``server`` answers after ``work`` s; the answer
-    then waits ``unread`` s before the crawler reads it. Returns (sent before, the
-    server's start, the server's end, answer sent after), on the monotonic clock."""
+    """A request sent through ``transport``, which ``server`` answers after ``work`` s;
+    the answer then waits ``unread`` s before the crawler reads it. Returns (sent before,
+    the server's start, the server's end, answer sent after), on the monotonic clock."""
     sent_before = time.monotonic()
-    client.sendall(b"GET / HTTP/1.1\r\n\r\n")
+    transport.socket.send(b"GET / HTTP/1.1\r\n\r\n")
     server.recv(100)
     server_start = time.monotonic()
     time.sleep(work)
@@ -97,25 +70,30 @@ def _answer(client: socket.socket, server: socket.socket, work: float, unread: f
     return sent_before, server_start, server_end, sent_after
 
 
+def _stamped(client: socket.socket, times: TcpTimes) -> Transport:
+    """A transport whose socket was stamped at an earlier answer, the wall clock seen."""
+    transport = Transport(client)
+    assert stamp_reads(transport) is transport.socket
+    times.wall.note(time.monotonic(), time.time())
+    return transport
+
+
 @linux
 def test_the_span_holds_the_servers_time_and_not_the_unread_wait(
     pair: tuple[socket.socket, socket.socket], times: TcpTimes,
 ) -> None:
     client, server = pair
-    transport = Transport(client)
-    assert stamp_reads(transport) is transport.socket  # a connection stamped before
-    times.wall.note(time.monotonic(), time.time())  # the wall clock was seen before
-    sent_before, server_start, server_end, sent_after = _answer(client, server, 0.03, 0.15)
+    transport = _stamped(client, times)
+    sent_before, server_start, server_end, sent_after = _answer(transport, server, 0.03, 0.15)
     assert transport.socket.recv(100).endswith(b"body")
     read = time.monotonic()
     answer = times.begin(transport, read)
     assert answer is not None
-    span = times.end(answer, sent_before, time.monotonic())
+    span = times.end(answer, sent_before - 1.0, time.monotonic())
     assert span.stamped
     # Polite: the span holds the server's whole time, so the rest (which counts from its
     # end) is never too short, and never starts before the server's answer was out.
-    assert span.start <= server_start and span.end >= server_end
-    assert span.start >= sent_before
+    assert sent_before <= span.start <= server_start and span.end >= server_end
     # True: the kernel stamped the answer before the server's sendall returned; the
     # 150 ms it waited unread are not in the span (a read-time measure has all of them).
     assert span.end <= sent_after + 0.001
@@ -123,73 +101,26 @@ def test_the_span_holds_the_servers_time_and_not_the_unread_wait(
 
 
 @linux
-def test_jiffies_that_stood_still_never_shorten_the_span(
+def test_the_send_is_when_the_requests_first_bytes_went(
     pair: tuple[socket.socket, socket.socket], times: TcpTimes,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The cause of short rests on loaded virtual machines: jiffies that stand still for
-    a few ticks (the timekeeping CPU descheduled) stamp the answer's arrival too early,
-    and "receive stamp less send stamp, plus one tick" comes out shorter than the
-    server's own time. Here the kernel's stamps are made to lag by three ticks as the
-    answer arrives; the span must still hold the server's time."""
-    from scrapy_frontier.scheduler import tcp_timing
-
-    real = tcp_timing.read_stamps
-    lag = round(3 * times.tick * 1000)
-
-    def lagging(sock: socket.socket) -> tuple[int, int, int] | None:
-        stamps = real(sock)
-        if stamps is None:
-            return None
-        sent, received, retrans = stamps
-        return sent, received + lag, retrans  # the arrival stamped 3 ticks early
-
-    monkeypatch.setattr(tcp_timing, "read_stamps", lagging)
+    """A request sent in two parts (a body that follows its headers): the server may start
+    on the first part, so the span starts no later than that one went."""
     client, server = pair
-    transport = Transport(client)
-    stamp_reads(transport)
-    times.wall.note(time.monotonic(), time.time())
-    sent_before, server_start, server_end, _ = _answer(client, server, 4 * times.tick, 0.0)
+    transport = _stamped(client, times)
+    before = time.monotonic()
+    transport.socket.send(b"POST / HTTP/1.1\r\ncontent-length: 4\r\n\r\n")
+    first_sent = time.monotonic()
+    time.sleep(0.02)
+    transport.socket.send(b"body")
+    server.recv(100)
+    server.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
     transport.socket.recv(100)
     now = time.monotonic()
     answer = times.begin(transport, now)
     assert answer is not None
-    span = times.end(answer, sent_before, now)
-    assert span is not None
-    assert span.end - span.start >= server_end - server_start
-    assert span.end >= server_end
-
-
-@linux
-def test_jiffies_behind_when_read_never_date_the_send_late(
-    pair: tuple[socket.socket, socket.socket], monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Jiffies that stand still as TCP_INFO is read make the send look recent; the
-    coarse clock stands still with them, so the send is still dated no later than it was."""
-    from scrapy_frontier.scheduler import tcp_timing
-
-    tick = kernel_tick()
-    assert tick is not None
-    real = tcp_timing.read_stamps
-    lag = round(3 * tick * 1000)
-
-    def lagging(sock: socket.socket) -> tuple[int, int, int] | None:
-        stamps = real(sock)
-        assert stamps is not None
-        return max(0, stamps[0] - lag), max(0, stamps[1] - lag), stamps[2]
-
-    monkeypatch.setattr(tcp_timing, "read_stamps", lagging)
-    times = TcpTimes(tick, coarse=lambda: tcp_timing.coarse_monotonic() - 3 * tick)
-    client, server = pair
-    transport = Transport(client)
-    stamp_reads(transport)
-    sent_before, server_start, server_end, _ = _answer(client, server, 0.02, 0.0)
-    transport.socket.recv(100)
-    now = time.monotonic()
-    answer = times.begin(transport, now)
-    assert answer is not None
-    span = times.end(answer, sent_before - 1.0, now)  # the crawler's own start: far too early
-    assert sent_before - 1.0 < span.start <= server_start
+    span = times.end(answer, before - 1.0, now)
+    assert before <= span.start <= first_sent
 
 
 @linux
@@ -197,11 +128,9 @@ def test_a_step_of_the_wall_clock_leaves_the_arrival_untrusted(
     pair: tuple[socket.socket, socket.socket], times: TcpTimes,
 ) -> None:
     client, server = pair
-    transport = Transport(client)
-    stamped = stamp_reads(transport)
-    assert stamped is not None
-    times.wall.note(time.monotonic(), time.time())
-    sent_before, _, server_end, _ = _answer(client, server, 0.01, 0.05)
+    transport = _stamped(client, times)
+    stamped = transport.socket
+    sent_before, _, server_end, _ = _answer(transport, server, 0.01, 0.05)
     stamped.recv(100)
     # The wall clock stepped 10 s ahead between the answer's arrival and its read.
     stamped.wall_at += 10.0
@@ -214,36 +143,39 @@ def test_a_step_of_the_wall_clock_leaves_the_arrival_untrusted(
 
 
 @linux
-def test_the_first_answer_on_a_connection_ends_at_its_read(
+def test_the_first_answer_on_a_connection_spans_the_crawlers_own_times(
     pair: tuple[socket.socket, socket.socket], times: TcpTimes,
 ) -> None:
     client, server = pair
     transport = Transport(client)
-    sent_before, _, server_end, _ = _answer(client, server, 0.01, 0.0)
-    client.recv(100)  # read before the socket was stamped
+    started = time.monotonic()
+    client.sendall(b"GET / HTTP/1.1\r\n\r\n")  # before the socket was stamped
+    server.recv(100)
+    server.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nbody")
+    client.recv(100)
     read = time.monotonic()
     answer = times.begin(transport, read)
     assert answer is not None
     assert isinstance(transport.socket, StampedSocket)
-    span = times.end(answer, sent_before, time.monotonic())
+    span = times.end(answer, started, time.monotonic())
     assert not span.stamped
-    assert span.end == read >= server_end
-    # The next answer on the same connection is stamped.
+    assert (span.start, span.end) == (started, read)
+    # The next fetch on the same connection is stamped at both ends.
     times.wall.note(time.monotonic(), time.time())
-    sent_before, _, server_end, sent_after = _answer(client, server, 0.01, 0.05)
+    sent_before, server_start, server_end, sent_after = _answer(transport, server, 0.01, 0.05)
     transport.socket.recv(100)
     answer = times.begin(transport, time.monotonic())
     assert answer is not None
-    span = times.end(answer, sent_before, time.monotonic())
+    span = times.end(answer, sent_before - 1.0, time.monotonic())
     assert span.stamped
+    assert sent_before <= span.start <= server_start
     assert server_end <= span.end <= sent_after + 0.001
 
 
 @linux
-def test_a_closed_connection_gives_no_stamps(pair: tuple[socket.socket, socket.socket]) -> None:
-    client, server = pair
+def test_a_closed_socket_is_not_stamped(pair: tuple[socket.socket, socket.socket]) -> None:
+    client, _ = pair
     client.close()
-    assert read_stamps(client) is None
     assert stamp_reads(Transport(client)) is None
 
 
@@ -251,38 +183,27 @@ def test_no_socket_is_found_outside_scrapys_http11_handler() -> None:
     assert answer_transport(Request("http://a.example/")) is None
 
 
-class FakeTcpSocket:
-    """Only what read_stamps reads: TCP_INFO with given ages (ms)."""
-
-    type = socket.SOCK_STREAM
-
-    def __init__(self, sent_ms: int, received_ms: int, retrans: int = 0) -> None:
-        self.info = bytearray(104)
-        struct.pack_into("=I", self.info, 44, sent_ms)
-        struct.pack_into("=I", self.info, 52, received_ms)
-        struct.pack_into("=I", self.info, 100, retrans)
-
-    def getsockopt(self, *args: Any) -> bytes:
-        return bytes(self.info)
 
 
-def _fetch_with_kernel(settings: dict[str, Any], sent_ms: int | None, arrived_ago: float | None,
-                       retrans: int = 0, exception: BaseException | None = None,
+def _fetch_with_kernel(settings: dict[str, Any], sent_ago: float | None,
+                       arrived_ago: float | None, exception: BaseException | None = None,
                        ) -> tuple[float, Any]:
-    """One fetch of 300 ms by the crawler's clock, read whole as it ended, whose request
-    the kernel sent ``sent_ms`` before that and whose answer it received ``arrived_ago`` s
-    before (None: no stamp); then the seconds until the host's next request."""
+    """One fetch of 300 ms by the crawler's clock, read whole as it was reported, whose
+    request went out ``sent_ago`` s before that (None: before the socket was stamped) and
+    whose answer the kernel received ``arrived_ago`` s before (None: no stamp); then the
+    seconds until the host's next request."""
     sched, clock, _ = make_scheduler({"FRONTIER_DELAY_FACTOR": 10, **settings})
     if sched.config.tcp_timing:
-        sched.timing.tcp = TcpTimes(0.005, coarse=clock)  # as Linux at 200 Hz, whatever this kernel
+        sched.timing.tcp = TcpTimes()
     for i in range(3):
         sched.enqueue_request(Request(f"http://a.example/{i}"))
     req = sched.next_request()
     assert req is not None
     sched.fetch_sent(req)
     clock.advance(0.3)
-    if sent_ms is not None and sched.timing.tcp is not None:
-        sock = StampedSocket(FakeTcpSocket(sent_ms, 0, retrans))  # type: ignore[arg-type]
+    if sched.timing.tcp is not None:
+        sock = StampedSocket(None)  # type: ignore[arg-type]
+        sock.request_sent = None if sent_ago is None else clock() - sent_ago
         sock.read_at, sock.wall_at = clock(), 1000.0 + clock()
         sock.arrived = None if arrived_ago is None else sock.wall_at - arrived_ago
         sched.timing.tcp.wall.note(clock() - 1.0, 999.0 + clock())  # the wall clock was steady
@@ -296,39 +217,37 @@ def _fetch_with_kernel(settings: dict[str, Any], sent_ms: int | None, arrived_ag
 
 
 def test_the_scheduler_rests_by_the_kernels_span_from_the_kernels_arrival() -> None:
-    # Sent no later than 290 + 5 ms (a tick) before the release, last bytes in 200 ms
-    # before it: a fetch of 95 ms (not the 300 ms of the crawler's clock), whose 950 ms
-    # rest counts from the arrival (200 ms before the release): 750 ms more.
-    waited, stats = _fetch_with_kernel({}, 290, 0.2)
-    assert waited == pytest.approx(0.75, abs=0.015)
+    # Sent 290 ms before the release, last bytes in 200 ms before it: a fetch of 90 ms
+    # (not the 300 ms of the crawler's clock), whose 900 ms rest counts from the arrival
+    # (200 ms before the release): 700 ms more.
+    waited, stats = _fetch_with_kernel({}, 0.29, 0.2)
+    assert waited == pytest.approx(0.7, abs=0.015)
     assert stats.get_value("frontier/fetch/tcp_timed") == 1
-    assert stats.get_value("frontier/fetch/tcp_seconds_cut") == pytest.approx(0.205, abs=0.002)
+    assert stats.get_value("frontier/fetch/tcp_seconds_cut") == pytest.approx(0.21, abs=0.002)
 
 
 def test_an_unstamped_read_ends_the_fetch_at_the_read() -> None:
-    # The send is known (5 ms after the crawler's start), the arrival is not: the fetch
-    # ends at the read (here as it was reported), 295 ms, and rests 2.95 s from then.
-    waited, stats = _fetch_with_kernel({}, 290, None)
-    assert waited == pytest.approx(2.95, abs=0.015)
+    # The send is known (10 ms after the crawler's start), the arrival is not: the fetch
+    # ends at the read (here as it was reported), 290 ms, and rests 2.9 s from then.
+    waited, stats = _fetch_with_kernel({}, 0.29, None)
+    assert waited == pytest.approx(2.9, abs=0.015)
     assert stats.get_value("frontier/fetch/tcp_timed") == 1
 
 
-@pytest.mark.parametrize("case", ["retransmitted", "failed fetch", "turned off"])
+@pytest.mark.parametrize("case", ["failed fetch", "turned off"])
 def test_the_scheduler_keeps_its_own_measure_when_the_kernels_is_not_trusted(case: str) -> None:
     settings: dict[str, Any] = {"FRONTIER_TCP_TIMING": case != "turned off"}
     # (IgnoreRequest: an exception that asks for no back-off of its own.)
     exception = IgnoreRequest("dropped") if case == "failed fetch" else None
-    waited, stats = _fetch_with_kernel(settings, 290, None if case == "retransmitted" else 0.2,
-                                       retrans=1 if case == "retransmitted" else 0,
-                                       exception=exception)
+    waited, stats = _fetch_with_kernel(settings, 0.29, 0.2, exception=exception)
     assert waited == pytest.approx(3.0, abs=0.015)
     assert stats.get_value("frontier/fetch/tcp_timed") is None
 
 
 def test_a_send_before_the_crawlers_start_changes_nothing() -> None:
-    # The kernel's send stamp is older than the crawler's own start (another request's),
-    # and the answer came in as it was read: the crawler's measure stands.
-    waited, stats = _fetch_with_kernel({}, 900, 0.0)
+    # The socket's last request went out before the crawler's own start (another
+    # request's), and the answer came in as it was read: the crawler's measure stands.
+    waited, stats = _fetch_with_kernel({}, 0.9, 0.0)
     assert waited == pytest.approx(3.0, abs=0.015)
     assert stats.get_value("frontier/fetch/tcp_timed") is None
 

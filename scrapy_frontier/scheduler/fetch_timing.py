@@ -20,8 +20,8 @@ from scrapy_frontier.scheduler.stalls import HOLD_SLACK, StallMeter
 from scrapy_frontier.scheduler.tcp_timing import (
     SocketWatch,
     TcpTimes,
-    kernel_tick,
     serves_http11,
+    stamps_supported,
 )
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
@@ -59,13 +59,11 @@ class FetchTiming:
             self.stalls.start()
         if not self.want_tcp:
             return
-        tick = kernel_tick()
-        if tick is None:
-            logger.debug("FRONTIER_TCP_TIMING: this system gives no TCP timestamps; "
+        if not stamps_supported():
+            logger.debug("FRONTIER_TCP_TIMING: this system does not stamp TCP reads; "
                          "fetches are timed to their report")
             return
-        self.tcp = TcpTimes(tick)
-        set_value("frontier/fetch/tcp_tick_ms", round(1000 * tick, 1))
+        self.tcp = TcpTimes()
         if serves_http11(handlers):
             self.watch = SocketWatch()
 
