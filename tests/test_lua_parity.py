@@ -26,6 +26,7 @@ to disagree; they assert agreement like the others.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import time
@@ -101,6 +102,49 @@ def test_delay_matches_python(redis_client: redis.Redis, redis_prefix: str) -> N
     assert not mismatches, "\n".join(mismatches[:20])
     # The grid does reach both clamps (so a swapped min/max would show).
     assert clamped_low > 50 and clamped_high > 50
+
+
+# -- 1b. the rest after a fetch ---------------------------------------------------------------
+
+REST_TAIL = """
+local out = {}
+for i = 13, #ARGV, 5 do
+  local r = rest_after_fetch(tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]),
+                             tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]))
+  out[#out + 1] = string.format('%.17g', r)
+end
+return out
+"""
+
+#: Values of each argument of the rest function: the policy's delay, the time since the
+#: answer ended, and the three floors (robots.txt, the outcome, the operator).
+REST_VALUES = [0.0, 1e-9, 0.05, 0.5, 1.0, 3.0, 60.0, 1e9]
+
+
+def test_the_rest_after_a_fetch_matches_python(redis_client: redis.Redis,
+                                               redis_prefix: str) -> None:
+    """Lua's ``rest_after_fetch`` (what ``release`` rests a host by) equals
+    ``core.politeness.rest_after_fetch`` on every combination of a grid of its five
+    arguments: each floor, the time since the answer's end, and none of them winning."""
+    from scrapy_frontier.core.politeness import rest_after_fetch
+
+    frontier = RedisFrontier(redis_client, redis_prefix)
+    grid = list(itertools.product([0.0, 0.5, 1.0, 60.0], [0.0, 0.2, 0.5, 2.0, 100.0],
+                                  [0.0, 1.0], [0.0, 0.7, 3.0], [0.0, 5.0]))
+    grid += [tuple(random.Random(i).choice(REST_VALUES) for _ in range(5)) for i in range(200)]
+    got: list[float] = []
+    for chunk in range(0, len(grid), 100):
+        args = [repr(v) for row in grid[chunk:chunk + 100] for v in row]
+        got += [float(x) for x in run_lua(frontier, REST_TAIL, *args)]
+    want = [rest_after_fetch(*row) for row in grid]
+    mismatches = [(row, w, g) for row, w, g in zip(grid, want, got, strict=True) if w != g]
+    assert not mismatches, mismatches[:10]
+    # Each floor alone decides the rest somewhere in the grid, and so does the delay less
+    # the time since the answer's end (so a dropped or swapped argument would show).
+    for k in (2, 3, 4):
+        assert any(w == row[k] > max(row[j] for j in (2, 3, 4) if j != k) + row[0]
+                   for row, w in zip(grid, want, strict=True)), k
+    assert any(w == row[0] - row[1] > 0 < row[1] for row, w in zip(grid, want, strict=True))
 
 
 # -- 2. the biased level choice --------------------------------------------------------------

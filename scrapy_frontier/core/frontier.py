@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
 
 from scrapy_frontier.core.clock import Clock
-from scrapy_frontier.core.politeness import DelayPolicy
+from scrapy_frontier.core.politeness import DelayPolicy, rest_after_fetch
 from scrapy_frontier.core.prioritizer import FrontQueueChooser
 from scrapy_frontier.core.store import MemoryQueueStore, QueueStore
 
@@ -836,19 +836,10 @@ class Frontier(Generic[T]):
         hs.last_fetch = fetch_seconds if fetch_seconds > 0.0 else 0.0
         if self.group_hosts:
             self._release_group(hs.key, fetch_seconds, now)
-        rest = self.policy.delay(fetch_seconds)
-        if ended_ago > 0.0:  # (NaN is not > 0)
-            rest = rest - ended_ago if rest > ended_ago else 0.0
-        if self._min_rest:
-            floor = self._min_rest.get(hs.key, 0.0)
-            if floor > rest:
-                rest = floor
-        if rest_at_least > rest:
-            rest = rest_at_least
-        if self._delay:
-            floor = self._delay.get(hs.key, 0.0)
-            if floor > rest:
-                rest = floor
+        rest = rest_after_fetch(
+            self.policy.delay(fetch_seconds), ended_ago,
+            self._min_rest.get(hs.key, 0.0) if self._min_rest else 0.0, rest_at_least,
+            self._delay.get(hs.key, 0.0) if self._delay else 0.0)
         hs.next_contact = now + rest
         if ack:
             self.store.ack(lease.token)

@@ -47,3 +47,27 @@ class DelayPolicy:
 
     def next_contact(self, finished_at: float, fetch_seconds: float) -> float:
         return finished_at + self.delay(fetch_seconds)
+
+
+def rest_after_fetch(delay: float, ended_ago: float, min_rest: float, at_least: float,
+                     operator_delay: float) -> float:
+    """The rest a host gets after a fetch, counted from now.
+
+    ``delay`` is the policy's rest (:meth:`DelayPolicy.delay`), which counts from the
+    answer's end, ``ended_ago`` seconds back (never a negative rest); the host's floors
+    then raise it: its robots.txt minimum rest, the rest the outcome asks for (Retry-After,
+    back-off) and an operator's ``scrapy frontier delay``. The Redis frontier's Lua
+    ``rest_after_fetch`` (backends/redis/lua/prelude.lua) is the same function, compared
+    with this one by tests/test_lua_parity.py.
+    """
+    rest = delay
+    if ended_ago > 0.0:  # (NaN is not > 0)
+        rest = rest - ended_ago if rest > ended_ago else 0.0
+    if min_rest > rest:
+        rest = min_rest
+    if at_least > rest:
+        rest = at_least
+    if operator_delay > rest:
+        rest = operator_delay
+    return rest
+

@@ -46,6 +46,18 @@ local function delay(fetch)
   return math.min(MAXD, math.max(MIND, w))
 end
 
+-- The rest after a fetch, counted from now: core.politeness.rest_after_fetch, line for line.
+local function rest_after_fetch(d, ago, mr, at_least, od)
+  local rest = d
+  if ago > 0 then
+    if rest > ago then rest = rest - ago else rest = 0 end
+  end
+  if mr > rest then rest = mr end
+  if at_least > rest then rest = at_least end
+  if od > rest then rest = od end
+  return rest
+end
+
 local function stat(name, n) redis.call('HINCRBY', K_STATS, name, n) end
 
 -- A URL of a retired host kept out of the queues: counted as over budget or retired.
@@ -171,9 +183,7 @@ end
 local function release(host, fetch, at_least, ago)
   local mr = tonumber(redis.call('HGET', K_MINREST, host) or '0')
   local od = tonumber(redis.call('HGET', K_DELAY, host) or '0')
-  -- The delay policy's rest counts from the answer's end, ``ago`` seconds back (as
-  -- Frontier._release).
-  local nc = now + math.max(math.max(delay(fetch) - (ago or 0), 0), mr, od, at_least)
+  local nc = now + rest_after_fetch(delay(fetch), ago or 0, mr, at_least, od)
   redis.call('HDEL', K_LEASES, host)
   redis.call('ZREM', K_DEADLINES, host)
   redis.call('ZADD', K_REST, fmt(nc), host)
