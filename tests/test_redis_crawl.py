@@ -397,7 +397,7 @@ def test_backpressure_stops_handing_out_while_the_backlog_is_full(monkeypatch: A
                        handed_at=0.0, deadline=9.0, ready_at=0.0)
     driver._buffer = deque([lease])
     monkeypatch.setattr(redis_driver, "MAX_BACKLOG", 3)
-    pushed = redis_driver._Pushed(1, 1, True, True, False, "h", 4, b"")
+    pushed = redis_driver.Pushed(1, 1, True, True, False, "h", 4, b"")
     driver._next.pushes = [pushed] * 4
     assert sched.next_request() is None  # backlog over the limit: nothing handed out
     assert driver.counters["redis/backpressure"] == 1

@@ -278,3 +278,28 @@ def test_a_redis_restarted_empty_is_noticed_and_nothing_is_written() -> None:
         client.close()
     finally:
         server.stop()
+
+
+def test_a_round_runs_without_a_thread(redis_client: redis.Redis, redis_prefix: str) -> None:
+    """The Redis driver's I/O round is a function of its round and the shared state: run
+    here directly, it pushes, drops a duplicate, claims and completes on a real Redis."""
+    from scrapy_frontier.scheduler.drivers.redis_round import Pushed, Round, RoundRunner
+
+    frontier = RedisFrontier(redis_client, redis_prefix, front_queues=2, back_queues=2,
+                             policy=DelayPolicy(0.0, 0.0, 0.0))
+    seen = RedisSeenSet(redis_client, redis_prefix + "seen:", expected=1000)
+    runner = RoundRunner(frontier, seen, budget_for=lambda host: 0, clock=time.monotonic,
+                         unfetched=set())
+
+    def pushed(fp: int, host: str) -> Pushed:
+        return Pushed(fp, fp, True, True, False, host, 1, fp.to_bytes(8, "big") + b"r")
+
+    first = runner.run(Round(pushes=[pushed(1, "a.example"), pushed(2, "b.example")], want=1))
+    assert first.duplicates == 0 and first.dropped == [] and len(first.leases) == 1
+    again = runner.run(Round(pushes=[pushed(1, "a.example")], want=1))
+    assert again.duplicates == 1 and again.dropped == [0]  # seen: dropped as Scrapy drops it
+    assert len(again.leases) == 1  # the other host's request
+    done = runner.run(Round(completions=[(lease, 0.01, 0.0, None)
+                                         for lease in first.leases + again.leases]))
+    assert done.idle and done.queued == 0 and done.leases == []
+    check_redis_frontier(frontier)

@@ -35,7 +35,7 @@ import logging
 import random
 import threading
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from twisted.internet.defer import succeed
@@ -58,6 +58,12 @@ from scrapy_frontier.errors import (
 )
 from scrapy_frontier.observe.census import Census, HostCounts
 from scrapy_frontier.scheduler.drivers import DriverContext, Handout
+from scrapy_frontier.scheduler.drivers.redis_round import (
+    Pushed,
+    Round,
+    RoundAnswer,
+    RoundRunner,
+)
 from scrapy_frontier.scheduler.recrawl import add_validators
 from scrapy_frontier.scheduler.stalls import StallMeter
 from scrapy_frontier.scheduler.timer import call_later
@@ -76,86 +82,12 @@ redis_log = logging.getLogger("scrapy_frontier.redis")
 
 #: Longest pause between two attempts while Redis is unreachable.
 MAX_BACKOFF = 30.0
-#: Seconds between two reads of ``scrapy frontier recrawl``'s counter by a worker.
-MARKS_INTERVAL = 2.0
 #: Requests waiting locally for a round beyond which no new request is handed out:
 #: each fetch adds links, so while Redis cannot keep up (or is away) the backlog
 #: stops growing instead of filling the worker's memory.
 MAX_BACKLOG = 50_000
 #: Once anything asked for a census, the I/O rounds read the shared one this often.
 CENSUS_REFRESH = 1.0
-
-
-@dataclass(slots=True)
-class _Pushed:
-    fp: int
-    """The request's fingerprint (its page history), and the first 8 bytes of ``item``."""
-    key: int
-    """The seen-set member: ``fp``, or an occurrence key (see Driver.push)."""
-    dedupe: bool
-    mark: bool
-    start: bool
-    host: str
-    level: int
-    item: bytes
-    """8 bytes of fingerprint, then the encoded request."""
-    request: Request | None = None
-    """Kept until the round lands: a duplicate found there is dropped as Scrapy drops it
-    (the request_dropped signal, the dupe filter's log)."""
-
-
-@dataclass
-class _Round:
-    """What one I/O round sends; kept until Redis acknowledged it (retried otherwise)."""
-
-    pushes: list[_Pushed] = field(default_factory=list)
-    #: (lease, fetch seconds, rest at least, when the answer was complete or None).
-    completions: list[tuple[RedisLease, float, float, float | None]] = field(
-        default_factory=list)
-    min_rests: list[tuple[str, float]] = field(default_factory=list)
-    retire: list[str] = field(default_factory=list)
-    #: Page history updates: (fingerprint, URL, the visit, or None for a download error).
-    visits: list[tuple[int, str, Visit | None]] = field(default_factory=list)
-    want: int = 0
-    feed: int = 0
-    """How many due pages of the history to claim for recrawling."""
-    census: float | None = None
-    """Read the whole frontier's census (see RedisDriver.census); when it was asked for."""
-
-    def has_writes(self) -> bool:
-        return bool(self.pushes or self.completions or self.min_rests or self.retire
-                    or self.visits)
-
-    def merged(self, later: _Round) -> _Round:
-        return _Round(
-            pushes=self.pushes + later.pushes,
-            completions=self.completions + later.completions,
-            min_rests=self.min_rests + later.min_rests,
-            retire=self.retire + later.retire,
-            visits=self.visits + later.visits,
-        )
-
-
-@dataclass
-class _Answer:
-    leases: list[RedisLease]
-    duplicates: int
-    idle: bool
-    queued: int
-    in_flight: int
-    wakeup: float | None
-    """Seconds until a host becomes ready, when the round could not claim all it wanted."""
-    validators: dict[int, tuple[str | None, str | None]] = field(default_factory=dict)
-    """Lease ticket -> (ETag, Last-Modified) of the page's last full response."""
-    due: list[PageRecord] = field(default_factory=list)
-    starts_skipped: int = 0
-    dropped: list[int] = field(default_factory=list)
-    """Indexes (in the round's pushes) of duplicates and skipped start requests."""
-    census: SharedCensus | None = None
-    history: tuple[int, int | None] | None = None
-    """(pages, due) of the shared page history, read with the census."""
-    next_due: float | None = None
-    """Continuous recrawl: when the history's next page falls due (wall clock)."""
 
 
 class RedisDriver:
@@ -185,8 +117,8 @@ class RedisDriver:
         self._held: dict[int, RedisLease] = {}
         # Fetches that ended, waiting for the engine to be done with their request.
         self._finished: dict[int, tuple[RedisLease, float, float, float | None]] = {}
-        self._next = _Round()
-        self._sending: _Round | None = None
+        self._next = Round()
+        self._sending: Round | None = None
         self._in_flight: Deferred[Any] | None = None
         self._retry_at = 0.0
         self._backoff = 0.0
@@ -226,17 +158,10 @@ class RedisDriver:
         self._census_at = -CENSUS_REFRESH
         self._shared: SharedCensus | None = None
         self._shared_history: tuple[int, int | None] | None = None
-        # scrapy frontier recrawl's counter as last read (None: not read yet), and when
-        # to read it next (I/O thread).
-        self._marks: int | None = None
-        self._marks_read_at = 0.0
         self._next_due: float | None = None
         self._shared_read_at: float | None = None
-        #: The crawl's shared budget counters (budget_hosts, budget_items), read every
-        #: few seconds by the I/O thread.
-        self.shared_budget: dict[str, int] = {}
         self._unfetched: set[int] = set()
-        self._budget_read_at = 0.0
+        self._rounds: RoundRunner | None = None
 
     # -- opening and closing -----------------------------------------------------------
 
@@ -255,6 +180,9 @@ class RedisDriver:
             rng=random.Random(config.seed),
         )
         self.seen = RedisSeenSet(client, seen_key, expected=config.redis.seen_expected)
+        self._rounds = RoundRunner(self.remote, self.seen, budget_for=config.budget_for,
+                                   clock=self.ctx.clock, unfetched=self._unfetched,
+                                   recrawler=self.recrawler)
         self._codec = request_codec(spider)
         self._pool = ThreadPool(minthreads=1, maxthreads=1, name="scrapy-frontier-redis")
         # Daemon, and stopped with the reactor: a crawl that dies before close() (an
@@ -277,6 +205,8 @@ class RedisDriver:
 
     def attach_recrawler(self, recrawler: Recrawler) -> None:
         self.recrawler = recrawler
+        if self._rounds is not None:
+            self._rounds.recrawler = recrawler
 
     def close(self, reason: str) -> Deferred[None] | None:
         """Hand everything back to Redis, then stop the I/O thread.
@@ -304,7 +234,7 @@ class RedisDriver:
 
         def send_final(_: object) -> Deferred[Any]:
             final = self._next
-            self._next = _Round()
+            self._next = Round()
             final.completions.extend(self._finished.values())
             final.completions.extend((lease, 0.0, 0.0, None) for lease in self._held.values())
             # Handed back unfetched: not counted against the host's budget.
@@ -313,7 +243,7 @@ class RedisDriver:
             self._finished.clear()
             self._held.clear()
             for lease in self._buffer:
-                final.pushes.append(_Pushed(0, 0, False, False, False, lease.host, lease.level,
+                final.pushes.append(Pushed(0, 0, False, False, False, lease.host, lease.level,
                                             lease.item))
                 final.completions.append((lease, 0.0, 0.0, None))
             self._buffer.clear()
@@ -349,7 +279,7 @@ class RedisDriver:
             return self.local.push(host, level, request)
         fp = fp if fp is not None else 0
         self._pushed += 1
-        self._next.pushes.append(_Pushed(
+        self._next.pushes.append(Pushed(
             fp, fp if key is None else key, dedupe, mark, start, host, level,
             fp.to_bytes(8, "big", signed=True) + data,
             request if dedupe else None,
@@ -514,8 +444,8 @@ class RedisDriver:
             nxt.census = self._census_at = self.ctx.clock()
         if not (poll or nxt.want or nxt.has_writes()):
             return
-        self._sending, self._next = nxt, _Round()
-        d = deferToThreadPool(_reactor(), self._pool, self._io, nxt)
+        self._sending, self._next = nxt, Round()
+        d = deferToThreadPool(_reactor(), self._pool, self._run_round, nxt)
         d.addCallbacks(self._round_done, self._round_failed)
         self._in_flight = d
 
@@ -525,118 +455,22 @@ class RedisDriver:
 
         d.addBoth(landed)
 
-    def _io(self, rnd: _Round) -> _Answer:
-        """In the I/O thread: one round against Redis (see module doc)."""
-        remote, seen = self.remote, self.seen
-        assert remote is not None and seen is not None
-        recrawler = self.recrawler
-        duplicates = skipped = 0
-        dropped: list[int] = []
-        if rnd.pushes:
-            # A first look saves sending known duplicates; the push script tests again,
-            # atomically with the push (another worker may push the same URL meanwhile).
-            tested = [p.key for p in rnd.pushes if p.dedupe]
-            known = dict(zip(tested, seen.contains_many(tested), strict=True)) if tested else {}
-            fresh: list[tuple[str, int, bytes, tuple[str, int, bool] | None]] = []
-            starts: list[bool] = []
-            indexes: list[int] = []
-            for index, p in enumerate(rnd.pushes):
-                test = p.dedupe
-                history = p.start and p.key == p.fp and recrawler is not None
-                if p.dedupe and known.get(p.key, False):
-                    if not history:
-                        skipped += p.start
-                        duplicates += not p.start
-                        dropped.append(index)
-                        continue
-                    assert recrawler is not None
-                    if not recrawler.admit_start(p.fp, True, shared=True)[0]:
-                        skipped += 1
-                        dropped.append(index)
-                        continue
-                    test = False  # a start URL due for a recrawl: queued although seen
-                elif history:
-                    assert recrawler is not None
-                    if not recrawler.admit_start(p.fp, False, shared=True)[0]:
-                        skipped += 1
-                        dropped.append(index)
-                        continue
-                mark = p.mark or p.dedupe
-                fresh.append((p.host, p.level, p.item,
-                              (*seen.bucket(p.key), test) if mark else None))
-                starts.append(p.start)
-                indexes.append(index)
-            if fresh:
-                outcomes = remote.push_unseen(fresh)
-                for start, index, outcome in zip(starts, indexes, outcomes, strict=True):
-                    if outcome == 2:  # another worker queued it since the first look
-                        dropped.append(index)
-                        if start:
-                            skipped += 1
-                        else:
-                            duplicates += 1
-        for host, rest in rnd.min_rests:
-            remote.set_min_rest(host, rest)
-        for host in rnd.retire:
-            remote.retire(host)
-        if recrawler is not None:
-            for fp, url, visit in rnd.visits:
-                recrawler.record(fp, url, visit)
-            # Before the completions: a worker killed between the two then fetches the
-            # page again instead of losing its visit.
-            recrawler.store.flush()
-        budget_for = self.config.budget_for
-        clock = self.ctx.clock
-        for done, seconds, rest, ended_at in rnd.completions:
-            budget = -1 if done.ticket in self._unfetched else budget_for(done.host)
-            # How long ago the answer was complete, taken now: the script runs later
-            # still, so the rest it counts from its own clock starts no earlier.
-            ago = 0.0 if ended_at is None else max(0.0, clock() - ended_at)
-            remote.complete(done, seconds, rest_at_least=rest, budget=budget, ended_ago=ago)
-        leases: list[RedisLease] = []
-        for _ in range(rnd.want):
-            claimed = remote.pop()
-            if claimed is None:
-                break
-            leases.append(claimed)
-        if self.ctx.clock() >= self._budget_read_at:
-            self._budget_read_at = self.ctx.clock() + 5.0
-            self.shared_budget = remote.budget_stats()
-        front, back, held = remote.sizes()  # one round trip for all three
-        answer = _Answer(leases, duplicates, front + back + held == 0, front + back, held,
-                         remote.next_wakeup() if len(leases) < rnd.want else None)
-        answer.starts_skipped = skipped
-        answer.dropped = dropped
-        if rnd.census is not None:
-            answer.census = remote.census()
-            if recrawler is not None:
-                answer.history = recrawler.census()
-        if recrawler is not None:
-            for lease in leases:
-                record = recrawler.store.get(int.from_bytes(lease.item[:8], "big", signed=True))
-                if record is not None and (record.etag or record.last_modified):
-                    answer.validators[lease.ticket] = (record.etag, record.last_modified)
-            if self.ctx.clock() >= self._marks_read_at:
-                self._marks_read_at = self.ctx.clock() + MARKS_INTERVAL
-                read_marks = getattr(recrawler.store, "marks", None)
-                marks = int(read_marks()) if read_marks is not None else 0
-                if marks != self._marks:
-                    if self._marks is not None:  # pages were marked due by hand
-                        recrawler.reset_feed()
-                    self._marks = marks
-            if rnd.feed and answer.queued < 2 * rnd.feed:
-                answer.due = recrawler.take_due(rnd.feed)
-            if recrawler.settings.mode == "continuous":
-                answer.next_due = recrawler.next_due()
-            recrawler.store.flush()
-        return answer
+    def _run_round(self, rnd: Round) -> RoundAnswer:
+        """In the I/O thread: one round against Redis."""
+        assert self._rounds is not None
+        return self._rounds.run(rnd)
 
-    def _io_final(self, rnd: _Round) -> _Answer | None:
+    @property
+    def shared_budget(self) -> dict[str, int]:
+        """The crawl's shared budget counters, as the I/O thread last read them."""
+        return self._rounds.shared_budget if self._rounds is not None else {}
+
+    def _io_final(self, rnd: Round) -> RoundAnswer | None:
         """In the I/O thread, at close: the last round, then the history's last writes."""
-        answer = self._io(rnd) if rnd.has_writes() else None
-        if self.remote is not None:
+        answer = self._run_round(rnd) if rnd.has_writes() else None
+        if self.remote is not None and self._rounds is not None:
             with contextlib.suppress(RedisFrontierError):  # the stats only: never fail close
-                self.shared_budget = self.remote.budget_stats()
+                self._rounds.shared_budget = self.remote.budget_stats()
                 # The whole frontier after this worker's last writes, for the final progress
                 # line and the metrics that outlive the crawl (the last poll's may be older).
                 census = self.remote.census()
@@ -647,8 +481,8 @@ class RedisDriver:
             self.recrawler.close()
         return answer
 
-    def _round_done(self, answer: _Answer) -> None:
-        sent = self._sending or _Round()
+    def _round_done(self, answer: RoundAnswer) -> None:
+        sent = self._sending or Round()
         self._sending = None
         if self._closed:
             self._buffer.extend(answer.leases)  # given back by close()
@@ -696,7 +530,7 @@ class RedisDriver:
             with contextlib.suppress(ValueError, KeyError):  # already fired
                 _reactor().removeSystemEventTrigger(trigger)
 
-    def _dropped(self, sent: _Round, indexes: list[int]) -> None:
+    def _dropped(self, sent: Round, indexes: list[int]) -> None:
         """Requests the round refused: dropped as Scrapy's engine drops a request its
         scheduler refuses (request_dropped), duplicates logged by the dupe filter."""
         from scrapy import signals

@@ -1,0 +1,227 @@
+"""One I/O round of the Redis driver, as a function of what it sends and what it reads.
+
+The driver's I/O thread calls :meth:`RoundRunner.run` with the :class:`Round` the reactor
+gathered and hands the :class:`RoundAnswer` back; nothing here touches the reactor or a
+thread, so a test runs a round against a real Redis directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from scrapy_frontier.backends.redis.frontier import RedisFrontier, RedisLease, SharedCensus
+from scrapy_frontier.backends.redis.seen import RedisSeenSet
+
+if TYPE_CHECKING:
+    from scrapy import Request
+
+    from scrapy_frontier.core.history import PageRecord
+    from scrapy_frontier.core.recrawl import Recrawler, Visit
+
+#: Seconds between two reads of ``scrapy frontier recrawl``'s counter by a worker.
+MARKS_INTERVAL = 2.0
+#: Seconds between two reads of the crawl's shared budget counters.
+BUDGET_INTERVAL = 5.0
+
+
+@dataclass(slots=True)
+class Pushed:
+    fp: int
+    """The request's fingerprint (its page history), and the first 8 bytes of ``item``."""
+    key: int
+    """The seen-set member: ``fp``, or an occurrence key (see Driver.push)."""
+    dedupe: bool
+    mark: bool
+    start: bool
+    host: str
+    level: int
+    item: bytes
+    """8 bytes of fingerprint, then the encoded request."""
+    request: Request | None = None
+    """Kept until the round lands: a duplicate found there is dropped as Scrapy drops it
+    (the request_dropped signal, the dupe filter's log)."""
+
+
+@dataclass
+class Round:
+    """What one I/O round sends; kept until Redis acknowledged it (retried otherwise)."""
+
+    pushes: list[Pushed] = field(default_factory=list)
+    #: (lease, fetch seconds, rest at least, when the answer was complete or None).
+    completions: list[tuple[RedisLease, float, float, float | None]] = field(
+        default_factory=list)
+    min_rests: list[tuple[str, float]] = field(default_factory=list)
+    retire: list[str] = field(default_factory=list)
+    #: Page history updates: (fingerprint, URL, the visit, or None for a download error).
+    visits: list[tuple[int, str, Visit | None]] = field(default_factory=list)
+    want: int = 0
+    feed: int = 0
+    """How many due pages of the history to claim for recrawling."""
+    census: float | None = None
+    """Read the whole frontier's census (see RedisDriver.census); when it was asked for."""
+
+    def has_writes(self) -> bool:
+        return bool(self.pushes or self.completions or self.min_rests or self.retire
+                    or self.visits)
+
+    def merged(self, later: Round) -> Round:
+        return Round(
+            pushes=self.pushes + later.pushes,
+            completions=self.completions + later.completions,
+            min_rests=self.min_rests + later.min_rests,
+            retire=self.retire + later.retire,
+            visits=self.visits + later.visits,
+        )
+
+
+@dataclass
+class RoundAnswer:
+    leases: list[RedisLease]
+    duplicates: int
+    idle: bool
+    queued: int
+    in_flight: int
+    wakeup: float | None
+    """Seconds until a host becomes ready, when the round could not claim all it wanted."""
+    validators: dict[int, tuple[str | None, str | None]] = field(default_factory=dict)
+    """Lease ticket -> (ETag, Last-Modified) of the page's last full response."""
+    due: list[PageRecord] = field(default_factory=list)
+    starts_skipped: int = 0
+    dropped: list[int] = field(default_factory=list)
+    """Indexes (in the round's pushes) of duplicates and skipped start requests."""
+    census: SharedCensus | None = None
+    history: tuple[int, int | None] | None = None
+    """(pages, due) of the shared page history, read with the census."""
+    next_due: float | None = None
+    """Continuous recrawl: when the history's next page falls due (wall clock)."""
+
+
+class RoundRunner:
+    """Runs rounds for one worker: the shared frontier, its seen set and page history, and
+    what the rounds remember between them (when the budget and the recrawl marks were read)."""
+
+    def __init__(self, remote: RedisFrontier, seen: RedisSeenSet, *,
+                 budget_for: Callable[[str], int], clock: Callable[[], float],
+                 unfetched: set[int], recrawler: Recrawler | None = None) -> None:
+        self.remote = remote
+        self.seen = seen
+        self.recrawler = recrawler
+        self.budget_for = budget_for
+        self.clock = clock
+        #: Tickets of leases this worker gives back unfetched (read, never written, here).
+        self.unfetched = unfetched
+        #: The crawl's shared budget counters (budget_hosts, budget_items), read every
+        #: BUDGET_INTERVAL seconds.
+        self.shared_budget: dict[str, int] = {}
+        self._budget_read_at = 0.0
+        # scrapy frontier recrawl's counter as last read (None: not read yet), and when
+        # to read it next.
+        self._marks: int | None = None
+        self._marks_read_at = 0.0
+
+    def run(self, rnd: Round) -> RoundAnswer:
+        """One round against Redis (see scheduler/drivers/redis.py's docstring)."""
+        remote, seen = self.remote, self.seen
+        recrawler = self.recrawler
+        duplicates = skipped = 0
+        dropped: list[int] = []
+        if rnd.pushes:
+            # A first look saves sending known duplicates; the push script tests again,
+            # atomically with the push (another worker may push the same URL meanwhile).
+            tested = [p.key for p in rnd.pushes if p.dedupe]
+            known = dict(zip(tested, seen.contains_many(tested), strict=True)) if tested else {}
+            fresh: list[tuple[str, int, bytes, tuple[str, int, bool] | None]] = []
+            starts: list[bool] = []
+            indexes: list[int] = []
+            for index, p in enumerate(rnd.pushes):
+                test = p.dedupe
+                history = p.start and p.key == p.fp and recrawler is not None
+                if p.dedupe and known.get(p.key, False):
+                    if not history:
+                        skipped += p.start
+                        duplicates += not p.start
+                        dropped.append(index)
+                        continue
+                    assert recrawler is not None
+                    if not recrawler.admit_start(p.fp, True, shared=True)[0]:
+                        skipped += 1
+                        dropped.append(index)
+                        continue
+                    test = False  # a start URL due for a recrawl: queued although seen
+                elif history:
+                    assert recrawler is not None
+                    if not recrawler.admit_start(p.fp, False, shared=True)[0]:
+                        skipped += 1
+                        dropped.append(index)
+                        continue
+                mark = p.mark or p.dedupe
+                fresh.append((p.host, p.level, p.item,
+                              (*seen.bucket(p.key), test) if mark else None))
+                starts.append(p.start)
+                indexes.append(index)
+            if fresh:
+                outcomes = remote.push_unseen(fresh)
+                for start, index, outcome in zip(starts, indexes, outcomes, strict=True):
+                    if outcome == 2:  # another worker queued it since the first look
+                        dropped.append(index)
+                        if start:
+                            skipped += 1
+                        else:
+                            duplicates += 1
+        for host, rest in rnd.min_rests:
+            remote.set_min_rest(host, rest)
+        for host in rnd.retire:
+            remote.retire(host)
+        if recrawler is not None:
+            for fp, url, visit in rnd.visits:
+                recrawler.record(fp, url, visit)
+            # Before the completions: a worker killed between the two then fetches the
+            # page again instead of losing its visit.
+            recrawler.store.flush()
+        budget_for = self.budget_for
+        clock = self.clock
+        for done, seconds, rest, ended_at in rnd.completions:
+            budget = -1 if done.ticket in self.unfetched else budget_for(done.host)
+            # How long ago the answer was complete, taken now: the script runs later
+            # still, so the rest it counts from its own clock starts no earlier.
+            ago = 0.0 if ended_at is None else max(0.0, clock() - ended_at)
+            remote.complete(done, seconds, rest_at_least=rest, budget=budget, ended_ago=ago)
+        leases: list[RedisLease] = []
+        for _ in range(rnd.want):
+            claimed = remote.pop()
+            if claimed is None:
+                break
+            leases.append(claimed)
+        if self.clock() >= self._budget_read_at:
+            self._budget_read_at = self.clock() + BUDGET_INTERVAL
+            self.shared_budget = remote.budget_stats()
+        front, back, held = remote.sizes()  # one round trip for all three
+        answer = RoundAnswer(leases, duplicates, front + back + held == 0, front + back, held,
+                         remote.next_wakeup() if len(leases) < rnd.want else None)
+        answer.starts_skipped = skipped
+        answer.dropped = dropped
+        if rnd.census is not None:
+            answer.census = remote.census()
+            if recrawler is not None:
+                answer.history = recrawler.census()
+        if recrawler is not None:
+            for lease in leases:
+                record = recrawler.store.get(int.from_bytes(lease.item[:8], "big", signed=True))
+                if record is not None and (record.etag or record.last_modified):
+                    answer.validators[lease.ticket] = (record.etag, record.last_modified)
+            if self.clock() >= self._marks_read_at:
+                self._marks_read_at = self.clock() + MARKS_INTERVAL
+                read_marks = getattr(recrawler.store, "marks", None)
+                marks = int(read_marks()) if read_marks is not None else 0
+                if marks != self._marks:
+                    if self._marks is not None:  # pages were marked due by hand
+                        recrawler.reset_feed()
+                    self._marks = marks
+            if rnd.feed and answer.queued < 2 * rnd.feed:
+                answer.due = recrawler.take_due(rnd.feed)
+            if recrawler.settings.mode == "continuous":
+                answer.next_due = recrawler.next_due()
+            recrawler.store.flush()
+        return answer
