@@ -20,26 +20,18 @@ from scrapy import Request, signals
 from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.misc import build_from_crawler, load_object
 
-from scrapy_frontier.core.prioritizer import PriorityMapper
-from scrapy_frontier.core.recrawl_priority import HostRules
-from scrapy_frontier.dupefilter import FrontierDupeFilter
 from scrapy_frontier.errors import (
     FrontierError,
     HistoryStoreError,
     RedisFrontierError,
     StoreError,
 )
-from scrapy_frontier.fingerprint import Fingerprinter64, occurrence_key
+from scrapy_frontier.fingerprint import Fingerprinter64
 from scrapy_frontier.hostkey import HostlessURL, host_key
-from scrapy_frontier.meta import (
-    BOOST_META,
-    FORCE_META,
-    LEASE_META,
-    RECRAWL_META,
-    START_META,
-)
+from scrapy_frontier.meta import LEASE_META
 from scrapy_frontier.observe.observer import Observer
 from scrapy_frontier.observe.opening import frontier_line, history_line
+from scrapy_frontier.scheduler.admission import Admission
 from scrapy_frontier.scheduler.drivers import DriverContext, load_driver
 from scrapy_frontier.scheduler.engine import EngineAdapter
 from scrapy_frontier.scheduler.fetch_timing import FetchTiming
@@ -94,8 +86,6 @@ class FrontierScheduler:
         self.engine = EngineAdapter(crawler)
         self.waker = EngineWaker(self.engine, clock,
                                  counted=partial(self.stats.inc_value, "frontier/engine_wakeups"))
-        self.mapper = PriorityMapper(config.front_queues)
-        self.host_rules = HostRules(config.priority_rules)
         self.inflight = InFlight(config.lease_timeout)
         self.rules = SiteRules(config, self.stats, clock)
         self.fp64 = Fingerprinter64(crawler.request_fingerprinter)
@@ -109,30 +99,17 @@ class FrontierScheduler:
         )
         cls = driver_cls if driver_cls is not None else load_driver(config.driver_path)
         self.driver: Driver = cls(context)
-        self._frontier_df = isinstance(dupefilter, FrontierDupeFilter)
-        # The driver's seen set is shared by every worker: it tests and marks there.
-        self._shared_seen = self.driver.shared_seen
-        # Decided once, read once per request: whether _route needs the fingerprint,
-        # and whether the driver's shared seen set does the whole seen test.
-        self._route_fp = self._frontier_df or self._shared_seen
-        self._driver_dedupes = self._frontier_df and self._shared_seen
+        self.admission = Admission(config, dupefilter, self.driver, self.stats, self.fp64,
+                                   history_failed=self._store_failed)
         self._needs_ack = self.driver.needs_ack
-        # A driver written before budgets (FRONTIER_BACKEND as an import path) has none.
-        self._over_budget = getattr(self.driver, "over_budget", None) or _no_budget
         self._debug = politeness_log.isEnabledFor(logging.DEBUG)
-        # Start requests of this run already let through (Scrapy fetches a start URL
-        # listed twice twice); their fingerprints only.
-        # (On a shared frontier: how often each was listed, see occurrence_key.)
-        self._own_starts: dict[int, int] = {}
         self._feed_at = 0.0
         self._check_leases_at = 0.0
         self._closed = False
         self._failed = False
         self.uses_signals = False
-        self._enqueued = 0
         self._dequeued = 0
         self._completed = 0
-        self._bad_boosts = 0
         self._warned_lease = False
         self.observer: Observer | None = None
 
@@ -198,6 +175,7 @@ class FrontierScheduler:
             observer.stop()
             logger.error("scrapy-frontier cannot start: %s", exc)
             raise
+        self.admission.spider, self.admission.recrawl = spider, self.recrawl
         if self.recrawl is not None:
             self.driver.attach_recrawler(self.recrawl.recrawler)
             if mode == "continuous":
@@ -287,7 +265,7 @@ class FrontierScheduler:
                 if ticket is not None:
                     self._fetch_ended(ticket)
                 return False
-            queued = self._route(request, meta, host, ticket)
+            queued = self.admission.route(request, meta, host, ticket)
             if ticket is not None:
                 # After the push, so that the request this one became is stored first.
                 self._fetch_ended(ticket)
@@ -297,100 +275,6 @@ class FrontierScheduler:
             # state cannot be kept consistent any more, so the crawl stops.
             self._store_failed(exc)
             return True
-
-    def _route(self, request: Request, meta: dict[str, Any], host: str,
-               ticket: int | None) -> bool:
-        """Filter, then queue: the seen test, the start gate, the priority."""
-        fp: int | None = self.fp64(request) if self._route_fp else None
-        dedupe = mark = start = False
-        key: int | None = None
-        if request.dont_filter:
-            if (ticket is None and self.driver.persistent and START_META in meta
-                    and not meta.get(RECRAWL_META) and not meta.get(FORCE_META)):
-                fp = self.fp64(request) if fp is None else fp
-                # A spider that lists a start URL twice fetches it twice, as with Scrapy;
-                # N workers of that spider on a shared frontier fetch it twice too, not 2N
-                # times: the n-th copy of a worker is gated on a key of its own.
-                seen_before = self._own_starts.get(fp, 0)
-                self._own_starts[fp] = seen_before + 1
-                start = self._shared_seen or not seen_before
-                if self._shared_seen and seen_before:
-                    key = occurrence_key(fp, seen_before)
-            if start:
-                if self._shared_seen:
-                    dedupe = mark = True  # the driver's start gate, on the shared seen set
-                elif self._admit_start(request, fp):  # type: ignore[arg-type]
-                    start = False
-                else:
-                    return False
-            elif self._shared_seen:
-                mark = self._frontier_df
-            # Not filtered, but marked seen: a later ordinary link to the same URL is
-            # not fetched again (Scrapy's filter leaves it unmarked).
-            elif self._frontier_df:
-                self.df.fingerprint_seen(fp)  # type: ignore[attr-defined,arg-type]
-            else:
-                self.df.request_seen(request)
-        elif self._driver_dedupes:
-            dedupe = mark = True
-        elif (self.df.fingerprint_seen(fp) if self._frontier_df  # type: ignore[attr-defined]
-              else self.df.request_seen(request)):
-            self.df.log(request, self.spider)  # type: ignore[arg-type]
-            if self.recrawl is not None:
-                self.recrawl.inlink(fp)
-            return False
-        priority = request.priority
-        if self.host_rules.rules or BOOST_META in meta:
-            priority += self.host_rules.boost(host) + self._boost(request)
-        # By position (see Driver.push): this runs once per request.
-        if self.driver.push(request, host, self.mapper.level(priority), fp, dedupe, mark,
-                            start, key):
-            self._enqueued += 1
-            return True
-        if self._over_budget(host):
-            return False  # counted by the driver (frontier/budget/requests), not logged each
-        self.stats.inc_value("frontier/retired_requests")
-        self.stats.inc_value("frontier/retired_requests/refused")
-        logger.info("Dropped %s: its host %r was retired", request, host)
-        return False
-
-    def _seen(self, request: Request, fp: int | None) -> bool:
-        if self._frontier_df:
-            return bool(self.df.fingerprint_seen(fp))  # type: ignore[attr-defined]
-        return bool(self.df.request_seen(request))
-
-    def _admit_start(self, request: Request, fp: int) -> bool:
-        """The start gate on this process's persistent state (see Recrawler.admit_start)."""
-        seen = self._seen(request, fp)
-        if self.recrawl is None:
-            admitted = not seen
-        else:
-            try:
-                admitted, record = self.recrawl.recrawler.admit_start(fp, seen, shared=False)
-            except HistoryStoreError as exc:
-                self._history_failed(exc)
-                return True  # fetching a page again is the safe side
-            if admitted and record is not None:
-                self.recrawl.add_validators(request, record)
-        if not admitted:
-            self.stats.inc_value("frontier/start/skipped")
-        return admitted
-
-    def _boost(self, request: Request) -> int:
-        raw = request.meta.get(BOOST_META, 0)
-        try:
-            if isinstance(raw, bool):
-                raise TypeError
-            return int(raw)
-        except (TypeError, ValueError, OverflowError):
-            self._bad_boosts += 1
-            if self._bad_boosts == 1:
-                logger.warning(
-                    "meta[%r]=%r on %s is not an integer: ignored (counted in "
-                    "frontier/rejected/bad_boost)", BOOST_META, raw, request,
-                )
-            self.stats.inc_value("frontier/rejected/bad_boost")
-            return 0
 
     def next_request(self) -> Request | None:
         if self._failed or self._closed:
@@ -745,7 +629,7 @@ class FrontierScheduler:
 
     def publish_stats(self) -> None:
         set_value = self.stats.set_value
-        enqueued = self._enqueued - self.driver.dropped_later
+        enqueued = self.admission.enqueued - self.driver.dropped_later
         if enqueued:
             set_value("frontier/enqueued", enqueued)
             set_value("scheduler/enqueued", enqueued)  # Scrapy's name, for dashboards
@@ -759,10 +643,6 @@ class FrontierScheduler:
         self.driver.publish_stats(self.stats)
         if self.recrawl is not None:
             self.recrawl.publish_stats(self.stats)
-
-
-def _no_budget(host: str) -> bool:
-    return False
 
 
 def _sample_urls(requests: list[Request], limit: int = 10) -> str:
