@@ -591,7 +591,7 @@ def test_a_kill_after_a_fetch_keeps_its_visit_or_its_request(tmp_path: Path) -> 
     sched.fetch_sent(request)
     sched.fetch_finished(request)
     sched.page_visited(request, Visit(status=200, digest="d"))
-    sched._acknowledge()  # the engine is done with the request
+    sched.leases.acknowledge()  # the engine is done with the request
     moments = []
     for _ in range(4):
         sched.next_request()  # the scheduler's own writes happen here

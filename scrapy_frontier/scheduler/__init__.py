@@ -35,7 +35,7 @@ from scrapy_frontier.scheduler.admission import Admission
 from scrapy_frontier.scheduler.drivers import DriverContext, load_driver
 from scrapy_frontier.scheduler.engine import EngineAdapter
 from scrapy_frontier.scheduler.fetch_timing import FetchTiming
-from scrapy_frontier.scheduler.inflight import InFlight
+from scrapy_frontier.scheduler.inflight import InFlight, LeaseKeeper
 from scrapy_frontier.scheduler.recrawl import RecrawlHooks
 from scrapy_frontier.scheduler.site_rules import SiteRules
 from scrapy_frontier.scheduler.timer import EngineWaker, call_later
@@ -102,15 +102,15 @@ class FrontierScheduler:
         self.admission = Admission(config, dupefilter, self.driver, self.stats, self.fp64,
                                    history_failed=self._store_failed)
         self._needs_ack = self.driver.needs_ack
+        self.leases = LeaseKeeper(self.inflight, self.engine, self.driver, self.stats,
+                                  config.lease_timeout, ended=self.fetch_finished)
         self._debug = politeness_log.isEnabledFor(logging.DEBUG)
         self._feed_at = 0.0
-        self._check_leases_at = 0.0
         self._closed = False
         self._failed = False
         self.uses_signals = False
         self._dequeued = 0
         self._completed = 0
-        self._warned_lease = False
         self.observer: Observer | None = None
 
     @classmethod
@@ -289,9 +289,9 @@ class FrontierScheduler:
         now = self.clock()
         # Cheap tests first: this runs for every request handed out.
         if self._needs_ack and self.inflight.unacknowledged:
-            self._acknowledge()
-        if now >= self._check_leases_at or self.uses_signals:
-            self._expire_leases(now)
+            self.leases.acknowledge()
+        if now >= self.leases.check_at or self.uses_signals:
+            self.leases.check(now, every_lease=self.uses_signals)
         if (self.recrawl is not None and now >= self._feed_at
                 and len(self.driver) < 2 * self.config.recrawl.feed_batch):
             self._feed_due(now)
@@ -309,57 +309,6 @@ class FrontierScheduler:
         self.inflight.hand_out(handout.ticket, handout.host, request, now)
         self._dequeued += 1
         return request
-
-    def _acknowledge(self) -> None:
-        """Acknowledge the fetched URLs whose request the engine is done with."""
-        ack = self.driver.ack
-        for ticket in self.inflight.acknowledgeable(self.engine.in_progress()):
-            ack(ticket)
-
-    def _expire_leases(self, now: float) -> None:
-        """End the leases whose fetch end was never reported.
-
-        A lease whose request the engine no longer works on is over (the middleware
-        never saw it end: a robots.txt IgnoreRequest in signals mode, a download handler
-        that returned something that is not a Response); one past its deadline too.
-        """
-        if not self.uses_signals:
-            if now < self._check_leases_at:
-                return
-            # Once a second at most with the middleware (it reports nearly every end).
-            self._check_leases_at = now + 1.0
-        if not len(self.inflight):
-            return
-        in_progress = self.engine.in_progress()
-        if in_progress is not None:
-            # Signals mode: any lease; else only leases out for a second (a request the
-            # engine has not taken yet is not orphaned).
-            before = now if self.uses_signals else now - 1.0
-            for flight in self.inflight.untracked(in_progress, before):
-                self.fetch_finished(flight.request)
-        for flight in self.inflight.expired(now, keep=self.driver.needs_ack):
-            if in_progress is not None and flight.request in in_progress:
-                # Still downloading (FRONTIER_LEASE_TIMEOUT below the fetch time): the
-                # host stays busy, or a second fetch would overlap this one.
-                self.inflight.renew(flight, now)
-                self._lease_extended(flight)
-                continue
-            self.stats.inc_value("frontier/lease_expired")
-            logger.warning(
-                "No end was reported for %s within %.0f s (FRONTIER_LEASE_TIMEOUT); "
-                "releasing host %r", flight.request, self.config.lease_timeout, flight.host,
-            )
-            self.driver.release(flight.ticket, now - flight.handed_at, 0.0)
-
-    def _lease_extended(self, flight: Any) -> None:
-        self.stats.inc_value("frontier/lease_extended")
-        if not self._warned_lease:
-            self._warned_lease = True
-            logger.warning(
-                "%s is still being fetched after FRONTIER_LEASE_TIMEOUT (%.0f s): its lease is "
-                "extended. Set FRONTIER_LEASE_TIMEOUT above DOWNLOAD_TIMEOUT (the default is "
-                "DOWNLOAD_TIMEOUT + 60 s).", flight.request, self.config.lease_timeout,
-            )
 
     # -- fetch ends ----------------------------------------------------------------------
 

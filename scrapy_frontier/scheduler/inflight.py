@@ -14,13 +14,16 @@ A lease whose end is never reported expires after ``FRONTIER_LEASE_TIMEOUT``.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import logging
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from scrapy_frontier.meta import LEASE_META
 
 if TYPE_CHECKING:
     from scrapy import Request
+
+logger = logging.getLogger("scrapy_frontier.scheduler")
 
 
 class Fetch:
@@ -134,3 +137,73 @@ class InFlight:
         self._out.clear()
         self._ended.clear()
         return out, ended
+
+
+class LeaseKeeper:
+    """Ends the leases the in-flight ledger holds that no report will end, and
+    acknowledges the ended ones the engine is done with."""
+
+    def __init__(self, inflight: InFlight, engine: Any, driver: Any, stats: Any,
+                 lease_timeout: float, *, ended: Callable[[Request], None]) -> None:
+        self.inflight = inflight
+        self.engine = engine  # scheduler.engine.EngineAdapter
+        self.driver = driver
+        self.stats = stats
+        self.lease_timeout = lease_timeout
+        self.ended = ended
+        #: When to look again (at most once a second while the middleware reports ends).
+        self.check_at = 0.0
+        self._warned = False
+
+    def acknowledge(self) -> None:
+        """Acknowledge the fetched URLs whose request the engine is done with."""
+        ack = self.driver.ack
+        for ticket in self.inflight.acknowledgeable(self.engine.in_progress()):
+            ack(ticket)
+
+    def check(self, now: float, *, every_lease: bool = False) -> None:
+        """End the leases whose fetch end was never reported.
+
+        A lease whose request the engine no longer works on is over (the middleware
+        never saw it end: a robots.txt IgnoreRequest in signals mode, a download handler
+        that returned something that is not a Response); one past its deadline too.
+        ``every_lease`` (signals mode, where no middleware reports): look at every lease
+        now, not only those out for a second.
+        """
+        if not every_lease:
+            if now < self.check_at:
+                return
+            self.check_at = now + 1.0
+        inflight = self.inflight
+        if not len(inflight):
+            return
+        in_progress = self.engine.in_progress()
+        if in_progress is not None:
+            # A request the engine has not taken yet is not orphaned.
+            before = now if every_lease else now - 1.0
+            for fetch in inflight.untracked(in_progress, before):
+                self.ended(fetch.request)
+        for fetch in inflight.expired(now, keep=self.driver.needs_ack):
+            if in_progress is not None and fetch.request in in_progress:
+                # Still downloading (FRONTIER_LEASE_TIMEOUT below the fetch time): the
+                # host stays busy, or a second fetch would overlap this one.
+                inflight.renew(fetch, now)
+                self._extended(fetch)
+                continue
+            self.stats.inc_value("frontier/lease_expired")
+            logger.warning(
+                "No end was reported for %s within %.0f s (FRONTIER_LEASE_TIMEOUT); "
+                "releasing host %r", fetch.request, self.lease_timeout, fetch.host,
+            )
+            self.driver.release(fetch.ticket, now - fetch.handed_at, 0.0)
+
+    def _extended(self, fetch: Fetch) -> None:
+        self.stats.inc_value("frontier/lease_extended")
+        if not self._warned:
+            self._warned = True
+            logger.warning(
+                "%s is still being fetched after FRONTIER_LEASE_TIMEOUT (%.0f s): its lease is "
+                "extended. Set FRONTIER_LEASE_TIMEOUT above DOWNLOAD_TIMEOUT (the default is "
+                "DOWNLOAD_TIMEOUT + 60 s).", fetch.request, self.lease_timeout,
+            )
+
