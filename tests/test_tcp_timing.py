@@ -101,6 +101,40 @@ def test_the_span_holds_the_servers_time_and_not_the_unread_wait(
 
 
 @linux
+def test_a_pause_between_the_clock_readings_never_dates_the_arrival_early(
+    pair: tuple[socket.socket, socket.socket], times: TcpTimes, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A read takes the wall clock and the monotonic clock one after the other; on a busy
+    machine the process can be paused in between. The arrival (a wall-clock stamp) is
+    turned into the monotonic clock with those two readings, so the pause must only ever
+    make it later. Here every wall-clock reading comes after a pause of 0.9 ms (below what
+    counts as a step of the wall clock)."""
+    from types import SimpleNamespace
+
+    from scrapy_frontier.scheduler import tcp_timing
+
+    def paused_wall_clock() -> float:
+        until = time.perf_counter() + 0.0009
+        while time.perf_counter() < until:
+            pass
+        return time.time()
+
+    client, server = pair
+    transport = _stamped(client, times)
+    sent_before, server_start, server_end, _ = _answer(transport, server, 0.01, 0.02)
+    monkeypatch.setattr(tcp_timing, "time", SimpleNamespace(time=paused_wall_clock,
+                                                            monotonic=time.monotonic))
+    times.wall.note(time.monotonic(), time.time())
+    assert transport.socket.recv(100).endswith(b"body")
+    answer = times.begin(transport, time.monotonic())
+    assert answer is not None
+    span = times.end(answer, sent_before - 1.0, time.monotonic())
+    assert span.stamped
+    assert span.end >= server_end
+    assert span.end - span.start >= server_end - server_start
+
+
+@linux
 def test_the_send_is_when_the_requests_first_bytes_went(
     pair: tuple[socket.socket, socket.socket], times: TcpTimes,
 ) -> None:

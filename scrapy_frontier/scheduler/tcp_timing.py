@@ -12,8 +12,9 @@ later fetch on it:
 * **the arrival** is when the kernel received the answer's last bytes: each read is a
   ``recvmsg`` with ``SO_TIMESTAMPNS``, whose control message is the kernel's nanosecond
   wall-clock receive time of the last bytes it returned, taken as they arrived. It is turned
-  into the monotonic clock at the read, with room for the wall clock's largest slew, and not
-  trusted across a step of the wall clock. A read without a stamp ends the fetch at the
+  into the monotonic clock with the two clocks read at the read (the wall clock first, so
+  that a pause in between only dates it later), and not trusted across a step of the wall
+  clock. A read without a stamp ends the fetch at the
   read's own time: never before the bytes came in.
 
 So the fetch as the server saw it lies inside the span given, and the rest counts from its
@@ -39,9 +40,8 @@ _SO_TIMESTAMPNS = 35
 _TIMESPEC = struct.Struct("@ll")
 _ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 
-#: NTP slews the wall clock by at most 500 ppm; a wall-clock interval is shrunk by twice that.
-_SLEW = 0.001
-#: A change of the wall clock's offset larger than this (plus the slew) is a step.
+#: A change of the wall clock's offset from the monotonic clock larger than this is a step.
+#: (NTP's slewing moves both clocks alike; only a step, such as clock_settime, moves one.)
 _STEP = 0.001
 
 _LINUX = sys.platform == "linux"
@@ -93,10 +93,12 @@ class StampedSocket:
     def recv(self, size: int, flags: int = 0) -> bytes:
         data, ancillary, _, _ = self.sock.recvmsg(size, _ANCILLARY, flags)
         if data:
+            # The wall clock first: a pause between the two readings (a busy machine) then
+            # only dates the arrival later, never earlier.
+            self.wall_at = time.time()
             self.read_at = time.monotonic()
             if self._sending is not None:  # the first bytes of an answer to what was sent
                 self.request_sent, self._sending = self._sending, None
-            self.wall_at = time.time()
             arrived = None
             for level, kind, payload in ancillary:
                 if (level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS
@@ -203,24 +205,23 @@ class Answer:
 
 class WallClockWatch:
     """Since when the wall clock has moved with the monotonic clock, from the pairs of
-    readings the stamped reads take: a change of their difference beyond the slew is a
-    step (an operator, or NTP at boot), and no arrival before it is trusted."""
+    readings the stamped reads take: a change of their difference by more than 1 ms is a
+    step (an operator, NTP at boot, a resume from suspend), and no arrival before it is
+    trusted."""
 
-    __slots__ = ("steady_since", "_offset", "_at")
+    __slots__ = ("steady_since", "_offset")
 
     def __init__(self) -> None:
         #: No reading yet: nothing is known to be steady.
         self.steady_since = float("inf")
         self._offset: float | None = None
-        self._at = 0.0
 
     def note(self, monotonic: float, wall: float) -> float:
         """One pair of readings; the monotonic time since which the wall clock is steady."""
         offset = wall - monotonic
-        if self._offset is None or abs(offset - self._offset) > _STEP + _SLEW * abs(
-                monotonic - self._at):
+        if self._offset is None or abs(offset - self._offset) > _STEP:
             self.steady_since = monotonic
-        self._offset, self._at = offset, monotonic
+        self._offset = offset
         return self.steady_since
 
 
@@ -268,6 +269,5 @@ class TcpTimes:
         waited = sock.wall_at - arrived
         if waited < 0.0:
             return None
-        # Shrunk by the largest slew: a wall clock running fast never dates it early.
-        at = read_at - waited * (1.0 - _SLEW)
+        at = read_at - waited
         return at if at >= steady_since else None
