@@ -233,3 +233,23 @@ def test_a_stall_in_the_middle_of_a_fetch_is_not_discounted() -> None:
         clock.advance(0.01)
         waited += 0.01
     assert waited == pytest.approx(4.0, abs=0.015)
+
+
+def test_the_start_is_never_moved_after_the_send() -> None:
+    """Scrapy's ``download_latency`` runs from its handler's start to when the headers came
+    in; the scheduler's headers_received handler runs later, after whatever else the loop
+    had to do (a busy machine). ``now - download_latency`` is then later than the request
+    went out, so it must not become the fetch's start: the fetch below took 100 ms from its
+    send, and rests 1 s, not the 500 ms that start would give."""
+    sched, clock, _ = make_scheduler({"FRONTIER_DELAY_FACTOR": 10})
+    for i in range(3):
+        sched.enqueue_request(Request(f"http://a.example/{i}"))
+    req = sched.next_request()
+    assert req is not None
+    sched.fetch_sent(req)
+    clock.advance(0.1)
+    req.meta["download_latency"] = 0.05  # measured 50 ms before this handler runs
+    sched._on_headers_received({}, None, req, None)
+    sched.fetch_finished(req)
+    assert _rest_after(sched, clock, req) == pytest.approx(1.0, abs=0.015)
+

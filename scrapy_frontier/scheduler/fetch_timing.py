@@ -92,16 +92,6 @@ class FetchTiming:
                     "fetches are timed to their end in the crawler instead, which a busy "
                     "spider can lengthen. Please report it with your Scrapy version.",
                     watch.missed)
-        # Scrapy's HTTP handler times from just before it writes the request
-        # ("download_latency", set as the headers arrive): a later, truer start than
-        # the middleware's, which the download slot's queue and the connection pool
-        # still lay ahead of. Used only if it is inside the middleware's interval.
-        latency = request.meta.get("download_latency")
-        started = fetch.sent_at
-        if isinstance(latency, float) and started is not None:
-            sent = now - latency
-            if started < sent <= now:
-                fetch.sent_at = sent
 
     def end(self, fetch: Fetch, now: float, failed: bool) -> FetchEnd:
         """``fetch`` ended (``failed``: with an exception), as the scheduler learnt ``now``.
