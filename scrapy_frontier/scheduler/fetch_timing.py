@@ -1,9 +1,8 @@
 """How long each fetch took as the server saw it, and when its answer ended.
 
-One component owns the fetch's timing from the answer's headers to its end: the kernel's
-times (``scheduler.tcp_timing``), the opt-in discount of the loop's own stalls
-(``scheduler.stalls``, ``core.fetch_time``), the start Scrapy's HTTP handler reports, and
-the stats of all three. The scheduler asks it one question per fetch, :meth:`FetchTiming.end`,
+One component owns the fetch's timing from its send to its end: the kernel's times
+(``scheduler.tcp_timing``), the opt-in discount of the loop's own stalls
+(``scheduler.stalls``, ``core.fetch_time``), and the stats of both. The scheduler asks it one question per fetch, :meth:`FetchTiming.end`,
 and gets one answer, a :class:`FetchEnd`.
 """
 
