@@ -54,6 +54,9 @@ _REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 def _instructions(root: Path, phase: int, n: int, hosts: int) -> int:
     env = dict(os.environ)
+    # One hash seed for every process: string hashing otherwise changes dict and set
+    # layouts, and with them the instructions, from one process to the next.
+    env["PYTHONHASHSEED"] = "0"
     env["PYTHONPATH"] = os.pathsep.join([str(root), str(root / "benchmarks")])
     proc = subprocess.run(
         ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",

@@ -2,8 +2,8 @@
 
 One component owns the fetch's timing from its send to its end: the kernel's times
 (``scheduler.tcp_timing``), the opt-in discount of the loop's own stalls
-(``scheduler.stalls``, ``core.fetch_time``), and the stats of both. The scheduler asks it one question per fetch, :meth:`FetchTiming.end`,
-and gets one answer, a :class:`FetchEnd`.
+(``scheduler.stalls``, ``core.fetch_time``), and the stats of both. The scheduler asks it
+one question per fetch, :meth:`FetchTiming.end`, and gets one answer, a :class:`FetchEnd`.
 """
 
 from __future__ import annotations
