@@ -110,7 +110,7 @@ class StampedSocket:
 
     def send(self, data: Any, flags: int = 0) -> int:
         if self._sending is None:
-            self._sending = time.monotonic()  # before the bytes go: no earlier than this
+            self._sending = time.monotonic()  # before the bytes go: none left earlier
         return self.sock.send(data, flags)
 
     def __getattr__(self, name: str) -> Any:
