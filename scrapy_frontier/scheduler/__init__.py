@@ -209,8 +209,8 @@ class FrontierScheduler:
         self.timing.close()
         out, ended = self.inflight.take_all()
         # The engine has processed every response by now.
-        for flight in ended:
-            self.driver.ack(flight.ticket)
+        for fetch in ended:
+            self.driver.ack(fetch.ticket)
         self._report_dropped()
         if self.observer is not None:
             self.observer.stop()  # the last progress line: the crawl's final numbers
@@ -290,7 +290,7 @@ class FrontierScheduler:
         # Cheap tests first: this runs for every request handed out.
         if self._needs_ack and self.inflight.unacknowledged:
             self.leases.acknowledge()
-        if now >= self.leases.check_at or self.uses_signals:
+        if self.uses_signals or now >= self.leases.check_at:
             self.leases.check(now, every_lease=self.uses_signals)
         if (self.recrawl is not None and now >= self._feed_at
                 and len(self.driver) < 2 * self.config.recrawl.feed_batch):
@@ -351,12 +351,12 @@ class FrontierScheduler:
     ) -> None:
         if self._closed:
             return
-        flight = self.inflight.end(ticket, keep=self._needs_ack)
-        if flight is None:
+        fetch = self.inflight.end(ticket, keep=self._needs_ack)
+        if fetch is None:
             return  # a late report, or one already made: never release a host twice
-        host, started = flight.host, flight.sent_at
+        host, started = fetch.host, fetch.sent_at
         now = self.clock()
-        fetch = self.timing.end(flight, now, exception is not None)
+        timed = self.timing.end(fetch, now, exception is not None)
         rest, failures = 0.0, 0
         if response is not None or exception is not None:
             rest, failures = self.rules.outcome_rest(host, response, exception)
@@ -364,14 +364,14 @@ class FrontierScheduler:
             robots_end = self.rules.robots_rest_end(host, take=True)
             if robots_end is not None:
                 rest = max(rest, robots_end - now)
-        self.driver.release(ticket, fetch.duration, rest, fetch.ended_at)
+        self.driver.release(ticket, timed.duration, rest, timed.ended_at)
         self._completed += 1
         if failures and self.rules.should_retire(failures):
             self._retire(host, failures, response, exception)
         if self._debug:
             politeness_log.debug(
                 "host %r: fetch took %.4f s, rest at least %.3f s (sent %.4f, answer ended %s, "
-                "stalls %s)", host, fetch.duration, rest, started or 0.0, fetch.ended_at,
+                "stalls %s)", host, timed.duration, rest, started or 0.0, timed.ended_at,
                 self.timing.recent_stalls(started or 0.0, now),
             )
 

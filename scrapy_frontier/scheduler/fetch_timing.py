@@ -72,13 +72,13 @@ class FetchTiming:
     def sent(self, fetch: Fetch) -> None:
         """The request of ``fetch`` reaches the downloader now."""
         fetch.sent_at = self.clock()
-        fetch.answer = None  # an earlier attempt's, if any
 
     def headers(self, fetch: Fetch) -> None:
         """The answer to the request of ``fetch`` sent its headers."""
         now = self.clock()
         request = fetch.request
         if self.tcp is not None:
+            # One frame deeper than a signal receiver (the scheduler's handler calls this).
             transport = answer_transport(request, depth=14)
             fetch.answer = None if transport is None else self.tcp.begin(transport, now)
             watch = self.watch

@@ -38,8 +38,8 @@ class Fetch:
         self.request = request
         self.handed_at = handed_at
         self.deadline = deadline
-        #: When the request went out, as the crawler knows it (the timing middleware, then
-        #: Scrapy's HTTP handler); None while it has not reached the downloader.
+        #: When the timing middleware passed the request to the downloader (never after it
+        #: went out); None while it has not reached the downloader.
         self.sent_at: float | None = None
         #: What the kernel knows of the answer (scheduler.tcp_timing), once its headers came.
         self.answer: Any = None
@@ -167,13 +167,10 @@ class LeaseKeeper:
         A lease whose request the engine no longer works on is over (the middleware
         never saw it end: a robots.txt IgnoreRequest in signals mode, a download handler
         that returned something that is not a Response); one past its deadline too.
-        ``every_lease`` (signals mode, where no middleware reports): look at every lease
-        now, not only those out for a second.
+        ``every_lease`` (signals mode, where no middleware reports): look at every lease,
+        not only those out for a second. The caller tests :attr:`check_at` (the hot path).
         """
-        if not every_lease:
-            if now < self.check_at:
-                return
-            self.check_at = now + 1.0
+        self.check_at = now + 1.0
         inflight = self.inflight
         if not len(inflight):
             return

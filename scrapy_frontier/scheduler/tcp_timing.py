@@ -181,7 +181,6 @@ def serves_http11(handlers: Any) -> bool:
                for scheme in ("http", "https"))
 
 
-
 class FetchSpan(NamedTuple):
     """A fetch as the kernel saw it: from no later than the request went out (``start``)
     to no earlier than its answer's last bytes came in (``end``), on the monotonic clock."""

@@ -151,16 +151,18 @@ class SQLiteStore(Generic[T]):
         self._opening: sqlite3.Connection | None = None
         self._lock: FileLock | None = None
         try:
-            return self._open_db(spider)
+            db = self._open_db(spider)
         except BaseException as exc:
             if self._opening is not None:
                 self._opening.close()
-                self._opening = None
+            self._opening = None
             self._unlock(refused=True)
             if isinstance(exc, sqlite3.Error):  # one mapping for every SQLite file (files.py)
                 raise self._file.classify(exc, "cannot be opened",
                                           "nothing was changed in it") from exc
             raise
+        self._opening = None
+        return db
 
     def _unlock(self, *, refused: bool = False) -> None:
         if self._lock is not None:
@@ -180,7 +182,6 @@ class SQLiteStore(Generic[T]):
     def _open_db(self, spider: str) -> sqlite3.Connection:
         path = self.path
         fresh = not path.exists()
-        db: sqlite3.Connection | None = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -194,44 +195,38 @@ class SQLiteStore(Generic[T]):
             self._file.check_file()
         # One crawl writes the file (see backends/sqlite/lock.py); readers may open it.
         self._lock = FileLock(path, _file_error)
-        try:
-            db = sqlite3.connect(
-                str(path), isolation_level=None, check_same_thread=False, timeout=1.0
-            )
-            self._opening = db
-            if not fresh:
-                # Before the pragmas and the schema below write to it: another
-                # program's database is refused unchanged.
-                self._check_foreign(db)
-            if fresh:
-                # Small pages: a write-through commit writes about five pages to
-                # the WAL (front, back and their indexes, the host's rest); 1 KiB
-                # pages write a quarter of the bytes of the default 4 KiB, for
-                # rows of about 100 bytes. Only takes effect in a new file.
-                db.execute("PRAGMA page_size=1024")
-            db.execute("PRAGMA journal_mode=WAL")
-            # NORMAL in WAL mode: a commit survives a process crash (kill -9);
-            # only an OS crash or power loss can lose the last commits. FULL
-            # would fsync every commit; the at-least-once contract is about
-            # the process dying, and a lost suffix of commits only repeats fetches.
-            db.execute("PRAGMA synchronous=NORMAL")
-            # Checkpoint every 8 MiB of WAL instead of 1,000 pages: fewer fsyncs and
-            # hot pages copied back once per checkpoint. The WAL stays bounded.
-            db.execute("PRAGMA wal_autocheckpoint=8192")
-            db.execute("PRAGMA cache_size=-8192")  # 8 MiB page cache: bounded memory
-            quick = db.execute("PRAGMA quick_check").fetchone()[0]
-            if quick != "ok":
-                raise self._file.error(
-                    path, f"is corrupt (quick_check: {quick})",
-                    "Nothing was changed. Restore it from a backup, or move it away to start "
-                    "afresh (the crawl then starts without its URLs).")
-            db.executescript(SCHEMA)
-        except BaseException:
-            if db is not None:
-                db.close()
-            self._opening = None
-            raise
-        assert db is not None
+        # A failure from here on is _connect's to close and map (self._opening).
+        db = sqlite3.connect(
+            str(path), isolation_level=None, check_same_thread=False, timeout=1.0
+        )
+        self._opening = db
+        if not fresh:
+            # Before the pragmas and the schema below write to it: another
+            # program's database is refused unchanged.
+            self._check_foreign(db)
+        if fresh:
+            # Small pages: a write-through commit writes about five pages to
+            # the WAL (front, back and their indexes, the host's rest); 1 KiB
+            # pages write a quarter of the bytes of the default 4 KiB, for
+            # rows of about 100 bytes. Only takes effect in a new file.
+            db.execute("PRAGMA page_size=1024")
+        db.execute("PRAGMA journal_mode=WAL")
+        # NORMAL in WAL mode: a commit survives a process crash (kill -9);
+        # only an OS crash or power loss can lose the last commits. FULL
+        # would fsync every commit; the at-least-once contract is about
+        # the process dying, and a lost suffix of commits only repeats fetches.
+        db.execute("PRAGMA synchronous=NORMAL")
+        # Checkpoint every 8 MiB of WAL instead of 1,000 pages: fewer fsyncs and
+        # hot pages copied back once per checkpoint. The WAL stays bounded.
+        db.execute("PRAGMA wal_autocheckpoint=8192")
+        db.execute("PRAGMA cache_size=-8192")  # 8 MiB page cache: bounded memory
+        quick = db.execute("PRAGMA quick_check").fetchone()[0]
+        if quick != "ok":
+            raise self._file.error(
+                path, f"is corrupt (quick_check: {quick})",
+                "Nothing was changed. Restore it from a backup, or move it away to start "
+                "afresh (the crawl then starts without its URLs).")
+        db.executescript(SCHEMA)
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
         if fresh or not meta:
             with _transaction(db):
@@ -241,14 +236,12 @@ class SQLiteStore(Generic[T]):
                 )
             return db
         if meta.get("version") not in READABLE_VERSIONS:
-            db.close()
             raise StoreError(
                 f"{path} was written by an incompatible scrapy-frontier (state version "
                 f"{meta.get('version')}, this version reads {', '.join(READABLE_VERSIONS)}). "
                 "Finish the crawl with the version that wrote it, or use a new JOBDIR."
             )
         if meta.get("spider") != spider:
-            db.close()
             raise StoreError(
                 f"{path} belongs to spider {meta.get('spider')!r}, not {spider!r}. "
                 "Each spider needs its own JOBDIR (or FRONTIER_PATH)."
