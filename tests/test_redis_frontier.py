@@ -283,7 +283,12 @@ def test_a_redis_restarted_empty_is_noticed_and_nothing_is_written() -> None:
 def test_a_round_runs_without_a_thread(redis_client: redis.Redis, redis_prefix: str) -> None:
     """The Redis driver's I/O round is a function of its round and the shared state: run
     here directly, it pushes, drops a duplicate, claims and completes on a real Redis."""
-    from scrapy_frontier.scheduler.drivers.redis_round import Pushed, Round, RoundRunner
+    from scrapy_frontier.scheduler.drivers.redis_round import (
+        Completion,
+        Pushed,
+        Round,
+        RoundRunner,
+    )
 
     frontier = RedisFrontier(redis_client, redis_prefix, front_queues=2, back_queues=2,
                              policy=DelayPolicy(0.0, 0.0, 0.0))
@@ -299,7 +304,7 @@ def test_a_round_runs_without_a_thread(redis_client: redis.Redis, redis_prefix: 
     again = runner.run(Round(pushes=[pushed(1, "a.example")], want=1))
     assert again.duplicates == 1 and again.dropped == [0]  # seen: dropped as Scrapy drops it
     assert len(again.leases) == 1  # the other host's request
-    done = runner.run(Round(completions=[(lease, 0.01, 0.0, None)
+    done = runner.run(Round(completions=[Completion(lease, 0.01, 0.0, None)
                                          for lease in first.leases + again.leases]))
     assert done.idle and done.queued == 0 and done.leases == []
     check_redis_frontier(frontier)

@@ -101,7 +101,6 @@ class FrontierScheduler:
         self.driver: Driver = cls(context)
         self.admission = Admission(config, dupefilter, self.driver, self.stats, self.fp64,
                                    history_failed=self._store_failed)
-        self._needs_ack = self.driver.needs_ack
         self.leases = LeaseKeeper(self.inflight, self.engine, self.driver, self.stats,
                                   config.lease_timeout, ended=self.fetch_finished)
         self._debug = politeness_log.isEnabledFor(logging.DEBUG)
@@ -210,7 +209,7 @@ class FrontierScheduler:
         out, ended = self.inflight.take_all()
         # The engine has processed every response by now.
         for fetch in ended:
-            self.driver.ack(fetch.ticket)
+            self.driver.ack(fetch.token)
         self._report_dropped()
         if self.observer is not None:
             self.observer.stop()  # the last progress line: the crawl's final numbers
@@ -288,7 +287,7 @@ class FrontierScheduler:
     def _next_request(self) -> Request | None:
         now = self.clock()
         # Cheap tests first: this runs for every request handed out.
-        if self._needs_ack and self.inflight.unacknowledged:
+        if self.inflight.unacknowledged:
             self.leases.acknowledge()
         if self.uses_signals or now >= self.leases.check_at:
             self.leases.check(now, every_lease=self.uses_signals)
@@ -351,7 +350,7 @@ class FrontierScheduler:
     ) -> None:
         if self._closed:
             return
-        fetch = self.inflight.end(ticket, keep=self._needs_ack)
+        fetch = self.inflight.end(ticket)
         if fetch is None:
             return  # a late report, or one already made: never release a host twice
         host, started = fetch.host, fetch.sent_at
@@ -364,7 +363,8 @@ class FrontierScheduler:
             robots_end = self.rules.robots_rest_end(host, take=True)
             if robots_end is not None:
                 rest = max(rest, robots_end - now)
-        self.driver.release(ticket, timed.duration, rest, timed.ended_at)
+        self.inflight.released(fetch, self.driver.release(ticket, timed.duration, rest,
+                                                          timed.ended_at))
         self._completed += 1
         if failures and self.rules.should_retire(failures):
             self._retire(host, failures, response, exception)

@@ -29,7 +29,8 @@ logger = logging.getLogger("scrapy_frontier.scheduler")
 class Fetch:
     """One lease and everything known about its fetch, from hand-out to acknowledgement."""
 
-    __slots__ = ("ticket", "host", "request", "handed_at", "deadline", "sent_at", "answer")
+    __slots__ = ("ticket", "host", "request", "handed_at", "deadline", "sent_at", "answer",
+                 "token")
 
     def __init__(self, ticket: int, host: str, request: Request, handed_at: float,
                  deadline: float) -> None:
@@ -43,6 +44,9 @@ class Fetch:
         self.sent_at: float | None = None
         #: What the kernel knows of the answer (scheduler.tcp_timing), once its headers came.
         self.answer: Any = None
+        #: What the driver's ``ack`` takes once the engine is done with the request (from
+        #: its ``release``); None: nothing to acknowledge.
+        self.token: object = None
 
     def __repr__(self) -> str:
         return f"<Fetch {self.ticket} {self.host} {self.request.url}>"
@@ -76,21 +80,19 @@ class InFlight:
         fetch = self._out.get(ticket)  # type: ignore[call-overload]
         return None if fetch is None else fetch.host
 
-    def end(self, ticket: int, *, keep: bool = True) -> Fetch | None:
+    def end(self, ticket: int) -> Fetch | None:
         """The fetch of ``ticket`` ended: it, or None if the lease was unknown or had
-        ended already.
+        ended already. Pass it to :meth:`released` once the driver released it."""
+        return self._out.pop(ticket, None)
 
-        ``keep``: wait for the engine before acknowledging (a store that can lose
-        nothing); without it the lease is over now.
-        """
-        fetch = self._out.pop(ticket, None)
-        if fetch is None:
-            return None
-        if keep:
-            self._ended[ticket] = fetch
-        return fetch
+    def released(self, fetch: Fetch, token: object) -> None:
+        """The driver released ``fetch``'s host; ``token`` (not None) waits here until the
+        engine is done with the request (a store that can lose nothing)."""
+        if token is not None:
+            fetch.token = token
+            self._ended[fetch.ticket] = fetch
 
-    def expired(self, now: float, *, keep: bool = True) -> list[Fetch]:
+    def expired(self, now: float) -> list[Fetch]:
         """Leases whose end was never reported within the lease timeout (ended now)."""
         out: list[Fetch] = []
         while self._out:
@@ -98,13 +100,12 @@ class InFlight:
             if fetch.deadline > now:
                 break
             out.append(fetch)
-            self.end(ticket, keep=keep)
+            del self._out[ticket]
         return out
 
     def renew(self, fetch: Fetch, now: float) -> None:
         """Keep ``fetch`` out for another lease timeout (it is still running), even if
         :meth:`expired` just returned it."""
-        self._ended.pop(fetch.ticket, None)
         self._out.pop(fetch.ticket, None)
         fetch.deadline = now + self.lease_timeout
         self._out[fetch.ticket] = fetch  # re-inserted last: deadlines stay in order
@@ -116,18 +117,18 @@ class InFlight:
         return [f for f in self._out.values()
                 if f.handed_at < before and f.request not in in_progress]
 
-    def acknowledgeable(self, in_progress: Collection[Request] | None) -> list[int]:
-        """Tickets of ended leases the engine is done with (all of them when it cannot
-        tell); forgotten here, to be acknowledged by the caller."""
+    def acknowledgeable(self, in_progress: Collection[Request] | None) -> list[Fetch]:
+        """Ended fetches the engine is done with (all of them when it cannot tell);
+        forgotten here, to be acknowledged by the caller."""
         ended = self._ended
         if not ended:
             return []
         if in_progress is None:
-            done = list(ended)
+            done = list(ended.values())
         else:
-            done = [t for t, f in ended.items() if f.request not in in_progress]
-        for ticket in done:
-            del ended[ticket]
+            done = [f for f in ended.values() if f.request not in in_progress]
+        for fetch in done:
+            del ended[fetch.ticket]
         return done
 
     def take_all(self) -> tuple[list[Fetch], list[Fetch]]:
@@ -158,8 +159,8 @@ class LeaseKeeper:
     def acknowledge(self) -> None:
         """Acknowledge the fetched URLs whose request the engine is done with."""
         ack = self.driver.ack
-        for ticket in self.inflight.acknowledgeable(self.engine.in_progress()):
-            ack(ticket)
+        for fetch in self.inflight.acknowledgeable(self.engine.in_progress()):
+            ack(fetch.token)
 
     def check(self, now: float, *, every_lease: bool = False) -> None:
         """End the leases whose fetch end was never reported.
@@ -180,7 +181,7 @@ class LeaseKeeper:
             before = now if every_lease else now - 1.0
             for fetch in inflight.untracked(in_progress, before):
                 self.ended(fetch.request)
-        for fetch in inflight.expired(now, keep=self.driver.needs_ack):
+        for fetch in inflight.expired(now):
             if in_progress is not None and fetch.request in in_progress:
                 # Still downloading (FRONTIER_LEASE_TIMEOUT below the fetch time): the
                 # host stays busy, or a second fetch would overlap this one.
@@ -192,7 +193,8 @@ class LeaseKeeper:
                 "No end was reported for %s within %.0f s (FRONTIER_LEASE_TIMEOUT); "
                 "releasing host %r", fetch.request, self.lease_timeout, fetch.host,
             )
-            self.driver.release(fetch.ticket, now - fetch.handed_at, 0.0)
+            inflight.released(fetch, self.driver.release(fetch.ticket, now - fetch.handed_at,
+                                                         0.0))
 
     def _extended(self, fetch: Fetch) -> None:
         self.stats.inc_value("frontier/lease_extended")

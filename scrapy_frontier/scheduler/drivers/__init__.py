@@ -42,6 +42,28 @@ class Handout(NamedTuple):
     item: Request
 
 
+class Push(NamedTuple):
+    """A request to queue, as the shell routed it (see :meth:`Driver.push`)."""
+
+    request: Request
+    host: str
+    """The politeness key."""
+    level: int
+    """The front-queue level, 1..F (F highest), already mapped from the priority."""
+    fp: int | None = None
+    """The 64-bit fingerprint, when the shell computed it (shared seen set, history)."""
+    dedupe: bool = False
+    """Drop it if the driver's shared seen set has it (``shared_seen`` drivers only)."""
+    mark: bool = False
+    """Add the fingerprint to that set once queued."""
+    start: bool = False
+    """A start request on a shared frontier, for the driver's start gate (see
+    :meth:`scrapy_frontier.core.recrawl.Recrawler.admit_start`)."""
+    key: int | None = None
+    """The seen-set member to test and mark when it is not ``fp`` (a start URL listed
+    again by the same spider: the page history is not asked then)."""
+
+
 @dataclass
 class DriverContext:
     """What every driver gets from the shell."""
@@ -66,9 +88,6 @@ class Driver(Protocol):
     #: State outlives the process (resumes, other workers): start requests go through
     #: the start gate.
     persistent: bool
-    #: Acknowledge a fetched URL only once the engine is done with its request (so a
-    #: crash cannot lose the links it found); False: nothing to lose, ack at fetch end.
-    needs_ack: bool
     #: Requests ``push`` accepted that the driver refused later (a shared frontier finds
     #: duplicates and skipped start requests only when its round lands; it sends
     #: ``request_dropped`` for them): not counted as enqueued.
@@ -82,44 +101,27 @@ class Driver(Protocol):
 
     def attach_recrawler(self, recrawler: Recrawler) -> None: ...
 
-    def push(
-        self,
-        request: Request,
-        host: str,
-        level: int,
-        fp: int | None,
-        dedupe: bool = False,
-        mark: bool = False,
-        start: bool = False,
-        key: int | None = None,
-    ) -> bool:
-        """Queue ``request``; False if it was refused (its host was retired, or not due).
-
-        The scheduler passes every argument by position (this runs once per request):
-
-        * ``host``: the politeness key; ``level``: the front-queue level, 1..F (F
-          highest), already mapped from the priority;
-        * ``fp``: the 64-bit fingerprint, when the shell computed it (shared seen set,
-          history);
-        * ``dedupe``: drop it if the driver's shared seen set has it (``shared_seen``
-          drivers only); ``mark``: add the fingerprint to that set once queued;
-        * ``start``: a start request on a shared frontier, for the driver's start gate
-          (see :meth:`scrapy_frontier.core.recrawl.Recrawler.admit_start`);
-        * ``key``: the seen-set member to test and mark when it is not ``fp`` (a start
-          URL listed again by the same spider: the page history is not asked then).
-        """
+    def push(self, push: Push) -> bool:
+        """Queue ``push.request``; False if it was refused (its host was retired, or not
+        due)."""
 
     def pop(self) -> Handout | Lease[Request] | None:
         """The next request whose host may be contacted now, or None."""
 
     def release(self, ticket: int, seconds: float, rest: float, ended_at: float | None = None,
-                ) -> None:
+                ) -> object:
         """The fetch of ``ticket`` ended after ``seconds``: its host rests by the delay
         policy from ``ended_at`` (the context's clock; None: now, else no later than the
-        server's end), and at least ``rest`` from now (and its minimum rest)."""
+        server's end), and at least ``rest`` from now (and its minimum rest).
 
-    def ack(self, ticket: int) -> None:
-        """The engine is done with the request of ``ticket``: forget it for good."""
+        Returns the token that :meth:`ack` takes once the engine is done with the
+        request, so that a crash in between cannot lose the links it found; None when
+        nothing is left to acknowledge. The shell keeps it (in the lease's ``Fetch``).
+        """
+
+    def ack(self, token: object) -> None:
+        """The engine is done with the request whose release returned ``token``: forget
+        it for good."""
 
     def set_min_rest(self, host: str, seconds: float) -> None: ...
 

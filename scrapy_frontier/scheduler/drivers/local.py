@@ -36,7 +36,7 @@ from scrapy_frontier.errors import StoreError
 from scrapy_frontier.hostkey import HostlessURL, url_host_key
 from scrapy_frontier.observe.census import Census, HostCounts
 from scrapy_frontier.scheduler.control import ControlPoller
-from scrapy_frontier.scheduler.drivers import DriverContext
+from scrapy_frontier.scheduler.drivers import DriverContext, Push
 from scrapy_frontier.scheduler.recrawl import select_records
 from scrapy_frontier.scheduler.resolve import HostResolver
 
@@ -70,14 +70,11 @@ class LocalDriver:
         self.persistent = self.state_dir is not None
         #: Where the state lives, for the opening line.
         self.location = self.state_dir or "in this process"
-        self.needs_ack = self.persistent
         self.dropped_later = 0  # push refuses at once
         self.frontier: Frontier[Request] = self._new_frontier(None)
         self.store: SQLiteStore[Request] | None = None
         self._seen_store: SQLiteFingerprintStore | None = None
         self.recrawler: Recrawler | None = None
-        # Ticket -> the store's handle of a URL fetched but not acknowledged yet.
-        self._tokens: dict[int, object] = {}
         # Acks held back until the page history's records are committed (see ack).
         self._acks_after_history: list[object] = []
         self._dirty = False
@@ -214,15 +211,14 @@ class LocalDriver:
 
     # -- queueing ---------------------------------------------------------------------
 
-    def push(self, request: Request, host: str, level: int, fp: int | None,
-             dedupe: bool = False, mark: bool = False, start: bool = False,
-             key: int | None = None) -> bool:
-        # Shared-seen arguments are never set for a driver without ``shared_seen``.
+    def push(self, push: Push) -> bool:
+        # Shared-seen fields are never set for a driver without ``shared_seen``.
+        request, host = push.request, push.host
         if self._resolver is not None and "download_slot" in request.meta:
             self._remember_slot_hostname(host, request)
         if self.store is None:
-            return self.frontier.push(host, level, request)
-        queued = self.frontier.push(host, level, request)
+            return self.frontier.push(host, push.level, request)
+        queued = self.frontier.push(host, push.level, request)
         self._maybe_flush()
         return queued
 
@@ -238,16 +234,14 @@ class LocalDriver:
         return lease  # a Handout by shape: no copy on the hot path
 
     def release(self, ticket: int, seconds: float, rest: float, ended_at: float | None = None,
-                ) -> None:
+                ) -> object:
         ago = 0.0 if ended_at is None else self.clock() - ended_at
         lease = self.frontier.complete(ticket, seconds, ack=False, rest_at_least=rest,
                                        ended_ago=ago)
-        if lease is not None and lease.token is not None:
-            self._tokens[ticket] = lease.token
         self._dirty = True
+        return None if lease is None else lease.token
 
-    def ack(self, ticket: int) -> None:
-        token = self._tokens.pop(ticket, None)
+    def ack(self, token: object) -> None:
         if token is None:
             return
         recrawler = self.recrawler

@@ -57,8 +57,9 @@ from scrapy_frontier.errors import (
     Unserializable,
 )
 from scrapy_frontier.observe.census import Census, HostCounts
-from scrapy_frontier.scheduler.drivers import DriverContext, Handout
+from scrapy_frontier.scheduler.drivers import DriverContext, Handout, Push
 from scrapy_frontier.scheduler.drivers.redis_round import (
+    Completion,
     Pushed,
     Round,
     RoundAnswer,
@@ -98,7 +99,6 @@ class RedisDriver:
     location = "Redis"
     shared_seen: ClassVar[bool] = True
     persistent = True
-    needs_ack = True
     dropped_later = 0
 
     def __init__(self, context: DriverContext, *, client: Any = None) -> None:
@@ -115,8 +115,8 @@ class RedisDriver:
         self._pool: ThreadPool | None = None
         self._buffer: deque[RedisLease] = deque()
         self._held: dict[int, RedisLease] = {}
-        # Fetches that ended, waiting for the engine to be done with their request.
-        self._finished: dict[int, tuple[RedisLease, float, float, float | None]] = {}
+        # Fetches released, whose completion waits for the engine (see ack).
+        self._unacked = 0
         self._next = Round()
         self._sending: Round | None = None
         self._in_flight: Deferred[Any] | None = None
@@ -151,7 +151,6 @@ class RedisDriver:
             policy=self.config.policy, lease_timeout=self.config.lease_timeout,
             clock=context.clock, rng=random.Random(self.config.seed),
         )
-        self._local_tokens: dict[int, object] = {}
         # The census: this worker's fetches, and the shared one as last read.
         self._fetched = 0
         self._census_wanted = False
@@ -235,17 +234,17 @@ class RedisDriver:
         def send_final(_: object) -> Deferred[Any]:
             final = self._next
             self._next = Round()
-            final.completions.extend(self._finished.values())
-            final.completions.extend((lease, 0.0, 0.0, None) for lease in self._held.values())
+            # (The shell acknowledged every released fetch before this close.)
+            final.completions.extend(Completion(lease, 0.0, 0.0, None)
+                                     for lease in self._held.values())
             # Handed back unfetched: not counted against the host's budget.
             self._unfetched.update(lease.ticket for lease in self._held.values())
             self._unfetched.update(lease.ticket for lease in self._buffer)
-            self._finished.clear()
             self._held.clear()
             for lease in self._buffer:
                 final.pushes.append(Pushed(0, 0, False, False, False, lease.host, lease.level,
                                             lease.item))
-                final.completions.append((lease, 0.0, 0.0, None))
+                final.completions.append(Completion(lease, 0.0, 0.0, None))
             self._buffer.clear()
             return deferToThreadPool(_reactor(), pool, self._io_final, final)
 
@@ -262,9 +261,8 @@ class RedisDriver:
 
     # -- the driver contract -----------------------------------------------------------
 
-    def push(self, request: Request, host: str, level: int, fp: int | None,
-             dedupe: bool = False, mark: bool = False, start: bool = False,
-             key: int | None = None) -> bool:
+    def push(self, push: Push) -> bool:
+        request, host, level, fp, dedupe, mark, start, key = push
         try:
             data = self._codec.encode(request)
         except Unserializable as exc:
@@ -303,7 +301,7 @@ class RedisDriver:
                 self._count("redis/undecodable")
                 logger.error("A request claimed from Redis cannot be rebuilt (%s); it is "
                              "completed without being fetched", exc)
-                self._next.completions.append((lease, 0.0, 0.0, None))
+                self._next.completions.append(Completion(lease, 0.0, 0.0, None))
                 continue
             self._held[lease.ticket] = lease
             validators = self._validators.pop(lease.ticket, None)
@@ -319,28 +317,25 @@ class RedisDriver:
         return None
 
     def release(self, ticket: int, seconds: float, rest: float, ended_at: float | None = None,
-                ) -> None:
+                ) -> object:
+        """The host is released in Redis only at :meth:`ack`: the completion it returns
+        is sent once the engine is done with the request."""
         self._fetched += 1
         if ticket < 0:
+            # This worker's memory: nothing to acknowledge (its tokens are None).
             ago = 0.0 if ended_at is None else self.ctx.clock() - ended_at
-            lease = self.local.complete(-ticket, seconds, ack=False, rest_at_least=rest,
-                                        ended_ago=ago)
-            if lease is not None:
-                self._local_tokens[ticket] = lease.token
-            return
+            self.local.complete(-ticket, seconds, rest_at_least=rest, ended_ago=ago)
+            return None
         remote = self._held.pop(ticket, None)
-        if remote is not None and not self._closed:
-            self._finished[ticket] = (remote, seconds, rest, ended_at)
+        if remote is None or self._closed:
+            return None
+        self._unacked += 1
+        return Completion(remote, seconds, rest, ended_at)
 
-    def ack(self, ticket: int) -> None:
-        if ticket < 0:
-            token = self._local_tokens.pop(ticket, None)
-            if token is not None:
-                self.local.ack(token)
-            return
-        entry = self._finished.pop(ticket, None)
-        if entry is not None:
-            self._next.completions.append(entry)
+    def ack(self, token: object) -> None:
+        if isinstance(token, Completion):
+            self._unacked -= 1
+            self._next.completions.append(token)
             self._kick()
 
     def host_counts(self) -> dict[str, int]:
@@ -379,7 +374,7 @@ class RedisDriver:
         return self._remote_queued + len(self._buffer) + pending + len(self.local)
 
     def has_pending(self) -> bool:
-        if self._buffer or self._held or self._finished or len(self.local) or self._due:
+        if self._buffer or self._held or self._unacked or len(self.local) or self._due:
             return True
         for rnd in (self._next, self._sending):
             if rnd is not None and (rnd.pushes or rnd.completions):
@@ -507,7 +502,7 @@ class RedisDriver:
             self._shared = answer.census
             self._shared_history = answer.history
             self._shared_read_at = sent.census  # the census is at least that recent
-        local_work = self._buffer or self._held or self._finished or self._due
+        local_work = self._buffer or self._held or self._unacked or self._due
         if answer.idle and not local_work:
             if self._remote_idle_since is None:
                 self._remote_idle_since = self.ctx.clock()
@@ -598,7 +593,7 @@ class RedisDriver:
             queued=pending + len(local),
             # The leases this worker holds in Redis (claimed ahead, being fetched, or
             # fetched and not completed there yet), as the shared count has them.
-            in_flight=len(self._buffer) + len(self._held) + len(self._finished)
+            in_flight=len(self._buffer) + len(self._held) + self._unacked
             + local.in_flight,
             hosts=HostCounts(active=len(self._held) + local.in_flight,
                              waiting=len(self._buffer)),

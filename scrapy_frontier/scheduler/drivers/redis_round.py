@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from scrapy_frontier.backends.redis.frontier import RedisFrontier, RedisLease, SharedCensus
 from scrapy_frontier.backends.redis.seen import RedisSeenSet
@@ -44,14 +44,23 @@ class Pushed:
     (the request_dropped signal, the dupe filter's log)."""
 
 
+class Completion(NamedTuple):
+    """A fetch that ended, to complete in Redis once the engine is done with its request."""
+
+    lease: RedisLease
+    seconds: float
+    rest: float
+    """The host rests at least this long from now."""
+    ended_at: float | None
+    """When the answer was complete (the driver's clock); None: at the completion."""
+
+
 @dataclass
 class Round:
     """What one I/O round sends; kept until Redis acknowledged it (retried otherwise)."""
 
     pushes: list[Pushed] = field(default_factory=list)
-    #: (lease, fetch seconds, rest at least, when the answer was complete or None).
-    completions: list[tuple[RedisLease, float, float, float | None]] = field(
-        default_factory=list)
+    completions: list[Completion] = field(default_factory=list)
     min_rests: list[tuple[str, float]] = field(default_factory=list)
     retire: list[str] = field(default_factory=list)
     #: Page history updates: (fingerprint, URL, the visit, or None for a download error).
