@@ -435,20 +435,20 @@ def test_the_engine_is_woken_when_the_idle_grace_ends(monkeypatch: Any) -> None:
     woken: list[bool] = []
     monkeypatch.setattr(redis_driver, "call_later", fake_call_later)
     monkeypatch.setattr(driver.ctx, "wake", lambda: woken.append(True))
-    driver._remote_idle_since = time.monotonic()
+    driver.view.idle_since = time.monotonic()
     assert driver.has_pending()  # within the grace
     assert driver.has_pending()
     assert len(timers) == 1 and 1.9 < timers[0][0] <= 2.02  # one wake, at the grace's end
     timers[0][1]()
     assert woken == [True]
-    driver._remote_idle_since = time.monotonic() - 2.5
+    driver.view.idle_since = time.monotonic() - 2.5
     assert not driver.has_pending()  # the grace is over: the crawl is done
     # A census reader (metrics, progress line) sees the idle frontier before the end: a
     # census read before the cluster went idle holds the crawl open for one more round.
     kicked: list[bool] = []
     monkeypatch.setattr(driver, "_kick", lambda poll=False: kicked.append(poll))
-    driver._census_wanted = True
-    driver._shared_read_at = driver._remote_idle_since - 0.5
+    driver.view.census_wanted = True
+    driver.view.read_at = driver.view.idle_since - 0.5
     assert driver.has_pending() and kicked == [True]
-    driver._shared_read_at = driver._remote_idle_since + 0.1  # a round read it since
+    driver.view.read_at = driver.view.idle_since + 0.1  # a round read it since
     assert not driver.has_pending()

@@ -34,6 +34,7 @@ from scrapy_frontier.errors import (
     RedisFrontierUnavailable,
 )
 from scrapy_frontier.scheduler.drivers.redis import RedisDriver
+from scrapy_frontier.scheduler.drivers.redis_view import MAX_BACKOFF, Outage
 from tests.redis_server import REDIS_SERVER, RedisServer, free_port
 
 DESTRUCTIVE = ("delete", "flush", " del ", "unlink")
@@ -258,8 +259,26 @@ def test_the_driver_retries_an_outage() -> None:
     failed: list[tuple[str, BaseException]] = []
     stats = SimpleNamespace(inc_value=lambda *a, **k: None)
     fake = SimpleNamespace(_sending=None, _next=SimpleNamespace(pushes=[]), _closed=False,
-                           stats=stats, _outage_since=None, _backoff=0.0, _retry_at=0.0,
+                           stats=stats, _outage=Outage(time.monotonic),
                            ctx=SimpleNamespace(fail=lambda r, e: failed.append((r, e)),
                                              clock=time.monotonic))
     RedisDriver._round_failed(fake, Failure(RedisFrontierUnavailable("away")))  # type: ignore[arg-type]
-    assert failed == [] and fake._retry_at > 0
+    assert failed == [] and not fake._outage.may_try()
+
+
+def test_an_outage_backs_off_doubling_to_a_cap_and_ends_when_a_round_lands() -> None:
+    now = [100.0]
+    outage = Outage(lambda: now[0])
+    assert outage.may_try() and outage.reached() is None  # no outage: nothing to report
+    assert outage.failed()  # the first failure begins the outage
+    pauses = [outage.backoff]
+    for _ in range(12):
+        assert not outage.failed()  # the same outage
+        pauses.append(outage.backoff)
+    assert pauses[:4] == [0.25, 0.5, 1.0, 2.0] and pauses[-1] == MAX_BACKOFF
+    assert not outage.may_try()
+    now[0] = outage.retry_at
+    assert outage.may_try()
+    now[0] += 5.0
+    assert outage.reached() == now[0] - 100.0  # how long Redis was away
+    assert outage.backoff == 0.0 and outage.since is None

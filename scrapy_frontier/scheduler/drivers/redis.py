@@ -35,7 +35,6 @@ import logging
 import random
 import threading
 from collections import deque
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from twisted.internet.defer import succeed
@@ -45,7 +44,7 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from scrapy_frontier.backends.redis.connection import describe, redis_from_settings
-from scrapy_frontier.backends.redis.frontier import RedisFrontier, RedisLease, SharedCensus
+from scrapy_frontier.backends.redis.frontier import RedisFrontier, RedisLease
 from scrapy_frontier.backends.redis.history import RedisHistoryStore
 from scrapy_frontier.backends.redis.seen import RedisSeenSet
 from scrapy_frontier.codec import request_codec
@@ -65,6 +64,7 @@ from scrapy_frontier.scheduler.drivers.redis_round import (
     RoundAnswer,
     RoundRunner,
 )
+from scrapy_frontier.scheduler.drivers.redis_view import Outage, SharedView
 from scrapy_frontier.scheduler.recrawl import add_validators
 from scrapy_frontier.scheduler.stalls import StallMeter
 from scrapy_frontier.scheduler.timer import call_later
@@ -81,14 +81,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("scrapy_frontier.scheduler")
 redis_log = logging.getLogger("scrapy_frontier.redis")
 
-#: Longest pause between two attempts while Redis is unreachable.
-MAX_BACKOFF = 30.0
 #: Requests waiting locally for a round beyond which no new request is handed out:
 #: each fetch adds links, so while Redis cannot keep up (or is away) the backlog
 #: stops growing instead of filling the worker's memory.
 MAX_BACKLOG = 50_000
-#: Once anything asked for a census, the I/O rounds read the shared one this often.
-CENSUS_REFRESH = 1.0
 
 
 class RedisDriver:
@@ -109,8 +105,6 @@ class RedisDriver:
         self.remote: RedisFrontier | None = None
         self.seen: RedisSeenSet | None = None
         self.recrawler: Recrawler | None = None
-        self.prefetch = self.config.redis.prefetch
-        self.idle_grace = self.config.redis.idle_grace
         self._codec: Any = None
         self._pool: ThreadPool | None = None
         self._buffer: deque[RedisLease] = deque()
@@ -120,12 +114,8 @@ class RedisDriver:
         self._next = Round()
         self._sending: Round | None = None
         self._in_flight: Deferred[Any] | None = None
-        self._retry_at = 0.0
-        self._backoff = 0.0
-        self._outage_since: float | None = None
-        self._remote_idle_since: float | None = None
-        self._remote_queued = 0
-        self._remote_in_flight = 0
+        self._outage = Outage(context.clock)
+        self.view = SharedView(context.clock)
         self._poll: Any = None
         # Claim again at once only after a round got all it asked for; otherwise at
         # the next wake-up (a host's rest ends) or poll.
@@ -151,14 +141,8 @@ class RedisDriver:
             policy=self.config.policy, lease_timeout=self.config.lease_timeout,
             clock=context.clock, rng=random.Random(self.config.seed),
         )
-        # The census: this worker's fetches, and the shared one as last read.
+        # This worker's fetches, for its census.
         self._fetched = 0
-        self._census_wanted = False
-        self._census_at = -CENSUS_REFRESH
-        self._shared: SharedCensus | None = None
-        self._shared_history: tuple[int, int | None] | None = None
-        self._next_due: float | None = None
-        self._shared_read_at: float | None = None
         self._unfetched: set[int] = set()
         self._rounds: RoundRunner | None = None
 
@@ -196,7 +180,7 @@ class RedisDriver:
         self._poll.start(0.5, now=True)
         self.location = f"{describe(client)}, keys {self.remote.prefix}*"
         redis_log.debug("Frontier on Redis: prefix %r, seen set %r, prefetch %d",
-                        self.remote.prefix, seen_key, self.prefetch)
+                        self.remote.prefix, seen_key, self.config.redis.prefetch)
 
     def open_history(self) -> HistoryStore:
         assert self._client is not None
@@ -371,7 +355,7 @@ class RedisDriver:
 
     def __len__(self) -> int:
         pending = len(self._next.pushes) + (len(self._sending.pushes) if self._sending else 0)
-        return self._remote_queued + len(self._buffer) + pending + len(self.local)
+        return self.view.queued + len(self._buffer) + pending + len(self.local)
 
     def has_pending(self) -> bool:
         if self._buffer or self._held or self._unacked or len(self.local) or self._due:
@@ -379,22 +363,22 @@ class RedisDriver:
         for rnd in (self._next, self._sending):
             if rnd is not None and (rnd.pushes or rnd.completions):
                 return True
-        if self._outage_since is not None:
+        if self._outage.since is not None:
             return True  # cannot tell: keep waiting for Redis
-        since = self._remote_idle_since
+        view = self.view
+        since = view.idle_since
         if since is None:
             return True
         # The cluster's work is over only when it has looked over for a while: another
         # worker's fetch in flight may still add requests.
-        left = self.idle_grace - (self.ctx.clock() - since)
+        left = self.config.redis.idle_grace - (self.ctx.clock() - since)
         if left > 0:
             self._wake_after_grace(left)
             return True
-        read_at = self._shared_read_at
-        if self._census_wanted and (read_at is None or read_at < since):
+        if view.census_wanted and (view.read_at is None or view.read_at < since):
             # Someone reads the census (metrics, the progress line): let the next round read
             # the idle frontier before the crawl is said to be over.
-            self._census_at = -CENSUS_REFRESH
+            view.read_census_soon()
             self._kick(poll=True)
             self._wake_after_grace(0.05)
             return True
@@ -415,7 +399,7 @@ class RedisDriver:
 
     def next_due(self) -> float | None:
         """The shared history's next due time, as the last I/O round read it."""
-        return self._next_due
+        return self.view.next_due
 
     # -- I/O rounds -----------------------------------------------------------------------
 
@@ -426,17 +410,18 @@ class RedisDriver:
     def _kick(self, *, poll: bool = False) -> None:
         if self._closed or self._sending is not None or self._pool is None:
             return
-        if self.ctx.clock() < self._retry_at:
+        if not self._outage.may_try():
             return
         nxt = self._next
-        nxt.want = max(0, self.prefetch - len(self._buffer))
+        nxt.want = max(0, self.config.redis.prefetch - len(self._buffer))
         if not (nxt.want and (self._claim_more or poll)):
             nxt.want = 0
         if poll and self._want_due:
             nxt.feed, self._want_due = self._want_due, 0
         # Any round may carry it: under load the poll ticks rarely find the thread free.
-        if self._census_wanted and self.ctx.clock() - self._census_at >= CENSUS_REFRESH:
-            nxt.census = self._census_at = self.ctx.clock()
+        census = self.view.census_due()
+        if census is not None:
+            nxt.census = census
         if not (poll or nxt.want or nxt.has_writes()):
             return
         self._sending, self._next = nxt, Round()
@@ -470,8 +455,7 @@ class RedisDriver:
                 # line and the metrics that outlive the crawl (the last poll's may be older).
                 census = self.remote.census()
                 history = self.recrawler.census() if self.recrawler is not None else None
-                self._shared, self._shared_history = census, history
-                self._shared_read_at = self.ctx.clock()
+                self.view.read_final(census, history)
         if self.recrawler is not None:
             self.recrawler.close()
         return answer
@@ -482,11 +466,9 @@ class RedisDriver:
         if self._closed:
             self._buffer.extend(answer.leases)  # given back by close()
             return
-        if self._outage_since is not None:
-            redis_log.warning("Redis is back after %.1f s; continuing",
-                              self.ctx.clock() - self._outage_since)
-            self._outage_since = None
-        self._backoff = 0.0
+        outage = self._outage.reached()
+        if outage is not None:
+            redis_log.warning("Redis is back after %.1f s; continuing", outage)
         if answer.duplicates:
             self._count("duplicates", answer.duplicates)
         self._dropped(sent, answer.dropped)
@@ -495,20 +477,9 @@ class RedisDriver:
         self._validators.update(answer.validators)
         self._buffer.extend(answer.leases)
         self._due.extend(answer.due)
-        self._next_due = answer.next_due
-        self._remote_queued = answer.queued
-        self._remote_in_flight = answer.in_flight
-        if answer.census is not None:
-            self._shared = answer.census
-            self._shared_history = answer.history
-            self._shared_read_at = sent.census  # the census is at least that recent
-        local_work = self._buffer or self._held or self._unacked or self._due
-        if answer.idle and not local_work:
-            if self._remote_idle_since is None:
-                self._remote_idle_since = self.ctx.clock()
-                self._wake_after_grace(self.idle_grace)
-        else:
-            self._remote_idle_since = None
+        busy = bool(self._buffer or self._held or self._unacked or self._due)
+        if self.view.landed(answer, sent.census, busy):
+            self._wake_after_grace(self.config.redis.idle_grace)
         self._claim_more = bool(answer.leases) or not sent.want
         if answer.leases or answer.due:
             self.ctx.wake()
@@ -565,12 +536,9 @@ class RedisDriver:
         exc = failure.value
         self.stats.inc_value("frontier/redis/errors")
         if isinstance(exc, RedisFrontierUnavailable):
-            if self._outage_since is None:
-                self._outage_since = self.ctx.clock()
+            if self._outage.failed():
                 redis_log.warning("Redis is unreachable (%s); keeping %d requests locally "
                                   "and retrying", exc, len(self._next.pushes))
-            self._backoff = min(MAX_BACKOFF, max(0.25, 2 * self._backoff))
-            self._retry_at = self.ctx.clock() + self._backoff
             return
         if not isinstance(exc, RedisFrontierError):
             redis_log.error("Unexpected error talking to Redis: %s", failure.getTraceback())
@@ -584,7 +552,7 @@ class RedisDriver:
     def census(self) -> Census:
         """This worker's share, and the whole frontier as the last poll round read it
         (never a Redis call here: the rounds read it at most every CENSUS_REFRESH s)."""
-        self._census_wanted = True
+        self.view.census_wanted = True
         local = self.local
         pending = len(self._next.pushes) + (len(self._sending.pushes) if self._sending else 0)
         mine = Census(
@@ -600,27 +568,13 @@ class RedisDriver:
             fetched=self._fetched,
             partial=True,
         )
-        shared = self._shared
-        if shared is None or self._shared_read_at is None:
-            return mine
-        pages, due = self._shared_history or (None, None)
-        whole = Census(
-            backend=self.name, scope="shared", queued=shared.queued,
-            in_flight=shared.in_flight, waiting_for_queue=shared.front,
-            hosts=HostCounts(known=shared.known, active=shared.active, waiting=shared.waiting,
-                             resting=shared.resting, blocked=shared.blocked,
-                             retired=shared.retired,
-                             queued=shared.queued_hosts),
-            fetched=shared.fetched, politeness_wait_seconds=shared.politeness_wait_seconds,
-            history_pages=pages, history_due=due,
-        )
-        return replace(mine, shared=whole, shared_age=self.ctx.clock() - self._shared_read_at)
+        return self.view.whole(mine)
 
     def publish_stats(self, stats: StatsCollector) -> None:
         set_value = stats.set_value
         for key, value in self.counters.items():
             set_value(f"frontier/{key}", value)
-        set_value("frontier/redis/queued", self._remote_queued)
+        set_value("frontier/redis/queued", self.view.queued)
         # Scrapy's own scheduler stats, for dashboards that read them.
         unserializable = self.counters.get("redis/unserializable", 0)
         if self._pushed:
@@ -628,7 +582,7 @@ class RedisDriver:
         if unserializable:
             set_value("scheduler/enqueued/memory", unserializable)
             set_value("scheduler/unserializable", unserializable)
-        set_value("frontier/redis/in_flight", self._remote_in_flight)
+        set_value("frontier/redis/in_flight", self.view.in_flight)
         budget = self.shared_budget
         if budget.get("budget_hosts"):
             # Shared by every worker of the crawl (the budget is per crawl, not per worker).
