@@ -41,20 +41,23 @@ def check_frontier(frontier: Frontier) -> None:
     for *_, key, t_e in frontier._due:
         assert key not in entries, f"two heap entries for {key}"
         entries[key] = t_e
-    waiting = set(frontier._unresolved)
-    for g in frontier._groups.values():
+    groups = frontier.groups
+    unresolved: set[str] = set() if groups is None else groups._unresolved
+    group_of: dict[str, str] = {} if groups is None else groups._group_of
+    waiting = set(unresolved)
+    for g in ([] if groups is None else groups._groups.values()):
         assert len(set(g.parked)) == len(g.parked), f"host parked twice in {g.key}"
         assert not g.parked or g.busy is not None, f"parked hosts in idle group {g.key}"
         for key in g.parked:
-            assert frontier._group_of[key] == g.key
+            assert group_of[key] == g.key
             assert key not in waiting, f"{key} waits twice"
             waiting.add(key)
         if g.busy is not None:
             busy_host = frontier._hosts[g.busy]
             assert busy_host.lease is not None, f"group {g.key} busy without a lease"
-            assert frontier._group_of[g.busy] == g.key
-    for key in frontier._unresolved:
-        assert key not in frontier._group_of, f"{key} unresolved but grouped"
+            assert group_of[g.busy] == g.key
+    for key in unresolved:
+        assert key not in group_of, f"{key} unresolved but grouped"
     for hs in slot_hosts:
         if hs.queued and hs.lease is None and hs.key not in waiting:
             assert entries.get(hs.key) == hs.next_contact, f"heap entry wrong for {hs.key}"
@@ -66,11 +69,11 @@ def check_frontier(frontier: Frontier) -> None:
     assert len(entries) + len(waiting) == sum(
         1 for hs in slot_hosts if hs.queued and hs.lease is None
     )
-    if frontier.group_hosts:
-        groups_busy = [frontier._group_of[lease.host] for lease in frontier._leases.values()]
+    if groups is not None:
+        groups_busy = [group_of[lease.host] for lease in frontier._leases.values()]
         assert len(groups_busy) == len(set(groups_busy)), "two leases in one group"
         for gkey in groups_busy:
-            assert frontier._groups[gkey].busy is not None
+            assert groups._groups[gkey].busy is not None
     busy: set[str] = set()
     for ticket, lease in frontier._leases.items():
         assert lease.ticket == ticket

@@ -32,8 +32,8 @@ def test_unknown_group_holds_host_until_set_group() -> None:
     f, _ = make()
     f.push("a.example", 1, "a1")
     assert f.pop() is None
-    assert f.take_unresolved() == ["a.example"]
-    assert f.take_unresolved() == []  # reported once
+    assert f.groups.take_unresolved() == ["a.example"]
+    assert f.groups.take_unresolved() == []  # reported once
     check_frontier(f)
     f.set_group("a.example", "10.0.0.1")
     lease = f.pop()
@@ -47,7 +47,7 @@ def test_hosts_of_one_group_take_turns_with_the_group_rest() -> None:
         f.push(host, 1, f"{host}1")
         f.push(host, 1, f"{host}2")
     f.pop()
-    for host in f.take_unresolved():
+    for host in f.groups.take_unresolved():
         f.set_group(host, "ip1")
     first = f.pop()
     assert first is not None
@@ -95,7 +95,7 @@ def test_a_host_cannot_move_group_while_fetching() -> None:
         f.set_group("a", "ip2")
     f.complete(lease.ticket, 0.0)
     f.set_group("a", "ip2")
-    assert f.group_of("a") == "ip2"
+    assert f.groups.group_of("a") == "ip2"
     check_frontier(f)
 
 
@@ -104,7 +104,7 @@ def test_retiring_a_parked_host_unparks_it() -> None:
     for host in ("a", "b"):
         f.push(host, 1, f"{host}1")
     f.pop()
-    for host in f.take_unresolved():
+    for host in f.groups.take_unresolved():
         f.set_group(host, "ip1")
     lease = f.pop()
     assert lease is not None
@@ -128,8 +128,8 @@ def test_groups_are_forgotten_with_their_hosts() -> None:
     f.complete(lease.ticket, 0.1)
     clock.advance(5.0)
     assert f.pop() is None
-    assert f.group_of("a") is None
-    assert f._groups == {}
+    assert f.groups.group_of("a") is None
+    assert len(f.groups) == 0
 
 
 # -- the core state machine, with groups ------------------------------------------------
@@ -145,7 +145,7 @@ class GroupedFrontierMachine(FrontierMachine):
         self.group_rest_until: dict[str, float] = {}
 
     def _resolve_all(self) -> None:
-        for host in self.frontier.take_unresolved():
+        for host in self.frontier.groups.take_unresolved():
             self.frontier.set_group(host, GROUP_OF[host])
 
     @rule()

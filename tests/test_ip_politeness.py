@@ -169,7 +169,7 @@ def test_scheduler_holds_the_second_host_on_an_ip_and_resolves_slot_hostnames() 
     assert len(got) == 3, got
     assert not {"http://b.example/1", "http://c.example/1"} <= set(got)
     assert sorted(reactor.asked) == ["b.example", "c.example", "d.example", "e.example"]
-    assert sched.driver.frontier.group_of("proxy-7") == "10.0.0.3"
+    assert sched.driver.frontier.groups.group_of("proxy-7") == "10.0.0.3"
     first_bc = next(r for r in out if r is not None and r.url[7] in "bc")
     finish(sched, clock, first_bc, 0.1)  # the IP rests 1 s
     assert sched.next_request() is None

@@ -29,12 +29,13 @@ URLs but is not contacted before the block ends; an operator **delay**
 (``budget``, ``set_budget``) caps the fetches of a host: the fetch that reaches it
 retires the host the way ``retire`` does, counted apart (``stats.budget_*``).
 
-**Host groups** (``group_hosts=True``, per-IP politeness as in BUbiNG): hosts
-that share a group -- an IP address, set by the caller with ``set_group`` --
-also share one lease and one rest on top of their own. A ready host whose group
-is unknown waits (the caller resolves the hosts listed by ``take_unresolved``);
-one whose group is busy is parked until the group's fetch ends; one whose group
-is resting is put back in the ready heap at the group's next contact.
+**Host groups** (``group_hosts=True``, per-IP politeness as in BUbiNG, kept by
+``core/host_groups.py``): hosts that share a group -- an IP address, set by the
+caller with ``set_group`` -- also share one lease and one rest on top of their
+own. A ready host whose group is unknown waits (the caller resolves the hosts
+listed by ``groups.take_unresolved``); one whose group is busy is parked until
+the group's fetch ends; one whose group is resting is put back in the ready heap
+at the group's next contact.
 
 The number of back queues adapts to demand between two bounds: the frontier
 keeps at least ``back_queues`` hosts active whenever the front queues have work
@@ -52,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
 
 from scrapy_frontier.core.clock import Clock
+from scrapy_frontier.core.host_groups import GO, PARKED, HostGroups
 from scrapy_frontier.core.politeness import DelayPolicy, rest_after_fetch
 from scrapy_frontier.core.prioritizer import FrontQueueChooser
 from scrapy_frontier.core.store import MemoryQueueStore, QueueStore
@@ -129,19 +131,6 @@ class _Host(Generic[T]):
     lease: Lease[T] | None = None
     held: bool = field(default=False)
     """True while the host's heap entry comes from a politeness hold."""
-
-
-@dataclass(slots=True, eq=False)
-class _Group:
-    """Hosts that share one connection and one rest (an IP address)."""
-
-    key: str
-    next_contact: float = 0.0
-    busy: str | None = None
-    """The member host holding the group's one lease."""
-    parked: list[str] = field(default_factory=list)
-    """Ready member hosts waiting for the lease to end (no heap entry meanwhile)."""
-    members: int = 0
 
 
 def check_shape(
@@ -222,12 +211,8 @@ class Frontier(Generic[T]):
         self._fetched: dict[str, int] = {}
         # Retired hosts that were retired for reaching their budget.
         self._capped: set[str] = set()
-        self.group_hosts = group_hosts
-        self._group_of: dict[str, str] = {}
-        self._groups: dict[str, _Group] = {}
-        # Ready hosts held until their group is known, and those not yet reported.
-        self._unresolved: set[str] = set()
-        self._to_resolve: list[str] = []
+        #: Per-IP politeness (hosts that share an address share a rest); None: off.
+        self.groups = HostGroups(self.policy, clock) if group_hosts else None
 
     # -- sizes -------------------------------------------------------------
 
@@ -458,12 +443,8 @@ class Frontier(Generic[T]):
 
     def _unschedule(self, host: str) -> None:
         """Remove the host's heap entry (ready or due), or its place in a group, if any."""
-        self._unresolved.discard(host)
-        gkey = self._group_of.get(host)
-        if gkey is not None:
-            parked = self._groups[gkey].parked
-            if host in parked:
-                parked.remove(host)
+        if self.groups is not None:
+            self.groups.unschedule(host)
         ready = [e for e in self._ready if e[2] != host]
         if len(ready) != len(self._ready):
             heapq.heapify(ready)
@@ -481,75 +462,34 @@ class Frontier(Generic[T]):
         Only used with ``group_hosts``. A host waiting for its group becomes
         ready again. Moving a host that is fetching or parked is refused.
         """
-        old = self._group_of.get(host)
-        if old == group:
-            return
-        if old is not None:
-            og = self._groups[old]
-            if og.busy == host or host in og.parked:
-                raise ValueError(f"host {host!r} is fetching or waiting in group {old!r}")
-            og.members -= 1
-            self._forget_group(og)
-        self._group_of[host] = group
-        g = self._groups.get(group)
-        if g is None:
-            g = self._groups[group] = _Group(group)
-        g.members += 1
-        if host in self._unresolved:
-            self._unresolved.discard(host)
+        assert self.groups is not None, "set_group needs group_hosts"
+        if self.groups.assign(host, group):
             hs = self._hosts.get(host)
             if hs is not None and hs.active and hs.queued and hs.lease is None:
                 self._schedule(hs, held=hs.next_contact > self.clock())
 
-    def group_of(self, host: str) -> str | None:
-        return self._group_of.get(host)
-
-    def take_unresolved(self) -> list[str]:
-        """Hosts that became ready without a known group since the last call.
-
-        Each waits until :meth:`set_group` is called for it.
-        """
-        hosts, self._to_resolve = self._to_resolve, []
-        return hosts
-
     def _group_allows(self, hs: _Host[T], now: float) -> bool:
-        """Whether a due host's group lets it be fetched now; if not, park it."""
-        gkey = self._group_of.get(hs.key)
-        if gkey is None:
-            if hs.key not in self._unresolved:
-                self._unresolved.add(hs.key)
-                self._to_resolve.append(hs.key)
-            return False
-        g = self._groups[gkey]
-        if g.busy is not None:
-            g.parked.append(hs.key)
+        """Whether a due host's group lets it be fetched now; if not, it waits (parked,
+        held until its group is known, or in the ready heap until its group's rest ends)."""
+        assert self.groups is not None
+        verdict = self.groups.gate(hs.key, now)
+        if verdict == GO:
+            return True
+        if verdict == PARKED:
             self.stats.group_parks += 1
-            return False
-        if g.next_contact > now:
+        elif verdict > 0:
             # The host may not go before its group does: wait in the ready heap.
-            hs.next_contact = g.next_contact
+            hs.next_contact = verdict
             self._schedule(hs, held=True)
-            return False
-        return True
+        return False
 
     def _release_group(self, host: str, fetch_seconds: float, now: float) -> None:
-        gkey = self._group_of.get(host)
-        if gkey is None:
-            return
-        g = self._groups[gkey]
-        if g.busy != host:
-            return
-        g.busy = None
-        g.next_contact = max(g.next_contact, now + self.policy.delay(fetch_seconds))
-        parked, g.parked = g.parked, []
+        assert self.groups is not None
+        parked, contact = self.groups.release(host, fetch_seconds, now)
         for key in parked:
             hs = self._hosts[key]
-            hs.next_contact = max(hs.next_contact, g.next_contact)
+            hs.next_contact = max(hs.next_contact, contact)
             self._schedule(hs, held=True)
-
-    def _forget_group(self, g: _Group) -> None:
-        if g.members <= 0 and g.busy is None and not g.parked and g.next_contact <= self.clock():
-            del self._groups[g.key]
 
     def resume(self, front_count: int, hosts: dict[str, int]) -> None:
         """Take over a durable store's state after a restart: ``front_count`` URLs
@@ -712,7 +652,7 @@ class Frontier(Generic[T]):
             if due:
                 entry = heapq.heappop(due)
                 hs = self._hosts[entry[3]]
-                if self.group_hosts and not self._group_allows(hs, now):
+                if self.groups is not None and not self._group_allows(hs, now):
                     continue
                 lease = self._hand_out(hs, entry[4], now)
                 if lease is not None:
@@ -765,8 +705,8 @@ class Frontier(Generic[T]):
         lease = Lease(self._seq, hs.key, item, level, now, now + self.lease_timeout, t_e, token)
         hs.lease = lease
         self._leases[lease.ticket] = lease
-        if self.group_hosts:
-            self._groups[self._group_of[hs.key]].busy = hs.key
+        if self.groups is not None:
+            self.groups.take(hs.key)
         stats = self.stats
         stats.popped += 1
         if hs.held:
@@ -834,7 +774,7 @@ class Frontier(Generic[T]):
         # As the Redis frontier keeps it (tests/test_lua_parity.py): never negative, and
         # only while the host owns a back queue (forgotten below when it gives it up).
         hs.last_fetch = fetch_seconds if fetch_seconds > 0.0 else 0.0
-        if self.group_hosts:
+        if self.groups is not None:
             self._release_group(hs.key, fetch_seconds, now)
         rest = rest_after_fetch(
             self.policy.delay(fetch_seconds), ended_ago,
@@ -919,11 +859,8 @@ class Frontier(Generic[T]):
                 and hs.next_contact <= now
             ):
                 del hosts[key]
-                gkey = self._group_of.pop(key, None)
-                if gkey is not None:
-                    g = self._groups[gkey]
-                    g.members -= 1
-                    self._forget_group(g)
+                if self.groups is not None:
+                    self.groups.forget(key)
 
     # -- inspection --------------------------------------------------------
 

@@ -395,9 +395,11 @@ class LocalDriver:
         answered at once and nothing was handed out yet."""
         assert self._resolver is not None
         frontier = self.frontier
+        groups = frontier.groups
+        assert groups is not None
         # Bounded: each round resolves hosts that pop() found unresolved.
         for _ in range(1000):
-            waiting = frontier.take_unresolved()
+            waiting = groups.take_unresolved()
             if not waiting:
                 break
             self._answered_now = False
