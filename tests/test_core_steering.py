@@ -90,14 +90,14 @@ def test_an_operator_delay_lengthens_every_rest_beside_crawl_delay() -> None:
 
 def test_a_budget_caps_a_host_counted_apart_from_retirement() -> None:
     frontier, clock = make()
-    frontier.budget = 3
+    frontier.budgets.default = 3
     for i in range(10):
         frontier.push("trap", 1, f"t{i}")
     frontier.push("ok", 1, "o0")
     fetched = [item for _, item in drain(frontier, clock, 60)]
     assert fetched.count("o0") == 1
     assert [x for x in fetched if x.startswith("t")] == ["t0", "t1", "t2"]
-    assert frontier.over_budget("trap") and frontier.fetched("trap") == 3
+    assert frontier.over_budget("trap") and frontier.budgets.fetched("trap") == 3
     assert frontier.stats.budget_hosts == 1 and frontier.stats.retired_hosts == 0
     assert frontier.stats.budget_items == 7
     assert not frontier.push("trap", 1, "t10")  # refused, counted
@@ -108,7 +108,7 @@ def test_a_budget_caps_a_host_counted_apart_from_retirement() -> None:
     assert not frontier.over_budget("trap")
     assert frontier.push("trap", 1, "t11")
     assert [item for _, item in drain(frontier, clock, 30)] == ["t11"]
-    assert frontier.fetched("trap") == 4
+    assert frontier.budgets.fetched("trap") == 4
 
 
 def test_a_saved_fetch_count_over_budget_retires_at_once() -> None:

@@ -26,8 +26,9 @@ back-off) only ever lengthen the rest the delay policy gives. A **retired** host
 Operators' wishes (``scrapy frontier``): a **blocked** host (``block``) keeps its
 URLs but is not contacted before the block ends; an operator **delay**
 (``set_delay``) is a minimum rest of its own, beside robots.txt's. A **budget**
-(``budget``, ``set_budget``) caps the fetches of a host: the fetch that reaches it
-retires the host the way ``retire`` does, counted apart (``stats.budget_*``).
+(``budgets``, kept by ``core/budgets.py``, and ``set_budget``) caps the fetches of
+a host: the fetch that reaches it retires the host the way ``retire`` does,
+counted apart (``stats.budget_*``).
 
 **Host groups** (``group_hosts=True``, per-IP politeness as in BUbiNG, kept by
 ``core/host_groups.py``): hosts that share a group -- an IP address, set by the
@@ -52,6 +53,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
 
+from scrapy_frontier.core.budgets import Budgets
 from scrapy_frontier.core.clock import Clock
 from scrapy_frontier.core.host_groups import GO, PARKED, HostGroups
 from scrapy_frontier.core.politeness import DelayPolicy, rest_after_fetch
@@ -205,10 +207,8 @@ class Frontier(Generic[T]):
         # without the block), clock times; an end of inf blocks until unblocked.
         self._blocked: dict[str, tuple[float, float]] = {}
         self._delay: dict[str, float] = {}
-        #: Fetches allowed per host (0: unlimited), and per-host overrides.
-        self.budget = 0
-        self._budgets: dict[str, int] = {}
-        self._fetched: dict[str, int] = {}
+        #: Fetches allowed per host, and fetches made.
+        self.budgets = Budgets()
         # Retired hosts that were retired for reaching their budget.
         self._capped: set[str] = set()
         #: Per-IP politeness (hosts that share an address share a rest); None: off.
@@ -396,35 +396,16 @@ class Frontier(Generic[T]):
 
     def set_budget(self, host: str, fetches: int | None) -> None:
         """``host`` may be fetched ``fetches`` times in all (None: the default
-        :attr:`budget`; 0: unlimited). A raised budget takes a capped host back."""
-        if fetches is None:
-            self._budgets.pop(host, None)
-        elif fetches < 0:
-            raise ValueError(f"a budget must be >= 0, got {fetches}")
-        else:
-            self._budgets[host] = fetches
-        if host in self._capped and not self._spent(host):
+        ``budgets.default``; 0: unlimited). A raised budget takes a capped host back."""
+        self.budgets.set(host, fetches)
+        if host in self._capped and not self.budgets.spent(host):
             self.unretire(host)
-
-    def budget_of(self, host: str) -> int:
-        return self._budgets.get(host, self.budget)
-
-    def fetched(self, host: str) -> int:
-        """Fetches of ``host`` completed so far (counted while a budget is in force)."""
-        return self._fetched.get(host, 0)
 
     def set_fetched(self, host: str, count: int) -> None:
         """Restore a count saved by an earlier run; a host already over budget retires."""
-        self._fetched[host] = count
-        if self._spent(host):
+        self.budgets.restore(host, count)
+        if self.budgets.spent(host):
             self.retire(host, budget=True)
-
-    def fetch_counts(self) -> dict[str, int]:
-        return dict(self._fetched)
-
-    def _spent(self, host: str) -> bool:
-        cap = self._budgets.get(host, self.budget)
-        return cap > 0 and self._fetched.get(host, 0) >= cap
 
     def counts(self) -> dict[str, int]:
         """Hosts known, blocked now, retired (for failures or by hand), over budget."""
@@ -748,10 +729,9 @@ class Frontier(Generic[T]):
         self._release(lease, fetch_seconds, self.clock(), ack=ack, rest_at_least=rest_at_least,
                       ended_ago=ended_ago)
         self.stats.completed += 1
-        if self.budget or self._budgets:
+        if self.budgets:
             host = lease.host
-            self._fetched[host] = self._fetched.get(host, 0) + 1
-            if self._spent(host) and host not in self._retired:
+            if self.budgets.count(host) and host not in self._retired:
                 self.retire(host, budget=True)
         return lease
 

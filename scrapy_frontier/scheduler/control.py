@@ -148,8 +148,9 @@ class ControlPoller:
                     self.closed[host] = "budget"
                 elif was:
                     self.closed.pop(host, None)
+                budgets = frontier.budgets
                 logger.info("Host %r: budget %s pages (%d fetched)", host,
-                            frontier.budget_of(host) or "unlimited", frontier.fetched(host))
+                            budgets.of(host) or "unlimited", budgets.fetched(host))
             if new.retired and not old.retired:
                 self._retire(host)
         self._applied = controls
@@ -167,7 +168,7 @@ class ControlPoller:
     def _save_counts(self) -> None:
         """Write the fetch counts and closed hosts that changed since the last save."""
         frontier = self.frontier
-        counts = frontier.fetch_counts()
+        counts = frontier.budgets.counts()
         changed: dict[str, tuple[int, str | None]] = {}
         for host in counts:
             if host not in self.closed and frontier.over_budget(host):

@@ -104,7 +104,7 @@ class LocalDriver:
             store=store,
             group_hosts=config.ip_politeness,
         )
-        frontier.budget = config.host_budget
+        frontier.budgets.default = config.host_budget
         for host, budget in config.host_budgets.items():
             frontier.set_budget(host, budget)
         return frontier

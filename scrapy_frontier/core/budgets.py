@@ -1,0 +1,48 @@
+"""Page budgets: how many fetches each host may have in all, and how many it had."""
+
+from __future__ import annotations
+
+
+class Budgets:
+    def __init__(self, default: int = 0) -> None:
+        #: Fetches allowed per host (0: unlimited), unless the host has its own.
+        self.default = default
+        self._own: dict[str, int] = {}
+        self._fetched: dict[str, int] = {}
+
+    def __bool__(self) -> bool:
+        """Whether any host has a budget (fetches are counted only then)."""
+        return bool(self.default or self._own)
+
+    def set(self, host: str, fetches: int | None) -> None:
+        """``host`` may be fetched ``fetches`` times in all (None: the default; 0:
+        unlimited)."""
+        if fetches is None:
+            self._own.pop(host, None)
+        elif fetches < 0:
+            raise ValueError(f"a budget must be >= 0, got {fetches}")
+        else:
+            self._own[host] = fetches
+
+    def of(self, host: str) -> int:
+        return self._own.get(host, self.default)
+
+    def fetched(self, host: str) -> int:
+        """Fetches of ``host`` completed so far (counted while a budget is in force)."""
+        return self._fetched.get(host, 0)
+
+    def counts(self) -> dict[str, int]:
+        return dict(self._fetched)
+
+    def restore(self, host: str, count: int) -> None:
+        """A count saved by an earlier run."""
+        self._fetched[host] = count
+
+    def count(self, host: str) -> bool:
+        """One more fetch of ``host``; True if that spent its budget."""
+        self._fetched[host] = self._fetched.get(host, 0) + 1
+        return self.spent(host)
+
+    def spent(self, host: str) -> bool:
+        cap = self._own.get(host, self.default)
+        return cap > 0 and self._fetched.get(host, 0) >= cap
