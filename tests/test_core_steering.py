@@ -78,14 +78,14 @@ def test_block_before_the_host_is_known_holds_its_first_url() -> None:
 def test_an_operator_delay_lengthens_every_rest_beside_crawl_delay() -> None:
     frontier, clock = make()
     frontier.set_min_rest("a", 2.0)  # robots.txt
-    frontier.set_delay("a", 5.0)
+    frontier.controls.set_delay("a", 5.0)
     for i in range(4):
         frontier.push("a", 1, f"a{i}")
     times = [t for t, _ in drain(frontier, clock, 60)]
     assert len(times) == 4
     assert all(b - a >= 5.1 - 1e-9 for a, b in zip(times, times[1:], strict=False))
-    frontier.set_delay("a", 0)
-    assert frontier.delay_of("a") == 0.0
+    frontier.controls.set_delay("a", 0)
+    assert frontier.controls.delay_of("a") == 0.0
 
 
 def test_a_budget_caps_a_host_counted_apart_from_retirement() -> None:
@@ -209,8 +209,8 @@ def test_control_file_is_applied_by_the_poll_and_budget_counts_survive_a_restart
     control.update("a.example", delay=7.0)
     driver._control.poll()
     frontier = driver.frontier
-    assert frontier.blocked_until("b.example") == math.inf
-    assert frontier.delay_of("a.example") == 7.0
+    assert frontier.controls.blocked_until("b.example", clock()) == math.inf
+    assert frontier.controls.delay_of("a.example") == 7.0
     fetched = []
     for _ in range(60):
         request = sched.next_request()

@@ -61,9 +61,9 @@ def test_min_rest_is_a_floor_under_the_policy_and_survives_forgetting() -> None:
     assert lease is not None and lease.item == "a2"
     f.complete(lease.ticket, 1.0)  # policy 10 s beats the 2 s floor
     assert f.next_contact("a") == pytest.approx(clock.now + 10.0)
-    assert f.min_rest("a") == 2.0
+    assert f.controls.min_rest("a") == 2.0
     f.set_min_rest("a", 0.0)
-    assert f.min_rest("a") == 0.0
+    assert f.controls.min_rest("a") == 0.0
     with pytest.raises(ValueError):
         f.set_min_rest("a", -1.0)
 
@@ -315,9 +315,9 @@ def test_crawl_delay_from_parsed_robots_txt(caplog: pytest.LogCaptureFixture,
     _announce_robots(crawler, robots_source, "free.example", None)
     if plain is not None:
         assert plain.asked == ["ua-x"]
-    assert sched.driver.frontier.min_rest("slow.example") == 2.0
-    assert sched.driver.frontier.min_rest("slower.example") == 10.0  # capped, not skipped
-    assert sched.driver.frontier.min_rest("free.example") == 0.0
+    assert sched.driver.frontier.controls.min_rest("slow.example") == 2.0
+    assert sched.driver.frontier.controls.min_rest("slower.example") == 10.0  # capped, not skipped
+    assert sched.driver.frontier.controls.min_rest("free.example") == 0.0
     stats = crawler.stats
     assert stats.get_value("frontier/crawl_delay/hosts") == 2
     assert stats.get_value("frontier/crawl_delay/capped") == 1
@@ -341,7 +341,7 @@ def test_only_the_robots_txt_middleware_fetches_are_read(robots_source: str) -> 
         crawler.signals.send_catch_log(
             signals.response_received, request=request, spider=crawler.spider,
             response=TextResponse(url, body=ROBOTS_BODIES[2.0], request=request))
-        assert sched.driver.frontier.min_rest("own.example") == 0.0
+        assert sched.driver.frontier.controls.min_rest("own.example") == 0.0
 
 
 def test_a_robot_parser_without_crawl_delay_is_read_through_protego(robots_source: str) -> None:
@@ -356,7 +356,7 @@ def test_a_robot_parser_without_crawl_delay_is_read_through_protego(robots_sourc
         old_style = SimpleNamespace(rp=Protego.parse("User-agent: *\nRequest-rate: 1/4\n"))
         crawler.signals.send_catch_log(signals.robots_parsed, robotparser=old_style,
                                        request=Request("http://rate.example/"))
-        assert sched.driver.frontier.min_rest("rate.example") == 4.0
+        assert sched.driver.frontier.controls.min_rest("rate.example") == 4.0
     assert robots_delay(robots_view(SimpleNamespace(rp=Protego.parse(
         "User-agent: *\nCrawl-delay: 1.5\n"))), "b") == 1.5
 
@@ -583,4 +583,4 @@ def test_infinite_and_huge_robots_delays_are_capped_not_ignored() -> None:
     assert robots_delay(parser, "*") == float("inf")
     sched, _, _ = make_scheduler({"FRONTIER_MAX_CRAWL_DELAY": 7.0})
     sched._on_robots_parsed(parser, Request("http://slow.example/robots.txt"))
-    assert sched.driver.frontier.min_rest("slow.example") == 7.0
+    assert sched.driver.frontier.controls.min_rest("slow.example") == 7.0

@@ -25,10 +25,11 @@ back-off) only ever lengthen the rest the delay policy gives. A **retired** host
 
 Operators' wishes (``scrapy frontier``): a **blocked** host (``block``) keeps its
 URLs but is not contacted before the block ends; an operator **delay**
-(``set_delay``) is a minimum rest of its own, beside robots.txt's. A **budget**
-(``budgets``, kept by ``core/budgets.py``, and ``set_budget``) caps the fetches of
-a host: the fetch that reaches it retires the host the way ``retire`` does,
-counted apart (``stats.budget_*``).
+(``controls.set_delay``) is a minimum rest of its own, beside robots.txt's. Both,
+and the minimum rests, are kept by ``controls`` (``core/host_controls.py``). A
+**budget** (``budgets``, kept by ``core/budgets.py``, and ``set_budget``) caps the
+fetches of a host: the fetch that reaches it retires the host the way ``retire``
+does, counted apart (``stats.budget_*``).
 
 **Host groups** (``group_hosts=True``, per-IP politeness as in BUbiNG, kept by
 ``core/host_groups.py``): hosts that share a group -- an IP address, set by the
@@ -55,6 +56,7 @@ from typing import Generic, NamedTuple, TypeVar
 
 from scrapy_frontier.core.budgets import Budgets
 from scrapy_frontier.core.clock import Clock
+from scrapy_frontier.core.host_controls import HostControls
 from scrapy_frontier.core.host_groups import GO, PARKED, HostGroups
 from scrapy_frontier.core.politeness import DelayPolicy, rest_after_fetch
 from scrapy_frontier.core.prioritizer import FrontQueueChooser
@@ -195,18 +197,13 @@ class Frontier(Generic[T]):
         # Insertion-ordered; deadlines grow with tickets (constant timeout).
         self._leases: dict[int, Lease[T]] = {}
         self._seq = 0
-        # Per-host minimum rest after any fetch (robots.txt Crawl-delay): kept
-        # apart from _hosts so that it survives a host's state being forgotten.
-        self._min_rest: dict[str, float] = {}
+        #: robots.txt's and operators' wishes for single hosts: least rests, blocks.
+        self.controls = HostControls()
         # Hosts given up for good (see retire): their URLs are refused or dropped.
         self._retired: set[str] = set()
         # Items of retired hosts dropped when they surfaced from a front queue,
         # until the caller collects them with take_dropped().
         self._dropped: list[tuple[str, T]] = []
-        # Operator controls. Blocked host -> (block end, the rest end it would have had
-        # without the block), clock times; an end of inf blocks until unblocked.
-        self._blocked: dict[str, tuple[float, float]] = {}
-        self._delay: dict[str, float] = {}
         #: Fetches allowed per host, and fetches made.
         self.budgets = Budgets()
         # Retired hosts that were retired for reaching their budget.
@@ -270,17 +267,9 @@ class Frontier(Generic[T]):
         (on top of nothing: the policy's delay applies if it is longer).
 
         ``0`` removes the floor. Remembered even when the host's state is
-        forgotten, so it holds for the whole crawl.
+        forgotten, so it holds for the whole crawl (see ``controls``).
         """
-        if math.isnan(seconds) or seconds < 0:
-            raise ValueError(f"minimum rest must be >= 0, got {seconds}")
-        if seconds:
-            self._min_rest[host] = seconds
-        else:
-            self._min_rest.pop(host, None)
-
-    def min_rest(self, host: str) -> float:
-        return self._min_rest.get(host, 0.0)
+        self.controls.set_min_rest(host, seconds)
 
     def is_retired(self, host: str) -> bool:
         return host in self._retired
@@ -345,25 +334,20 @@ class Frontier(Generic[T]):
     def block(self, host: str, until: float = math.inf) -> None:
         """Do not contact ``host`` before ``until`` (clock time; inf: until
         :meth:`unblock`). Its URLs stay queued; a fetch in flight ends normally."""
-        if math.isnan(until):
-            raise ValueError("a block must end at a time, or at inf")
         hs = self._hosts.get(host)
+        contact = self.controls.block(host, until, 0.0 if hs is None else hs.next_contact)
         if hs is None:
             hs = self._hosts[host] = _Host(host)
-        old = self._blocked.get(host)
-        rest_end = hs.next_contact if old is None else old[1]
-        self._blocked[host] = (until, rest_end)
-        self._reschedule(hs, max(rest_end, until))
+        self._reschedule(hs, contact)
 
     def unblock(self, host: str) -> bool:
         """End ``host``'s block: it rests as it would have without it. False if not blocked."""
-        entry = self._blocked.pop(host, None)
-        if entry is None:
+        rest_end = self.controls.unblock(host)
+        if rest_end is None:
             return False
         hs = self._hosts.get(host)
         if hs is not None:
-            hs.next_contact = entry[1]
-            self._reschedule(hs, entry[1], lower=True)
+            self._reschedule(hs, rest_end, lower=True)
         return True
 
     def _reschedule(self, hs: _Host[T], contact: float, *, lower: bool = False) -> None:
@@ -376,23 +360,6 @@ class Frontier(Generic[T]):
             self._schedule(hs, held=False)
         elif not hs.active and not math.isinf(hs.next_contact):
             heapq.heappush(self._cooling, (hs.next_contact, hs.key))
-
-    def blocked_until(self, host: str) -> float | None:
-        """The end of ``host``'s block (clock time, inf for none), if it is blocked now."""
-        entry = self._blocked.get(host)
-        return None if entry is None or entry[0] <= self.clock() else entry[0]
-
-    def set_delay(self, host: str, seconds: float) -> None:
-        """An operator's minimum rest after every fetch of ``host`` (0 removes it)."""
-        if math.isnan(seconds) or seconds < 0:
-            raise ValueError(f"a delay must be >= 0, got {seconds}")
-        if seconds:
-            self._delay[host] = seconds
-        else:
-            self._delay.pop(host, None)
-
-    def delay_of(self, host: str) -> float:
-        return self._delay.get(host, 0.0)
 
     def set_budget(self, host: str, fetches: int | None) -> None:
         """``host`` may be fetched ``fetches`` times in all (None: the default
@@ -412,7 +379,7 @@ class Frontier(Generic[T]):
         now = self.clock()
         return {
             "known": len(self._hosts),
-            "blocked": sum(1 for until, _ in self._blocked.values() if until > now),
+            "blocked": self.controls.blocked(now),
             "retired": len(self._retired) - len(self._capped),
             "over_budget": len(self._capped),
         }
@@ -756,23 +723,19 @@ class Frontier(Generic[T]):
         hs.last_fetch = fetch_seconds if fetch_seconds > 0.0 else 0.0
         if self.groups is not None:
             self._release_group(hs.key, fetch_seconds, now)
+        controls = self.controls
+        min_rests, delays = controls.min_rests, controls.delays
         rest = rest_after_fetch(
             self.policy.delay(fetch_seconds), ended_ago,
-            self._min_rest.get(hs.key, 0.0) if self._min_rest else 0.0, rest_at_least,
-            self._delay.get(hs.key, 0.0) if self._delay else 0.0)
+            min_rests.get(hs.key, 0.0) if min_rests else 0.0, rest_at_least,
+            delays.get(hs.key, 0.0) if delays else 0.0)
         hs.next_contact = now + rest
         if ack:
             self.store.ack(lease.token)
         self.store.save_rest(hs.key, rest, fetch_seconds)
-        if self._blocked:
-            block = self._blocked.get(hs.key)
-            if block is not None:
-                if block[0] > now:
-                    # The rest is saved as is; the block is kept apart (and re-applied).
-                    self._blocked[hs.key] = (block[0], hs.next_contact)
-                    hs.next_contact = block[0]
-                else:
-                    del self._blocked[hs.key]
+        if controls.blocks:
+            # The rest is saved as is; a block is kept beside it (and re-applied).
+            hs.next_contact = controls.after_release(hs.key, hs.next_contact, now)
         if hs.queued:
             self.stats.politeness_hold_seconds += rest
             self._schedule(hs, held=True)
@@ -851,7 +814,7 @@ class Frontier(Generic[T]):
         """
         now = self.clock()
         known = active = waiting = resting = queued = blocked = 0
-        blocks = self._blocked
+        blocks = self.controls.blocks
         for hs in self._hosts.values():
             if hs.active or hs.next_contact > now:
                 known += 1

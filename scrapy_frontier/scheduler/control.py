@@ -139,7 +139,7 @@ class ControlPoller:
                     logger.info("Host %r blocked %s", host, "until unblocked"
                                 if math.isinf(until) else f"for {until - now:.0f} s")
             if new.delay != old.delay:
-                frontier.set_delay(host, new.delay or 0.0)
+                frontier.controls.set_delay(host, new.delay or 0.0)
                 logger.info("Host %r: minimum rest %s s", host, new.delay or 0)
             if new.budget != old.budget:
                 was = frontier.over_budget(host)
