@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scrapy import Request, Spider
+from scrapy import Request, Spider, signals
+from scrapy.http import Response
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
@@ -173,7 +174,7 @@ def test_close_cancels_timer_and_reports_left_over() -> None:
 def test_signals_fallback_when_middleware_missing(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="scrapy_frontier"):
         sched, clock, crawler = make_scheduler(middleware=False)
-    assert sched.uses_signals
+    assert sched.timing.signals_only
     assert sum("scrapy_frontier.Addon" in r.getMessage() for r in caplog.records) == 1
     sched.enqueue_request(Request("http://a.example/0"))
     sched.enqueue_request(Request("http://a.example/1"))
@@ -194,10 +195,17 @@ def test_signals_fallback_times_fetch_from_downloader_signals() -> None:
     req = sched.next_request()
     assert req is not None
     crawler.engine._slot.inprogress.add(req)
-    sched._on_reached_downloader(req, crawler.spider)
+    # As Scrapy's downloader sends them (each receiver takes only the arguments it names).
+    send = crawler.signals.send_catch_log
+    send(signals.request_reached_downloader, request=req, spider=crawler.spider)
     clock.advance(0.3)
-    sched._on_left_downloader(req, crawler.spider)
+    send(signals.request_left_downloader, request=req, spider=crawler.spider)
     assert sched.driver.frontier.next_contact("a.example") == pytest.approx(clock() + 3.0)
+    # The response comes later: the lease is over, the host is not released twice.
+    clock.advance(0.1)
+    send(signals.response_received, response=Response(req.url, request=req), request=req,
+         spider=crawler.spider)
+    assert sched.driver.frontier.next_contact("a.example") == pytest.approx(clock() + 2.9)
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,6 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy_frontier.errors import (
     FrontierError,
     HistoryStoreError,
-    RedisFrontierError,
     StoreError,
 )
 from scrapy_frontier.fingerprint import Fingerprinter64
@@ -37,6 +36,7 @@ from scrapy_frontier.scheduler.engine import EngineAdapter
 from scrapy_frontier.scheduler.fetch_timing import FetchTiming
 from scrapy_frontier.scheduler.inflight import InFlight, LeaseKeeper
 from scrapy_frontier.scheduler.recrawl import RecrawlHooks
+from scrapy_frontier.scheduler.run_state import RunState
 from scrapy_frontier.scheduler.site_rules import SiteRules
 from scrapy_frontier.scheduler.timer import EngineWaker, call_later
 from scrapy_frontier.settings import FrontierConfig, unknown_settings
@@ -84,32 +84,26 @@ class FrontierScheduler:
         self.clock = clock
         self.stats: StatsCollector = cast("StatsCollector", crawler.stats)
         self.engine = EngineAdapter(crawler)
+        self.run = RunState(self.engine, self.stats)
         self.waker = EngineWaker(self.engine, clock,
                                  counted=partial(self.stats.inc_value, "frontier/engine_wakeups"))
         self.inflight = InFlight(config.lease_timeout)
         self.rules = SiteRules(config, self.stats, clock)
-        self.fp64 = Fingerprinter64(crawler.request_fingerprinter)
         self.timing = FetchTiming(clock=clock, tcp_timing=config.tcp_timing,
                                   stall_discount=config.stall_discount)
         self.recrawl: RecrawlHooks | None = None
         self.spider: Spider | None = None
         context = DriverContext(
             crawler=crawler, config=config, stats=self.stats, clock=clock,
-            dupefilter=dupefilter, wake=self.waker.nudge, fail=self._driver_failed,
+            dupefilter=dupefilter, wake=self.waker.nudge, fail=self.run.fail,
         )
         cls = driver_cls if driver_cls is not None else load_driver(config.driver_path)
         self.driver: Driver = cls(context)
-        self.admission = Admission(config, dupefilter, self.driver, self.stats, self.fp64,
-                                   history_failed=self._store_failed)
+        self.admission = Admission(config, dupefilter, self.driver, self.stats,
+                                   Fingerprinter64(crawler.request_fingerprinter),
+                                   history_failed=self.run.state_failed)
         self.leases = LeaseKeeper(self.inflight, self.engine, self.driver, self.stats,
                                   config.lease_timeout, ended=self.fetch_finished)
-        self._debug = politeness_log.isEnabledFor(logging.DEBUG)
-        self._feed_at = 0.0
-        self._closed = False
-        self._failed = False
-        self.uses_signals = False
-        self._dequeued = 0
-        self._completed = 0
         self.observer: Observer | None = None
 
     @classmethod
@@ -140,7 +134,7 @@ class FrontierScheduler:
 
     def open(self, spider: Spider) -> Deferred[None] | None:
         self.spider = spider
-        self._closed = self.waker.closed = False
+        self.run.closed = self.waker.closed = False
         if self.engine.has_downloader_middleware(TIMING_MIDDLEWARE) is False:
             self._use_signals()
         sig = self.crawler.signals
@@ -203,7 +197,7 @@ class FrontierScheduler:
                                        shared=self.driver.name == "redis"))
 
     def close(self, reason: str) -> Deferred[None] | None:
-        self._closed = True
+        self.run.closed = True
         self.waker.close()
         self.timing.close()
         out, ended = self.inflight.take_all()
@@ -219,7 +213,7 @@ class FrontierScheduler:
         try:
             d = self.driver.close(reason)
         except StoreError as exc:
-            self._count_store_error(exc)
+            self.run.count(exc)
             logger.error("%s", exc)
             d = None
         left = len(self.driver)
@@ -244,7 +238,7 @@ class FrontierScheduler:
         if self.driver.has_pending():
             return True
         rc = self.recrawl
-        return rc is not None and rc.pending_due() and not self._failed
+        return rc is not None and rc.pending_due() and not self.run.failed
 
     def __len__(self) -> int:
         return len(self.driver)
@@ -272,16 +266,17 @@ class FrontierScheduler:
         except StoreError as exc:
             # The request is in the store's pending writes: not lost, but the
             # state cannot be kept consistent any more, so the crawl stops.
-            self._store_failed(exc)
+            self.run.state_failed(exc)
             return True
 
     def next_request(self) -> Request | None:
-        if self._failed or self._closed:
+        run = self.run
+        if run.failed or run.closed:
             return None
         try:
             return self._next_request()
         except StoreError as exc:
-            self._store_failed(exc)
+            self.run.state_failed(exc)
             return None
 
     def _next_request(self) -> Request | None:
@@ -289,12 +284,14 @@ class FrontierScheduler:
         # Cheap tests first: this runs for every request handed out.
         if self.inflight.unacknowledged:
             self.leases.acknowledge()
-        if self.uses_signals or now >= self.leases.check_at:
-            self.leases.check(now, every_lease=self.uses_signals)
-        if (self.recrawl is not None and now >= self._feed_at
+        signals_only = self.timing.signals_only
+        if signals_only or now >= self.leases.check_at:
+            self.leases.check(now, every_lease=signals_only)
+        recrawl = self.recrawl
+        if (recrawl is not None and now >= recrawl.feed_at
                 and len(self.driver) < 2 * self.config.recrawl.feed_batch):
             self._feed_due(now)
-            if self._failed:
+            if self.run.failed:
                 return None
         handout = self.driver.pop()
         if handout is None:
@@ -306,7 +303,6 @@ class FrontierScheduler:
             return None
         request = handout.item
         self.inflight.hand_out(handout.ticket, handout.host, request, now)
-        self._dequeued += 1
         return request
 
     # -- fetch ends ----------------------------------------------------------------------
@@ -331,16 +327,16 @@ class FrontierScheduler:
         when given, drive Retry-After, the back-off after failures and retirement.
         """
         try:
-            if (exception is not None and self.recrawl is not None and not self._closed
+            if (exception is not None and self.recrawl is not None and not self.run.closed
                     and not isinstance(exception, IgnoreRequest)
                     and self.recrawl.keeps(request)):
                 # robots.txt or a middleware saying no is not the page's fault.
-                self.driver.record_visit(self.fp64(request), request.url, None)
+                self.driver.record_visit(self.admission.fp64(request), request.url, None)
             ticket = request.meta.get(LEASE_META)
             if ticket is not None:
                 self._fetch_ended(ticket, response, exception)
         except StoreError as exc:
-            self._store_failed(exc)
+            self.run.state_failed(exc)
 
     def _fetch_ended(
         self,
@@ -348,7 +344,7 @@ class FrontierScheduler:
         response: Response | None = None,
         exception: BaseException | None = None,
     ) -> None:
-        if self._closed:
+        if self.run.closed:
             return
         fetch = self.inflight.end(ticket)
         if fetch is None:
@@ -365,10 +361,9 @@ class FrontierScheduler:
                 rest = max(rest, robots_end - now)
         self.inflight.released(fetch, self.driver.release(ticket, timed.duration, rest,
                                                           timed.ended_at))
-        self._completed += 1
         if failures and self.rules.should_retire(failures):
             self._retire(host, failures, response, exception)
-        if self._debug:
+        if politeness_log.isEnabledFor(logging.DEBUG):
             politeness_log.debug(
                 "host %r: fetch took %.4f s, rest at least %.3f s (sent %.4f, answer ended %s, "
                 "stalls %s)", host, timed.duration, rest, started or 0.0, timed.ended_at,
@@ -456,104 +451,60 @@ class FrontierScheduler:
 
     def page_visited(self, request: Request, visit: Visit) -> None:
         """A response for ``request`` arrived (from the recrawl spider middleware)."""
-        if self.recrawl is None or self._closed or not self.recrawl.keeps(request):
+        if self.recrawl is None or self.run.closed or not self.recrawl.keeps(request):
             return
         visit.request = self.recrawl.snapshot(request, self.spider)
         try:
-            self.driver.record_visit(self.fp64(request), request.url, visit)
+            self.driver.record_visit(self.admission.fp64(request), request.url, visit)
         except StoreError as exc:
-            self._store_failed(exc)
+            self.run.state_failed(exc)
 
     def _feed_due(self, now: float) -> None:
         """Queue pages of the history that are due (bypassing the seen test)."""
-        assert self.recrawl is not None
-        if now < self._feed_at:
+        recrawl = self.recrawl
+        assert recrawl is not None
+        if now < recrawl.feed_at:
             return
         batch = self.config.recrawl.feed_batch
         try:
             records = self.driver.take_due(batch)
         except HistoryStoreError as exc:
-            self._history_failed(exc)
+            self.run.state_failed(exc)
             return
         for record in records:
-            request = self.recrawl.request_for(record, self.spider)
+            request = recrawl.request_for(record, self.spider)
             if request is not None:
                 self.enqueue_request(request)
-            if self._failed:
+            if self.run.failed:
                 return
         if len(records) < batch:
             # Nothing more is due for now: look again in a second (continuous mode).
-            self._feed_at = now + 1.0
+            recrawl.feed_at = now + 1.0
 
     def _on_spider_idle(self, spider: Spider) -> None:
         """Continuous recrawl: stay open, pages fall due later. Stop with a signal."""
         from scrapy.exceptions import DontCloseSpider
 
-        if self._closed or self._failed or self.recrawl is None:
+        if self.run.closed or self.run.failed or self.recrawl is None:
             return
         self._arm_wakeup()
         raise DontCloseSpider
 
-    # -- failures ----------------------------------------------------------------------------
-
-    def _count_store_error(self, exc: BaseException) -> str:
-        if isinstance(exc, HistoryStoreError):
-            self.stats.inc_value("frontier/history/errors")
-            return "frontier_history_error"
-        if isinstance(exc, RedisFrontierError):
-            self.stats.inc_value("frontier/redis/errors")
-            return "frontier_redis_error"
-        self.stats.inc_value("frontier/store/errors")
-        return "frontier_store_error"
-
-    def _store_failed(self, exc: StoreError) -> None:
-        """The state cannot be read or written: stop the crawl cleanly.
-
-        Everything since the last good write is still in memory and retried at
-        close; what cannot be written is re-fetched on the next run from the last
-        durable state (acknowledgements are never written before the URLs found
-        with them), so nothing is lost.
-        """
-        reason = self._count_store_error(exc)
-        if self._failed:
-            return
-        self._failed = True
-        logger.error("%s The crawl is stopping.", exc)
-        self.engine.close_spider(reason)
-
-    _history_failed = _store_failed
-
-    def _driver_failed(self, reason: str, exc: BaseException) -> None:
-        if self._failed or self._closed:
-            return
-        self._failed = True
-        logger.error("%s The crawl is stopping.", exc)
-        self.engine.close_spider(reason)
-
     # -- fetch ends without the middleware -----------------------------------------------
 
     def _use_signals(self) -> None:
-        self.uses_signals = True
+        self.timing.signals_only = True
         self.stats.set_value("frontier/end_reports/signals", 1)
         logger.warning(
             "%s is not enabled, so the frontier learns when fetches end from Scrapy "
             "signals, which time them less precisely. Enable the add-on to fix this: "
             "ADDONS = {%r: 0}", TIMING_MIDDLEWARE, ADDON_PATH,
         )
+        # Scrapy passes each receiver only the arguments it takes: the request here.
         sig = self.crawler.signals
-        sig.connect(self._on_reached_downloader, signal=signals.request_reached_downloader)
-        sig.connect(self._on_left_downloader, signal=signals.request_left_downloader)
-        sig.connect(self._on_response_received, signal=signals.response_received)
-
-    def _on_reached_downloader(self, request: Request, spider: Spider) -> None:
-        self.fetch_sent(request)
-
-    def _on_left_downloader(self, request: Request, spider: Spider) -> None:
-        self.fetch_finished(request)
-
-    def _on_response_received(self, response: Response, request: Request,
-                              spider: Spider) -> None:
-        self.fetch_finished(request)
+        sig.connect(self.fetch_sent, signal=signals.request_reached_downloader)
+        sig.connect(self.fetch_finished, signal=signals.request_left_downloader)
+        sig.connect(self.fetch_finished, signal=signals.response_received)
 
     # -- waking the engine -------------------------------------------------------------
 
@@ -562,7 +513,7 @@ class FrontierScheduler:
 
         Without this the engine only asks on its 5 s heartbeat.
         """
-        if self._closed:
+        if self.run.closed:
             return
         at = self.driver.next_wakeup()
         rc = self.recrawler
@@ -582,11 +533,12 @@ class FrontierScheduler:
         if enqueued:
             set_value("frontier/enqueued", enqueued)
             set_value("scheduler/enqueued", enqueued)  # Scrapy's name, for dashboards
-        if self._dequeued:
-            set_value("frontier/dequeued", self._dequeued)
-            set_value("scheduler/dequeued", self._dequeued)
-        if self._completed:
-            set_value("frontier/completed", self._completed)
+        inflight = self.inflight
+        if inflight.handed:
+            set_value("frontier/dequeued", inflight.handed)
+            set_value("scheduler/dequeued", inflight.handed)
+        if inflight.ended:
+            set_value("frontier/completed", inflight.ended)
         set_value("frontier/queued", len(self.driver))
         self.timing.publish_stats(set_value)
         self.driver.publish_stats(self.stats)

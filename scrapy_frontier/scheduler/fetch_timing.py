@@ -42,6 +42,8 @@ class FetchTiming:
         self.clock = clock
         self.stall_discount = stall_discount
         self.want_tcp = tcp_timing
+        #: No timing middleware: Scrapy's signals report the fetches (less precisely).
+        self.signals_only = False
         # The end where the bytes came in, less the loop's own stalls (core.fetch_time).
         self.stalls = StallMeter(clock)
         self.estimates = FetchTimeEstimator()

@@ -58,6 +58,9 @@ class InFlight:
         # Insertion-ordered; deadlines grow with insertion (one timeout for all).
         self._out: dict[int, Fetch] = {}
         self._ended: dict[int, Fetch] = {}
+        #: Leases handed out, and fetch ends reported (the dequeued and completed stats).
+        self.handed = 0
+        self.ended = 0
 
     def __len__(self) -> int:
         """Leases handed out whose fetch has not ended."""
@@ -70,6 +73,7 @@ class InFlight:
     def hand_out(self, ticket: int, host: str, request: Request, now: float) -> Fetch:
         request.meta[LEASE_META] = ticket
         fetch = self._out[ticket] = Fetch(ticket, host, request, now, now + self.lease_timeout)
+        self.handed += 1
         return fetch
 
     def get(self, ticket: object) -> Fetch | None:
@@ -83,7 +87,10 @@ class InFlight:
     def end(self, ticket: int) -> Fetch | None:
         """The fetch of ``ticket`` ended: it, or None if the lease was unknown or had
         ended already. Pass it to :meth:`released` once the driver released it."""
-        return self._out.pop(ticket, None)
+        fetch = self._out.pop(ticket, None)
+        if fetch is not None:
+            self.ended += 1
+        return fetch
 
     def released(self, fetch: Fetch, token: object) -> None:
         """The driver released ``fetch``'s host; ``token`` (not None) waits here until the

@@ -29,6 +29,8 @@ logger = logging.getLogger("scrapy_frontier.recrawl")
 class RecrawlHooks:
     def __init__(self, recrawler: Recrawler) -> None:
         self.recrawler = recrawler
+        #: When the scheduler next asks the history for due pages (its clock).
+        self.feed_at = 0.0
         self._missing_callbacks: set[str] = set()
         self._published: dict[str, float] = {}
         self._replay: RequestReplay | None = None
