@@ -10,9 +10,14 @@ from __future__ import annotations
 import math
 
 
-def _check_rest(seconds: float, what: str) -> None:
+def _set_rest(rests: dict[str, float], host: str, seconds: float, what: str) -> None:
+    """``rests[host] = seconds``; 0 removes it."""
     if math.isnan(seconds) or seconds < 0:
         raise ValueError(f"{what} must be >= 0, got {seconds}")
+    if seconds:
+        rests[host] = seconds
+    else:
+        rests.pop(host, None)
 
 
 class HostControls:
@@ -27,22 +32,14 @@ class HostControls:
         self.blocks: dict[str, tuple[float, float]] = {}
 
     def set_min_rest(self, host: str, seconds: float) -> None:
-        _check_rest(seconds, "minimum rest")
-        if seconds:
-            self.min_rests[host] = seconds
-        else:
-            self.min_rests.pop(host, None)
+        _set_rest(self.min_rests, host, seconds, "minimum rest")
 
     def min_rest(self, host: str) -> float:
         return self.min_rests.get(host, 0.0)
 
     def set_delay(self, host: str, seconds: float) -> None:
         """An operator's minimum rest after every fetch of ``host`` (0 removes it)."""
-        _check_rest(seconds, "a delay")
-        if seconds:
-            self.delays[host] = seconds
-        else:
-            self.delays.pop(host, None)
+        _set_rest(self.delays, host, seconds, "a delay")
 
     def delay_of(self, host: str) -> float:
         return self.delays.get(host, 0.0)
