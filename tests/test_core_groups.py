@@ -237,3 +237,9 @@ GroupedFrontierMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestGroupedFrontierStateMachine = GroupedFrontierMachine.TestCase
+
+
+def test_set_group_without_host_groups_is_refused() -> None:
+    f = Frontier(front_queues=2, back_queues=2, clock=FakeClock(), policy=POLICY)
+    with pytest.raises(ValueError, match="group_hosts"):
+        f.set_group("a.example", "10.0.0.1")

@@ -410,7 +410,8 @@ class Frontier(Generic[T]):
         Only used with ``group_hosts``. A host waiting for its group becomes
         ready again. Moving a host that is fetching or parked is refused.
         """
-        assert self.groups is not None, "set_group needs group_hosts"
+        if self.groups is None:
+            raise ValueError("set_group needs a frontier made with group_hosts=True")
         if self.groups.assign(host, group):
             hs = self._hosts.get(host)
             if hs is not None and hs.active and hs.queued and hs.lease is None:
