@@ -57,6 +57,10 @@ def _instructions(root: Path, phase: int, n: int, hosts: int) -> int:
     # One hash seed for every process: string hashing otherwise changes dict and set
     # layouts, and with them the instructions, from one process to the next.
     env["PYTHONHASHSEED"] = "0"
+    # numpy's OpenBLAS starts worker threads that spin while idle, and valgrind counts
+    # their instructions too: a few percent that change from one process to the next.
+    env["OPENBLAS_NUM_THREADS"] = "1"
+    env["OMP_NUM_THREADS"] = "1"
     env["PYTHONPATH"] = os.pathsep.join([str(root), str(root / "benchmarks")])
     proc = subprocess.run(
         ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",

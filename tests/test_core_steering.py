@@ -111,6 +111,25 @@ def test_a_budget_caps_a_host_counted_apart_from_retirement() -> None:
     assert frontier.budgets.fetched("trap") == 4
 
 
+def test_fetches_are_counted_only_while_some_host_has_a_budget() -> None:
+    frontier, clock = make()
+    frontier.push("a", 1, "a0")
+    drain(frontier, clock, 5)
+    assert frontier.budgets.fetched("a") == 0  # no budget anywhere: nothing counted
+    frontier.set_budget("b", 10)  # one host's own budget turns counting on for all
+    frontier.push("a", 1, "a1")
+    drain(frontier, clock, 5)
+    assert frontier.budgets.fetched("a") == 1
+    frontier.set_budget("b", None)  # and dropping it turns it off again
+    frontier.push("a", 1, "a2")
+    drain(frontier, clock, 5)
+    assert frontier.budgets.fetched("a") == 1
+    frontier.budgets.default = 5
+    frontier.push("a", 1, "a3")
+    drain(frontier, clock, 5)
+    assert frontier.budgets.fetched("a") == 2
+
+
 def test_a_saved_fetch_count_over_budget_retires_at_once() -> None:
     frontier, _ = make()
     frontier.set_budget("a", 2)

@@ -5,27 +5,37 @@ from __future__ import annotations
 
 class Budgets:
     def __init__(self, default: int = 0) -> None:
-        #: Fetches allowed per host (0: unlimited), unless the host has its own.
-        self.default = default
+        self._default = default
         self._own: dict[str, int] = {}
         self._fetched: dict[str, int] = {}
+        #: Whether any host has a budget (fetches are counted only then): a plain attribute,
+        #: since every fetch's end tests it.
+        self.active = bool(default)
 
-    def __bool__(self) -> bool:
-        """Whether any host has a budget (fetches are counted only then)."""
-        return bool(self.default or self._own)
+    @property
+    def default(self) -> int:
+        """Fetches allowed per host (0: unlimited), unless the host has its own."""
+        return self._default
+
+    @default.setter
+    def default(self, fetches: int) -> None:
+        self._default = fetches
+        self.active = bool(fetches or self._own)
 
     def set(self, host: str, fetches: int | None) -> None:
         """``host`` may be fetched ``fetches`` times in all (None: the default; 0:
         unlimited)."""
         if fetches is None:
             self._own.pop(host, None)
+            self.active = bool(self._default or self._own)
         elif fetches < 0:
             raise ValueError(f"a budget must be >= 0, got {fetches}")
         else:
             self._own[host] = fetches
+        self.active = bool(self._default or self._own)
 
     def of(self, host: str) -> int:
-        return self._own.get(host, self.default)
+        return self._own.get(host, self._default)
 
     def fetched(self, host: str) -> int:
         """Fetches of ``host`` completed so far (counted while a budget is in force)."""
@@ -44,5 +54,5 @@ class Budgets:
         return self.spent(host)
 
     def spent(self, host: str) -> bool:
-        cap = self._own.get(host, self.default)
+        cap = self._own.get(host, self._default)
         return cap > 0 and self._fetched.get(host, 0) >= cap

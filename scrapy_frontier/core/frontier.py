@@ -697,7 +697,7 @@ class Frontier(Generic[T]):
         self._release(lease, fetch_seconds, self.clock(), ack=ack, rest_at_least=rest_at_least,
                       ended_ago=ended_ago)
         self.stats.completed += 1
-        if self.budgets:
+        if self.budgets.active:
             host = lease.host
             if self.budgets.count(host) and host not in self._retired:
                 self.retire(host, budget=True)

@@ -282,7 +282,7 @@ class FrontierScheduler:
     def _next_request(self) -> Request | None:
         now = self.clock()
         # Cheap tests first: this runs for every request handed out.
-        if self.inflight.unacknowledged:
+        if self.inflight.awaiting_ack:
             self.leases.acknowledge()
         signals_only = self.timing.signals_only
         if signals_only or now >= self.leases.check_at:
@@ -359,11 +359,12 @@ class FrontierScheduler:
             robots_end = self.rules.robots_rest_end(host, take=True)
             if robots_end is not None:
                 rest = max(rest, robots_end - now)
-        self.inflight.released(fetch, self.driver.release(ticket, timed.duration, rest,
-                                                          timed.ended_at))
+        token = self.driver.release(ticket, timed.duration, rest, timed.ended_at)
+        if token is not None:  # (tested here too: a call saved per fetch without one)
+            self.inflight.released(fetch, token)
         if failures and self.rules.should_retire(failures):
             self._retire(host, failures, response, exception)
-        if politeness_log.isEnabledFor(logging.DEBUG):
+        if self.timing.log_each:
             politeness_log.debug(
                 "host %r: fetch took %.4f s, rest at least %.3f s (sent %.4f, answer ended %s, "
                 "stalls %s)", host, timed.duration, rest, started or 0.0, timed.ended_at,

@@ -17,7 +17,7 @@ from scrapy_frontier.dupefilter import FrontierDupeFilter
 from scrapy_frontier.errors import HistoryStoreError
 from scrapy_frontier.fingerprint import Fingerprinter64, occurrence_key
 from scrapy_frontier.meta import BOOST_META, FORCE_META, RECRAWL_META, START_META
-from scrapy_frontier.scheduler.drivers import Push
+from scrapy_frontier.scheduler.drivers import SeenTest
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -112,8 +112,10 @@ class Admission:
         priority = request.priority
         if self.host_rules.rules or BOOST_META in meta:
             priority += self.host_rules.boost(host) + self._boost(request)
-        if self.driver.push(Push(request, host, self.mapper.level(priority), fp, dedupe, mark,
-                                 start, key)):
+        # The seen test only for a driver that keeps the seen set: one object fewer per
+        # request on the others.
+        seen = SeenTest(fp, dedupe, mark, start, key) if self.shared_seen else None
+        if self.driver.push(request, host, self.mapper.level(priority), seen):
             self.enqueued += 1
             return True
         if self.over_budget(host):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 from scrapy_frontier.core.fetch_time import FetchTimeEstimator
@@ -24,6 +25,7 @@ from scrapy_frontier.scheduler.tcp_timing import (
 )
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
+politeness_log = logging.getLogger("scrapy_frontier.politeness")
 
 
 class FetchEnd(NamedTuple):
@@ -32,6 +34,11 @@ class FetchEnd(NamedTuple):
 
     duration: float
     ended_at: float | None
+
+
+#: Builds a FetchEnd from its two fields without the Python frame of the NamedTuple's
+#: constructor (one per fetch).
+_fetch_end: Callable[[tuple[float, float | None]], FetchEnd] = partial(tuple.__new__, FetchEnd)
 
 
 class FetchTiming:
@@ -44,6 +51,9 @@ class FetchTiming:
         self.want_tcp = tcp_timing
         #: No timing middleware: Scrapy's signals report the fetches (less precisely).
         self.signals_only = False
+        #: Whether each fetch's rest is logged (``scrapy_frontier.politeness`` at DEBUG when
+        #: the crawl opened): tested once per fetch, so not asked of logging each time.
+        self.log_each = False
         # The end where the bytes came in, less the loop's own stalls (core.fetch_time).
         self.stalls = StallMeter(clock)
         self.estimates = FetchTimeEstimator()
@@ -56,6 +66,7 @@ class FetchTiming:
 
     def open(self, handlers: Any, set_value: Callable[[str, Any], None]) -> None:
         """Start timing; ``handlers`` is the crawl's DOWNLOAD_HANDLERS."""
+        self.log_each = politeness_log.isEnabledFor(logging.DEBUG)
         if self.stall_discount:
             self.stalls.start()
         if not self.want_tcp:
@@ -100,7 +111,7 @@ class FetchTiming:
         the downloader): it took no time."""
         started = fetch.sent_at
         if started is None:
-            return FetchEnd(0.0, None)
+            return _fetch_end((0.0, None))
         answer, fetch.answer = fetch.answer, None
         span = None
         if answer is not None and self.tcp is not None:
@@ -110,18 +121,18 @@ class FetchTiming:
                 span = self.tcp.end(answer, started, now)
         measured = now - started
         if measured <= 0.0:
-            return FetchEnd(0.0, None if span is None else span.end)
+            return _fetch_end((0.0, None if span is None else span.end))
         if span is not None:
             # The span holds the server's whole time and ends no earlier than its end.
             kernel = max(0.0, span.end - span.start)
             if kernel < measured:
                 self.kernel_timed += 1
                 self.kernel_seconds_cut += measured - kernel
-            return FetchEnd(min(kernel, measured), span.end)
+            return _fetch_end((min(kernel, measured), span.end))
         if not self.stall_discount:
-            return FetchEnd(measured, None)
+            return _fetch_end((measured, None))
         held = self.stalls.log.held(started, now, HOLD_SLACK)
-        return FetchEnd(self.estimates.estimate(fetch.host, measured, held), None)
+        return _fetch_end((self.estimates.estimate(fetch.host, measured, held), None))
 
     def recent_stalls(self, since: float, now: float) -> Any:
         return self.stalls.log.recent(since, now)

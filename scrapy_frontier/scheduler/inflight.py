@@ -57,7 +57,9 @@ class InFlight:
         self.lease_timeout = lease_timeout
         # Insertion-ordered; deadlines grow with insertion (one timeout for all).
         self._out: dict[int, Fetch] = {}
-        self._ended: dict[int, Fetch] = {}
+        #: Ended fetches whose driver token waits for the engine to be done with the
+        #: request (a plain dict: the hot path tests it for emptiness on every hand-out).
+        self.awaiting_ack: dict[int, Fetch] = {}
         #: Leases handed out, and fetch ends reported (the dequeued and completed stats).
         self.handed = 0
         self.ended = 0
@@ -65,10 +67,6 @@ class InFlight:
     def __len__(self) -> int:
         """Leases handed out whose fetch has not ended."""
         return len(self._out)
-
-    @property
-    def unacknowledged(self) -> int:
-        return len(self._ended)
 
     def hand_out(self, ticket: int, host: str, request: Request, now: float) -> Fetch:
         request.meta[LEASE_META] = ticket
@@ -97,7 +95,7 @@ class InFlight:
         engine is done with the request (a store that can lose nothing)."""
         if token is not None:
             fetch.token = token
-            self._ended[fetch.ticket] = fetch
+            self.awaiting_ack[fetch.ticket] = fetch
 
     def expired(self, now: float) -> list[Fetch]:
         """Leases whose end was never reported within the lease timeout (ended now)."""
@@ -127,7 +125,7 @@ class InFlight:
     def acknowledgeable(self, in_progress: Collection[Request] | None) -> list[Fetch]:
         """Ended fetches the engine is done with (all of them when it cannot tell);
         forgotten here, to be acknowledged by the caller."""
-        ended = self._ended
+        ended = self.awaiting_ack
         if not ended:
             return []
         if in_progress is None:
@@ -141,9 +139,9 @@ class InFlight:
     def take_all(self) -> tuple[list[Fetch], list[Fetch]]:
         """(handed out, ended) leases, forgotten: at close."""
         out = list(self._out.values())
-        ended = list(self._ended.values())
+        ended = list(self.awaiting_ack.values())
         self._out.clear()
-        self._ended.clear()
+        self.awaiting_ack.clear()
         return out, ended
 
 

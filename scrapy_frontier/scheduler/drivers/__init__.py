@@ -42,24 +42,20 @@ class Handout(NamedTuple):
     item: Request
 
 
-class Push(NamedTuple):
-    """A request to queue, as the shell routed it (see :meth:`Driver.push`)."""
+class SeenTest(NamedTuple):
+    """What a ``shared_seen`` driver does with its seen set as it queues a request (see
+    :meth:`Driver.push`); other drivers are never given one."""
 
-    request: Request
-    host: str
-    """The politeness key."""
-    level: int
-    """The front-queue level, 1..F (F highest), already mapped from the priority."""
-    fp: int | None = None
-    """The 64-bit fingerprint, when the shell computed it (shared seen set, history)."""
-    dedupe: bool = False
-    """Drop it if the driver's shared seen set has it (``shared_seen`` drivers only)."""
-    mark: bool = False
-    """Add the fingerprint to that set once queued."""
-    start: bool = False
+    fp: int | None
+    """The request's 64-bit fingerprint (None: the shell computed none)."""
+    dedupe: bool
+    """Drop the request if the seen set has ``key``."""
+    mark: bool
+    """Add ``key`` to the seen set once queued."""
+    start: bool
     """A start request on a shared frontier, for the driver's start gate (see
     :meth:`scrapy_frontier.core.recrawl.Recrawler.admit_start`)."""
-    key: int | None = None
+    key: int | None
     """The seen-set member to test and mark when it is not ``fp`` (a start URL listed
     again by the same spider: the page history is not asked then)."""
 
@@ -101,9 +97,12 @@ class Driver(Protocol):
 
     def attach_recrawler(self, recrawler: Recrawler) -> None: ...
 
-    def push(self, push: Push) -> bool:
-        """Queue ``push.request``; False if it was refused (its host was retired, or not
-        due)."""
+    def push(self, request: Request, host: str, level: int,
+             seen: SeenTest | None = None) -> bool:
+        """Queue ``request`` for its politeness key ``host`` at front-queue ``level``
+        (1..F, F highest, already mapped from its priority); ``seen``: the seen-set test
+        of a ``shared_seen`` driver. False if it was refused (its host was retired, or
+        not due)."""
 
     def pop(self) -> Handout | Lease[Request] | None:
         """The next request whose host may be contacted now, or None."""

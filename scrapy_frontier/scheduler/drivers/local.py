@@ -36,7 +36,7 @@ from scrapy_frontier.errors import StoreError
 from scrapy_frontier.hostkey import HostlessURL, url_host_key
 from scrapy_frontier.observe.census import Census, HostCounts
 from scrapy_frontier.scheduler.control import ControlPoller
-from scrapy_frontier.scheduler.drivers import DriverContext, Push
+from scrapy_frontier.scheduler.drivers import DriverContext, SeenTest
 from scrapy_frontier.scheduler.recrawl import select_records
 from scrapy_frontier.scheduler.resolve import HostResolver
 
@@ -211,14 +211,14 @@ class LocalDriver:
 
     # -- queueing ---------------------------------------------------------------------
 
-    def push(self, push: Push) -> bool:
-        # Shared-seen fields are never set for a driver without ``shared_seen``.
-        request, host = push.request, push.host
+    def push(self, request: Request, host: str, level: int,
+             seen: SeenTest | None = None) -> bool:
+        # ``seen`` is None: this driver has no shared seen set.
         if self._resolver is not None and "download_slot" in request.meta:
             self._remember_slot_hostname(host, request)
         if self.store is None:
-            return self.frontier.push(host, push.level, request)
-        queued = self.frontier.push(host, push.level, request)
+            return self.frontier.push(host, level, request)
+        queued = self.frontier.push(host, level, request)
         self._maybe_flush()
         return queued
 

@@ -56,7 +56,7 @@ from scrapy_frontier.errors import (
     Unserializable,
 )
 from scrapy_frontier.observe.census import Census, HostCounts
-from scrapy_frontier.scheduler.drivers import DriverContext, Handout, Push
+from scrapy_frontier.scheduler.drivers import DriverContext, Handout, SeenTest
 from scrapy_frontier.scheduler.drivers.redis_round import (
     Completion,
     Pushed,
@@ -85,6 +85,8 @@ redis_log = logging.getLogger("scrapy_frontier.redis")
 #: each fetch adds links, so while Redis cannot keep up (or is away) the backlog
 #: stops growing instead of filling the worker's memory.
 MAX_BACKLOG = 50_000
+#: A push without a seen test: queued whatever the seen set holds, and not marked.
+_NO_SEEN_TEST = SeenTest(None, False, False, False, None)
 
 
 class RedisDriver:
@@ -245,8 +247,9 @@ class RedisDriver:
 
     # -- the driver contract -----------------------------------------------------------
 
-    def push(self, push: Push) -> bool:
-        request, host, level, fp, dedupe, mark, start, key = push
+    def push(self, request: Request, host: str, level: int,
+             seen: SeenTest | None = None) -> bool:
+        fp, dedupe, mark, start, key = seen if seen is not None else _NO_SEEN_TEST
         try:
             data = self._codec.encode(request)
         except Unserializable as exc:
