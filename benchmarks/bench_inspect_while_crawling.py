@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scrapy_frontier.testweb import ServerProcess
-from scrapy_frontier.testweb.crawl import FRONTIER_ADDON, run_crawl
+from frontier_testweb import ServerProcess
+from frontier_testweb.crawl import FRONTIER_ADDON, run_crawl
 
 WEB = ["--shape", "wide", "--hosts", "6", "--pages", "25", "--latency", "0.005", "0.01",
        "--seed", "11"]

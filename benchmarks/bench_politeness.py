@@ -53,9 +53,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scrapy_frontier.testweb import ServerProcess, audit, read_log
-from scrapy_frontier.testweb.audit import rest_report
-from scrapy_frontier.testweb.crawl import FRONTIER_ADDON, run_crawl
+from frontier_testweb import ServerProcess, audit, read_log
+from frontier_testweb.audit import rest_report
+from frontier_testweb.crawl import FRONTIER_ADDON, run_crawl
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "politeness.json"

@@ -13,7 +13,7 @@ also noisy: a line that differs on every fetch). Each is crawled in rounds, one
   history does.
 
 From each server's log and the ground truth of its change model
-(:mod:`scrapy_frontier.testweb.changes`), sampled every 0.25 s over the whole
+(:mod:`frontier_testweb.changes`), sampled every 0.25 s over the whole
 run: **freshness** (share of pages whose copy -- the version of the last 200, or
 confirmed by a 304 -- equals the live page), **age** (time since the live page
 first changed after the copy, 0 when fresh), plus fetches, 304s and bytes sent.
@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scrapy_frontier.testweb import ServerProcess, read_log
-from scrapy_frontier.testweb.changes import GroundTruth
-from scrapy_frontier.testweb.crawl import FRONTIER_ADDON, run_crawl
-from scrapy_frontier.testweb.log import LogEntry
+from frontier_testweb import ServerProcess, read_log
+from frontier_testweb.changes import GroundTruth
+from frontier_testweb.crawl import FRONTIER_ADDON, run_crawl
+from frontier_testweb.log import LogEntry
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "recrawl_e2e.json"

@@ -34,8 +34,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from scrapy_frontier.testweb import ServerProcess, audit, read_log  # noqa: E402
-from scrapy_frontier.testweb.crawl import BASE_SETTINGS, FRONTIER_ADDON  # noqa: E402
+from frontier_testweb import ServerProcess, audit, read_log  # noqa: E402
+from frontier_testweb.crawl import BASE_SETTINGS, FRONTIER_ADDON  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
 
 RESULTS = HERE / "results" / "redis_crawl.json"
@@ -86,7 +86,7 @@ def crawl(web_args: list[str], settings: dict[str, Any], workers: int, tmp: Path
                                                  **settings}}))
         started = time.monotonic()
         procs = [subprocess.Popen(
-            [sys.executable, "-m", "scrapy_frontier.testweb.crawl", str(spec),
+            [sys.executable, "-m", "frontier_testweb.crawl", str(spec),
              str(tmp / f"worker{i}.json")], stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL) for i in range(workers)]
         codes = []

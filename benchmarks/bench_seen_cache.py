@@ -122,8 +122,8 @@ class RecordingDupeFilter(FrontierDupeFilter):
 
 def record_crawl_trace(web_args: list[str], workdir: Path) -> tuple[list[int], dict[str, Any]]:
     """Crawl the test web with the recording dupefilter; the trace and a summary."""
-    from scrapy_frontier.testweb import ServerProcess, audit, read_log
-    from scrapy_frontier.testweb.crawl import run_crawl
+    from frontier_testweb import ServerProcess, audit, read_log
+    from frontier_testweb.crawl import run_crawl
 
     trace_path = workdir / "trace.bin"
     log = workdir / "server.jsonl"

@@ -6,7 +6,7 @@ from scrapy_frontier.dupefilter import FrontierDupeFilter
 from scrapy_frontier.scheduler import FrontierScheduler
 from scrapy_frontier.spidermiddlewares import RecrawlMiddleware
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "Addon",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from scrapy.settings import BaseSettings, Settings
+from scrapy.utils.misc import load_object
 
 from scrapy_frontier.settings import dotted_name
 
@@ -40,14 +41,6 @@ class Addon:
 
 
 RECRAWL_MIDDLEWARE_PATH = "scrapy_frontier.spidermiddlewares.RecrawlMiddleware"
-
-
-#: Paths of the components before the layout by layer; still importable.
-_OLD_PATHS = {
-    MIDDLEWARE_PATH: "scrapy_frontier.middleware.FetchTimingMiddleware",
-    "scrapy_frontier.spidermiddlewares.RecrawlMiddleware":
-        "scrapy_frontier.recrawl_middleware.RecrawlMiddleware",
-}
 
 
 def check_startup(settings: Settings) -> None:
@@ -87,14 +80,29 @@ STARTUP_PING_TIMEOUT = 3.0
 
 
 def _add_component(settings: Settings, name: str, path: str, order: int) -> None:
-    """Add a component unless the project already lists it (even as None, or by its
-    old path)."""
+    """Add a component unless the project already lists it: by this path, by another path
+    to the same class (``scrapy_frontier.FetchTimingMiddleware``), or as the class itself;
+    even with the order None, which turns it off."""
     components = settings[name]
     if isinstance(components, BaseSettings):
-        if path not in components and _OLD_PATHS.get(path) not in components:
+        if path not in components and not _lists_class_of(components, path):
             components.set(path, order, "addon")
     else:  # pragma: no cover - settings built from a plain dict
         settings.set(name, {**(components or {}), path: order}, "addon")
+
+
+def _lists_class_of(components: BaseSettings, path: str) -> bool:
+    wanted = load_object(path)
+    for listed in components:
+        if listed is wanted:
+            return True
+        if isinstance(listed, str) and listed.startswith("scrapy_frontier."):
+            try:
+                if load_object(listed) is wanted:
+                    return True
+            except (ImportError, NameError, ValueError):
+                pass  # a wrong path of the project's own: Scrapy reports it
+    return False
 
 
 def _warn_about_overrides(settings: Settings) -> None:

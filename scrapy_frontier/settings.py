@@ -299,8 +299,6 @@ def _backend(settings: BaseSettings, state_dir: str | None) -> str:
             f"got {raw!r}"
         )
     name = raw.strip()
-    if name.lower() == "embedded":  # the name before drivers: memory, or SQLite with a directory
-        return "sqlite" if state_dir else "memory"
     if name.lower() in BACKENDS:
         name = name.lower()
         if name == "sqlite" and not state_dir:

@@ -33,9 +33,8 @@ DRIVERS = ("memory", "sqlite", "redis")
 PERSISTENT = frozenset({"sqlite", "redis"})
 
 #: The backend settings of each driver: the one place to change when the values of
-#: FRONTIER_BACKEND change. "memory" and "sqlite" leave FRONTIER_BACKEND unset, so
-#: they pick the in-process frontier both with today's "embedded" default (JOBDIR
-#: set means SQLite) and with explicit "memory" / "sqlite" values later.
+#: FRONTIER_BACKEND change. "memory" and "sqlite" leave FRONTIER_BACKEND unset: they
+#: are the default (JOBDIR set means SQLite), as most projects run it.
 #: ``{state_dir}``, ``{redis_url}`` and ``{redis_prefix}`` are filled in per test.
 DRIVER_SETTINGS: dict[str, dict[str, Any]] = {
     "memory": {},

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_frontier.testweb import ServerProcess, audit, read_log
-from scrapy_frontier.testweb.crawl import FRONTIER_ADDON, run_crawl
+from frontier_testweb import ServerProcess, audit, read_log
+from frontier_testweb.crawl import FRONTIER_ADDON, run_crawl
 
 pytestmark = pytest.mark.crawl
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from scrapy_frontier.testweb import ServerProcess, audit, read_log
-from scrapy_frontier.testweb.audit import rest_report
-from scrapy_frontier.testweb.crawl import FRONTIER_ADDON, CrawlResult, run_crawl
+from frontier_testweb import ServerProcess, audit, read_log
+from frontier_testweb.audit import rest_report
+from frontier_testweb.crawl import FRONTIER_ADDON, CrawlResult, run_crawl
 
 pytestmark = pytest.mark.crawl
 

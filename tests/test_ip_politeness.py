@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 from scrapy.settings import default_settings
 
+from frontier_testweb import ServerProcess, audit, read_log
+from frontier_testweb.crawl import FRONTIER_ADDON, run_crawl
+from frontier_testweb.log import LogEntry
 from scrapy_frontier.scheduler.resolve import HostResolver, ip_literal
 from scrapy_frontier.settings import FrontierConfig
-from scrapy_frontier.testweb import ServerProcess, audit, read_log
-from scrapy_frontier.testweb.crawl import FRONTIER_ADDON, run_crawl
-from scrapy_frontier.testweb.log import LogEntry
 
 NAMES_A = ["a1.test", "a2.test", "a3.test"]
 NAMES_B = ["b1.test"]
-RESOLVER = "scrapy_frontier.testweb.resolver.AliasResolver"
+RESOLVER = "frontier_testweb.resolver.AliasResolver"
 #: The resolver setting this Scrapy reads: TWISTED_DNS_RESOLVER from 2.15, DNS_RESOLVER before
 #: (later Scrapy still read it, with a deprecation warning).
 RESOLVER_SETTING = ("TWISTED_DNS_RESOLVER" if hasattr(default_settings, "TWISTED_DNS_RESOLVER")

@@ -23,6 +23,8 @@ import pytest_twisted
 from prometheus_client.parser import text_string_to_metric_families
 from scrapy import Request
 
+from frontier_testweb import ServerProcess, read_log
+from frontier_testweb.crawl import FRONTIER_ADDON, CrawlResult, run_crawl
 from scrapy_frontier.backends.redis.frontier import RedisFrontier
 from scrapy_frontier.backends.redis.history import RedisHistoryStore
 from scrapy_frontier.backends.sqlite.history import SQLiteHistoryStore
@@ -34,8 +36,6 @@ from scrapy_frontier.errors import FrontierConfigError
 from scrapy_frontier.observe.census import Census, HostCounts
 from scrapy_frontier.observe.progress import progress_line
 from scrapy_frontier.settings import FrontierConfig
-from scrapy_frontier.testweb import ServerProcess, read_log
-from scrapy_frontier.testweb.crawl import FRONTIER_ADDON, CrawlResult, run_crawl
 from tests.contract_helpers import DRIVERS, Driver, Run, driver_settings, spider_named
 from tests.redis_server import RedisServer, free_port
 

@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from scrapy_frontier.testweb import ServerProcess, audit, read_log
-from scrapy_frontier.testweb.crawl import FRONTIER_ADDON, CrawlResult, run_crawl
+from frontier_testweb import ServerProcess, audit, read_log
+from frontier_testweb.crawl import FRONTIER_ADDON, CrawlResult, run_crawl
 from tests.redis_server import RedisServer, free_port
 
 pytestmark = pytest.mark.crawl

@@ -102,3 +102,62 @@ def test_a_missing_extra_is_named(tmp_path: Path, setting: str, extra: str) -> N
         process.start()
     """, tmp_path)
     assert f"pip install '{extra}'" in result.stdout + result.stderr, result.stderr[-3000:]
+
+
+def test_numpy_is_imported_only_by_the_first_simhash(tmp_path: Path) -> None:
+    result = _run("""
+        import scrapy_frontier, scrapy_frontier.scheduler, scrapy_frontier.spidermiddlewares
+        import scrapy_frontier.core.recrawl
+        assert "numpy" not in sys.modules, "imported with the package"
+        from scrapy_frontier.core.simhash import simhash
+        simhash("one two three four")
+        assert "numpy" in sys.modules
+    """, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize(("mode", "imported"), [("off", False), ("due", True)])
+def test_numpy_comes_with_the_page_history_only(tmp_path: Path, mode: str,
+                                                imported: bool) -> None:
+    """A crawl with a JOBDIR keeps a page history unless FRONTIER_RECRAWL is off; only
+    that history's simhash imports numpy."""
+    result = _run(f"""
+        import http.server, json, threading, scrapy
+        from scrapy.crawler import CrawlerProcess
+
+        class Page(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = b"<html><body><p>one two three four five</p></body></html>"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.server_address[1]
+
+        class S(scrapy.Spider):
+            name = "plain"
+            start_urls = [f"http://127.0.0.1:{{port}}/{{i}}" for i in range(3)]
+            def parse(self, response):
+                yield {{"url": response.url}}
+
+        process = CrawlerProcess(settings={{"ADDONS": {{"scrapy_frontier.Addon": 0}},
+                                           "LOG_LEVEL": "WARNING", "FRONTIER_RECRAWL": {mode!r},
+                                           "FRONTIER_MIN_DELAY": 0, "ROBOTSTXT_OBEY": False,
+                                           "JOBDIR": {str(tmp_path / "job")!r},
+                                           "TELNETCONSOLE_ENABLED": False}})
+        crawler = process.create_crawler(S)
+        process.crawl(crawler)
+        process.start()
+        stats = crawler.stats.get_stats()
+        print(json.dumps({{"items": stats.get("item_scraped_count"),
+                          "numpy": "numpy" in sys.modules}}))
+    """, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    expected = '{"items": 3, "numpy": ' + ("true" if imported else "false") + "}"
+    assert expected in result.stdout, result.stdout + result.stderr[-2000:]

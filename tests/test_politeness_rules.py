@@ -19,14 +19,14 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 from twisted.internet.error import TCPTimedOutError
 
+from frontier_testweb import ServerProcess, audit, read_log
+from frontier_testweb.crawl import FRONTIER_ADDON, run_crawl
+from frontier_testweb.log import LogEntry
 from scrapy_frontier.core import DelayPolicy, FakeClock, Frontier
 from scrapy_frontier.core.site_rules import parse_retry_after, robots_delay
 from scrapy_frontier.errors import FrontierConfigError
 from scrapy_frontier.scheduler.engine import ProtegoDelays, robots_view
 from scrapy_frontier.settings import FrontierConfig
-from scrapy_frontier.testweb import ServerProcess, audit, read_log
-from scrapy_frontier.testweb.crawl import FRONTIER_ADDON, run_crawl
-from scrapy_frontier.testweb.log import LogEntry
 from tests.invariants import check_frontier
 from tests.test_scheduler import make_scheduler
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from scrapy_frontier.testweb import ServerProcess, read_log
-from scrapy_frontier.testweb.crawl import FRONTIER_ADDON, run_crawl
-from scrapy_frontier.testweb.log import LogEntry
+from frontier_testweb import ServerProcess, read_log
+from frontier_testweb.crawl import FRONTIER_ADDON, run_crawl
+from frontier_testweb.log import LogEntry
 
 WEB = ["--shape", "wide", "--hosts", "3", "--pages", "6", "--latency", "0.005", "0.01",
        "--cross-links", "0", "--seed", "11", "--change-rate", "0.1",
@@ -121,7 +121,7 @@ def test_continuous_mode_recrawls_as_pages_fall_due_and_stops_on_sigint(
     import subprocess
     import sys
 
-    from scrapy_frontier.testweb.crawl import BASE_SETTINGS
+    from frontier_testweb.crawl import BASE_SETTINGS
 
     log = tmp_path / "server.jsonl"
     with ServerProcess(WEB, log_path=str(log)) as web:
@@ -143,7 +143,7 @@ def test_continuous_mode_recrawls_as_pages_fall_due_and_stops_on_sigint(
                                     "allowed_domains": web.allowed_domains,
                                     "settings": settings}))
         proc = subprocess.Popen(
-            [sys.executable, "-m", "scrapy_frontier.testweb.crawl", str(spec), str(out)],
+            [sys.executable, "-m", "frontier_testweb.crawl", str(spec), str(out)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             time.sleep(9.0)
@@ -167,7 +167,7 @@ def test_continuous_mode_recrawls_as_pages_fall_due_and_stops_on_sigint(
     assert min(per_page.values()) >= 2
     assert stats["frontier/recrawl/fed"] >= len(per_page)
     # Politeness holds across recrawls too: one fetch at a time per host.
-    from scrapy_frontier.testweb import audit
+    from frontier_testweb import audit
 
     assert audit(entries, min_delay=0.0, factor=1.0).overlaps == 0
 

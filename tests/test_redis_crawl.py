@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from frontier_testweb import ServerProcess, audit, read_log
+from frontier_testweb.crawl import BASE_SETTINGS, FRONTIER_ADDON, run_crawl
 from scrapy_frontier.hostkey import url_host_key
-from scrapy_frontier.testweb import ServerProcess, audit, read_log
-from scrapy_frontier.testweb.crawl import BASE_SETTINGS, FRONTIER_ADDON, run_crawl
 from tests.redis_server import RedisServer
 
 _names = itertools.count()
@@ -59,7 +59,7 @@ def test_one_worker_crawls_the_web_politely_and_stops(redis_server: RedisServer,
 
 def _worker(spec: Path, out: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "scrapy_frontier.testweb.crawl", str(spec), str(out)],
+        [sys.executable, "-m", "frontier_testweb.crawl", str(spec), str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

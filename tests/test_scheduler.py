@@ -298,6 +298,18 @@ def test_addon_sets_defaults_but_project_settings_win() -> None:
     assert settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN") == 4
 
 
+@pytest.mark.parametrize("listed", [
+    "scrapy_frontier.FetchTimingMiddleware", FetchTimingMiddleware, MIDDLEWARE_PATH])
+def test_addon_keeps_a_middleware_the_project_lists_by_any_path(listed: Any) -> None:
+    settings = Settings()
+    settings.set("DOWNLOADER_MIDDLEWARES", {listed: 500, "no.such.Middleware": 10}, "project")
+    settings.set("SPIDER_MIDDLEWARES", {"scrapy_frontier.RecrawlMiddleware": None}, "project")
+    Addon().update_settings(settings)
+    assert dict(settings["DOWNLOADER_MIDDLEWARES"]) == {listed: 500, "no.such.Middleware": 10}
+    # Turned off by the project (None): not added back under its own path.
+    assert dict(settings["SPIDER_MIDDLEWARES"]) == {"scrapy_frontier.RecrawlMiddleware": None}
+
+
 def test_addon_warns_when_project_replaces_the_scheduler(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -386,7 +398,7 @@ def test_ip_politeness_is_refused_on_redis_at_startup() -> None:
             Settings({"FRONTIER_BACKEND": "redis", "FRONTIER_IP_POLITENESS": True}))
 
 
-def test_backend_names_and_the_legacy_embedded_name(tmp_path: Any) -> None:
+def test_backend_names(tmp_path: Any) -> None:
     from scrapy.settings import Settings
 
     def backend(**kw: Any) -> str:
@@ -394,8 +406,8 @@ def test_backend_names_and_the_legacy_embedded_name(tmp_path: Any) -> None:
 
     assert backend() == "memory"
     assert backend(JOBDIR=str(tmp_path)) == "sqlite"
-    assert backend(FRONTIER_BACKEND="embedded") == "memory"
-    assert backend(FRONTIER_BACKEND="embedded", JOBDIR=str(tmp_path)) == "sqlite"
+    with pytest.raises(FrontierConfigError, match="'memory', 'sqlite', 'redis'"):
+        backend(FRONTIER_BACKEND="embedded")  # a name that 0.1.0 never released
     assert backend(FRONTIER_BACKEND="Redis") == "redis"
     assert backend(FRONTIER_BACKEND="my.pkg.Driver") == "my.pkg.Driver"
 

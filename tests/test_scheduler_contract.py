@@ -35,8 +35,8 @@ import pytest
 import pytest_twisted
 from scrapy import Request
 
-from scrapy_frontier.testweb import ServerProcess, audit, read_log
-from scrapy_frontier.testweb.crawl import run_crawl
+from frontier_testweb import ServerProcess, audit, read_log
+from frontier_testweb.crawl import run_crawl
 from tests.contract_helpers import (
     ADDON,
     DRIVERS,

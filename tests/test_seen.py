@@ -23,6 +23,7 @@ from scrapy.core.scheduler import Scheduler
 from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.utils.test import get_crawler
 
+from frontier_testweb.crawl import FRONTIER_ADDON
 from scrapy_frontier import FrontierScheduler
 from scrapy_frontier.backends.sqlite.seen import FORMAT, SQLiteFingerprintStore
 from scrapy_frontier.core.clock import FakeClock
@@ -46,7 +47,6 @@ from scrapy_frontier.core.seen import (
 from scrapy_frontier.dupefilter import PUBLISH_EVERY, STORE_NAME, FrontierDupeFilter
 from scrapy_frontier.errors import FrontierConfigError, SeenStoreError
 from scrapy_frontier.fingerprint import fast_fingerprint
-from scrapy_frontier.testweb.crawl import FRONTIER_ADDON
 
 DUPEFILTER = "scrapy_frontier.dupefilter.FrontierDupeFilter"
 
@@ -789,8 +789,8 @@ def test_a_corrupt_jobdir_store_stops_the_crawl_with_the_file_named(tmp_path: Pa
 
 @pytest.mark.crawl
 def test_real_crawl_with_the_dupefilter_is_complete_without_duplicates(tmp_path: Path) -> None:
-    from scrapy_frontier.testweb import ServerProcess, audit, read_log
-    from scrapy_frontier.testweb.crawl import run_crawl
+    from frontier_testweb import ServerProcess, audit, read_log
+    from frontier_testweb.crawl import run_crawl
 
     web_args = ["--shape", "skewed", "--hosts", "8", "--largest", "30",
                 "--latency", "0.002", "0.01"]

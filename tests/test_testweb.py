@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import pytest_twisted
 
-from scrapy_frontier.testweb import (
+from frontier_testweb import (
     AuditReport,
     HostSpec,
     LogEntry,
@@ -31,7 +31,7 @@ from scrapy_frontier.testweb import (
     skewed_web,
     wide_web,
 )
-from scrapy_frontier.testweb.spec import host_addresses
+from frontier_testweb.spec import host_addresses
 
 # -- helpers -----------------------------------------------------------------------------------
 
@@ -372,7 +372,7 @@ def test_cli_audit(tmp_path: Path) -> None:
     )
     expected = tmp_path / "announce.json"
     expected.write_text(json.dumps({"expected": [[A, "/p/0"], [A, "/p/1"], [A, "/p/2"]]}))
-    cmd = [sys.executable, "-m", "scrapy_frontier.testweb", "audit", str(log_path)]
+    cmd = [sys.executable, "-m", "frontier_testweb", "audit", str(log_path)]
     out = subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["short_gaps"] == 1

@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 import pytest_twisted
 
-from scrapy_frontier.core.simhash import hamming, simhash
-from scrapy_frontier.testweb import (
+from frontier_testweb import (
     ChangeModel,
     ChangeOptions,
     GroundTruth,
@@ -25,7 +24,8 @@ from scrapy_frontier.testweb import (
     skewed_web,
     wide_web,
 )
-from scrapy_frontier.testweb.changes import evaluate_conditional, render_dynamic_page
+from frontier_testweb.changes import evaluate_conditional, render_dynamic_page
+from scrapy_frontier.core.simhash import hamming, simhash
 
 # -- the model, without a server ---------------------------------------------------------------
 

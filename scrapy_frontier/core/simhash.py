@@ -9,8 +9,8 @@ Each distinct word is hashed once with BLAKE2b (8-byte digests), not Python's
 per-process salted ``hash()``, so a simhash stored by one process compares with one
 made by another. A shingle's hash combines its words' hashes (a polynomial over
 2**64, then the SplitMix64 finaliser so every bit depends on every word), and the
-per-bit votes are counted with numpy: a 100 KB text takes about a millisecond
-instead of the tens of milliseconds of hashing every shingle's bytes.
+per-bit votes are counted with numpy, imported at the first simhash (a crawl without
+the page history never imports it). docs/design.rst gives the times with and without it.
 :func:`simhash_reference` is the same function in plain Python, for tests.
 
 :data:`SIMHASH_VERSION` names the function: simhashes of different versions do not
@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import re
 from hashlib import blake2b
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["SIMHASH_VERSION", "hamming", "is_change", "simhash", "simhash_reference", "tokens"]
 
@@ -72,6 +74,8 @@ def simhash(text: str, shingle: int = 3) -> int:
     words = tokens(text)
     if not words:
         return 0
+    import numpy as np  # a dict lookup once imported
+
     lookup = _word_cache.get
     hashes = np.fromiter(
         (h if (h := lookup(w)) is not None else _word_hash(w) for w in words),
@@ -84,7 +88,7 @@ def simhash(text: str, shingle: int = 3) -> int:
     for k in range(1, width):
         acc *= step
         acc += hashes[k:k + n]
-    acc = _finalise(acc)
+    acc = _finalise(np, acc)
     # Big-endian bytes, so column 0 of the unpacked bits is bit 63 on every platform.
     bits = np.unpackbits(acc.astype(">u8").view(np.uint8).reshape(n, 8), axis=1)
     ones = bits.sum(axis=0, dtype=np.int64)
@@ -92,7 +96,7 @@ def simhash(text: str, shingle: int = 3) -> int:
     return int.from_bytes(packed.tobytes(), "big")
 
 
-def _finalise(x: np.ndarray) -> np.ndarray:
+def _finalise(np: Any, x: np.ndarray) -> np.ndarray:
     x = x ^ (x >> np.uint64(30))
     x *= np.uint64(_MIX1)
     x ^= x >> np.uint64(27)

@@ -8,7 +8,7 @@ from typing import Any
 import scrapy
 from scrapy import signals
 
-from scrapy_frontier.testweb import TestWebServer, audit, skewed_web
+from frontier_testweb import TestWebServer, audit, skewed_web
 
 
 class DemoSpider(scrapy.Spider):

@@ -1,6 +1,6 @@
 """Crawl a test web served by another process: run several of these to share one frontier.
 
-    python -m scrapy_frontier.testweb serve --log web.jsonl > web.json &
+    python -m frontier_testweb serve --log web.jsonl > web.json &
     scrapy crawl webcrawl -a web=web.json
 
 ``web.json`` is the line ``serve`` prints: the start URLs and the host addresses

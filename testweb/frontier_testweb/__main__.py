@@ -2,12 +2,12 @@
 
 Examples::
 
-    python -m scrapy_frontier.testweb serve --shape skewed --log /tmp/web.jsonl
-    python -m scrapy_frontier.testweb audit /tmp/web.jsonl --factor 10
-    python -m scrapy_frontier.testweb serve --change-rate 0.01 --changing-fraction 0.5 \
+    python -m frontier_testweb serve --shape skewed --log /tmp/web.jsonl
+    python -m frontier_testweb audit /tmp/web.jsonl --factor 10
+    python -m frontier_testweb serve --change-rate 0.01 --changing-fraction 0.5 \
         --rate-shape 0.5 --noisy-fraction 0.2
 
-Pages that change (see :mod:`scrapy_frontier.testweb.changes`):
+Pages that change (see :mod:`frontier_testweb.changes`):
 
 ``--change-rate RATE``
     Mean changes per second of a changing page (a Poisson process per page; default 0).
@@ -39,12 +39,12 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, cast
 
-from scrapy_frontier.testweb.audit import audit
-from scrapy_frontier.testweb.changes import ChangeOptions
-from scrapy_frontier.testweb.docs import doc_tree_hosts
-from scrapy_frontier.testweb.log import read_log
-from scrapy_frontier.testweb.server import TestWebServer
-from scrapy_frontier.testweb.spec import WebSpec, skewed_web, wide_web
+from frontier_testweb.audit import audit
+from frontier_testweb.changes import ChangeOptions
+from frontier_testweb.docs import doc_tree_hosts
+from frontier_testweb.log import read_log
+from frontier_testweb.server import TestWebServer
+from frontier_testweb.spec import WebSpec, skewed_web, wide_web
 
 
 def build_changes(args: argparse.Namespace) -> ChangeOptions | None:
@@ -183,7 +183,7 @@ def run_audit(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m scrapy_frontier.testweb")
+    p = argparse.ArgumentParser(prog="python -m frontier_testweb")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="serve a simulated multi-host web on loopback")

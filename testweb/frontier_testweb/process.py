@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import IO, Any
 
-from scrapy_frontier.testweb.log import LogEntry, read_log
+from frontier_testweb.log import LogEntry, read_log
 
 
 class ServerProcess:
-    """``python -m scrapy_frontier.testweb serve ARGS`` as a context manager.
+    """``python -m frontier_testweb serve ARGS`` as a context manager.
 
     >>> with ServerProcess(["--shape", "skewed", "--hosts", "5"], log_path="log.jsonl") as web:
     ...     crawl(web.start_urls)
@@ -44,7 +44,7 @@ class ServerProcess:
         self.allowed_domains: list[str] = []
 
     def start(self) -> ServerProcess:
-        cmd = [self.python, "-m", "scrapy_frontier.testweb", "serve", *self.args]
+        cmd = [self.python, "-m", "frontier_testweb", "serve", *self.args]
         if self.log_path is not None:
             cmd += ["--log", self.log_path]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)

@@ -13,7 +13,7 @@ import sys
 import sysconfig
 import time
 
-from scrapy_frontier.testweb.spec import HostSpec, host_addresses
+from frontier_testweb.spec import HostSpec, host_addresses
 
 #: Where packaged HTML documentation usually lives (Debian layouts, Python's own docs, and
 #: documentation some packages bundle in site-packages).

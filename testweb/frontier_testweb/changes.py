@@ -50,7 +50,7 @@ from email.utils import formatdate, mktime_tz, parsedate_tz
 from hashlib import blake2b
 from typing import Any
 
-from scrapy_frontier.testweb.spec import PAGE_PREFIX, WebSpec
+from frontier_testweb.spec import PAGE_PREFIX, WebSpec
 
 __all__ = [
     "ChangeModel",
@@ -207,7 +207,7 @@ class GroundTruth:
     ``started`` is the server's ``time.monotonic()`` at start, ``started_wall`` its
     ``time.time()`` at the same moment (only Last-Modified dates need it). Build one from the
     JSON line ``serve`` prints with :meth:`from_announcement`, or from a running
-    :class:`~scrapy_frontier.testweb.server.TestWebServer` with its ``ground_truth()``.
+    :class:`~frontier_testweb.server.TestWebServer` with its ``ground_truth()``.
     """
 
     def __init__(
@@ -224,7 +224,7 @@ class GroundTruth:
 
     @classmethod
     def from_announcement(cls, info: Mapping[str, Any]) -> GroundTruth:
-        """From the JSON line printed by ``python -m scrapy_frontier.testweb serve``.
+        """From the JSON line printed by ``python -m frontier_testweb serve``.
 
         Documentation hosts (``doc_root`` set) get no generated pages.
         """

@@ -3,7 +3,7 @@
 Latency is simulated with ``callLater`` so one reactor thread can keep hundreds of slow requests
 open at the same time, as hundreds of real hosts would.
 
-With a change model (``changes=ChangeOptions(...)``; see :mod:`scrapy_frontier.testweb.changes`)
+With a change model (``changes=ChangeOptions(...)``; see :mod:`frontier_testweb.changes`)
 the generated pages are long pages whose content changes over time, some pages carry a noise
 line that differs on every response, and every generated page sends ``Last-Modified`` (and,
 unless noisy, ``ETag``) and answers conditional GETs with 304 Not Modified when they match.
@@ -29,7 +29,7 @@ from twisted.internet.error import CannotListenError
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 
-from scrapy_frontier.testweb.changes import (
+from frontier_testweb.changes import (
     ChangeModel,
     ChangeOptions,
     GroundTruth,
@@ -37,9 +37,9 @@ from scrapy_frontier.testweb.changes import (
     http_date,
     render_dynamic_page,
 )
-from scrapy_frontier.testweb.docs import html_files
-from scrapy_frontier.testweb.log import CLIENT_CLOSED, LogEntry, LogWriter
-from scrapy_frontier.testweb.spec import PAGE_PREFIX, WebSpec
+from frontier_testweb.docs import html_files
+from frontier_testweb.log import CLIENT_CLOSED, LogEntry, LogWriter
+from frontier_testweb.spec import PAGE_PREFIX, WebSpec
 
 if TYPE_CHECKING:
     from twisted.internet.protocol import Protocol as TwistedProtocol

@@ -18,8 +18,8 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from frontier_testweb.log import LogEntry
 from scrapy_frontier.core.politeness import DelayPolicy
-from scrapy_frontier.testweb.log import LogEntry
 
 ROBOTS_PATH = "/robots.txt"
 

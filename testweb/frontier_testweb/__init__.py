@@ -5,13 +5,13 @@ hosts and keys politeness per host exactly as on the real web, without leaving t
 Importing this package does not install a Twisted reactor.
 """
 
-from scrapy_frontier.testweb.audit import AuditReport, audit
-from scrapy_frontier.testweb.changes import ChangeModel, ChangeOptions, GroundTruth
-from scrapy_frontier.testweb.docs import doc_tree_hosts
-from scrapy_frontier.testweb.log import LogEntry, read_log
-from scrapy_frontier.testweb.process import ServerProcess
-from scrapy_frontier.testweb.server import TestWebServer
-from scrapy_frontier.testweb.spec import HostSpec, WebSpec, skewed_web, wide_web
+from frontier_testweb.audit import AuditReport, audit
+from frontier_testweb.changes import ChangeModel, ChangeOptions, GroundTruth
+from frontier_testweb.docs import doc_tree_hosts
+from frontier_testweb.log import LogEntry, read_log
+from frontier_testweb.process import ServerProcess
+from frontier_testweb.server import TestWebServer
+from frontier_testweb.spec import HostSpec, WebSpec, skewed_web, wide_web
 
 __all__ = [
     "AuditReport",

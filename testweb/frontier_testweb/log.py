@@ -33,7 +33,7 @@ class LogEntry:
     bytes: int = 0
     """Body bytes sent (0 for HEAD, 304 and aborted requests)."""
     version: int = -1
-    """Version of the generated page served (see :mod:`~scrapy_frontier.testweb.changes`),
+    """Version of the generated page served (see :mod:`~frontier_testweb.changes`),
     as of ``start`` (always 0 without a change model); -1 for anything else."""
     conditional: bool = False
     """Whether the request carried If-None-Match or If-Modified-Since."""

@@ -3,7 +3,7 @@
 The server and the crawler run as separate processes so that on a 2-core
 machine they do not compete for one core, and so that a crawl can be killed
 (SIGKILL) without losing the server's log. Used by the crawl tests, the
-benchmarks and ``python -m scrapy_frontier.testweb.crawl``.
+benchmarks and ``python -m frontier_testweb.crawl``.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def run_crawl(
 ) -> CrawlResult:
     """Crawl ``start_urls`` in a fresh process; follow every link found.
 
-    Serve the web with :class:`~scrapy_frontier.testweb.ServerProcess` and
+    Serve the web with :class:`~frontier_testweb.ServerProcess` and
     pass its ``allowed_domains`` so that doc-tree hosts' external links are
     not followed.
 
@@ -92,7 +92,7 @@ def run_crawl(
             }
         )
     )
-    cmd = [sys.executable, "-m", "scrapy_frontier.testweb.crawl", str(spec), str(out)]
+    cmd = [sys.executable, "-m", "frontier_testweb.crawl", str(spec), str(out)]
     started = time.monotonic()
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd

@@ -1,6 +1,6 @@
 """A DNS resolver for crawls of the test web: chosen hostnames map to loopback addresses.
 
-Set ``TWISTED_DNS_RESOLVER = "scrapy_frontier.testweb.resolver.AliasResolver"``
+Set ``TWISTED_DNS_RESOLVER = "frontier_testweb.resolver.AliasResolver"``
 (``DNS_RESOLVER`` before Scrapy 2.15) and ``TESTWEB_HOST_ADDRESSES = {"a.test": "127.0.9.1",
 ...}``. Several names may share one address, which is how the tests simulate virtual hosts on
 one IP. Names not in the map fail
@@ -19,8 +19,8 @@ from twisted.internet.interfaces import IResolverSimple
 from twisted.internet.task import deferLater
 from zope.interface import implementer
 
+from frontier_testweb.spec import check_loopback
 from scrapy_frontier.scheduler.resolve import ip_literal
-from scrapy_frontier.testweb.spec import check_loopback
 
 
 @implementer(IResolverSimple)
