@@ -184,6 +184,7 @@ def test_redis_block_unblock_delay_and_budget(redis_server: object) -> None:
     remote.control("delay", "a", 0.3)
     remote.control("budget", "a", 2)
     times = []
+    capped = []
     for _ in range(500):
         lease = remote.pop()
         if lease is None:
@@ -192,16 +193,26 @@ def test_redis_block_unblock_delay_and_budget(redis_server: object) -> None:
             time.sleep(0.01)
             continue
         times.append((remote.server_time(), lease.item))
-        remote.complete(lease, 0.0)
+        completed = remote.complete(lease, 0.0)
+        assert completed is not None
+        capped.append(completed.capped)
         check_redis_frontier(remote)
     assert [item for _, item in times] == [b"a0", b"a1"]  # the budget dropped a2
+    assert capped == [-1, 1]  # the completion that spent it says how many it dropped
     assert times[1][0] - times[0][0] >= 0.3
     stats = remote.stats()
     assert stats["budget_hosts"] == 1 and stats["budget_items"] == 1
     assert remote.push("a", 1, b"a3") is False  # refused: over budget
     assert remote.stats()["budget_items"] == 2
+    assert remote.control("unretire", "a")[0] == -1  # over budget: only a budget reopens
+    assert remote.push("a", 1, b"a3") is False
     assert remote.control("budget", "a", 5)[0] == 1  # raised: taken back
     assert remote.push("a", 1, b"a4") is True
+    remote.control("retire", "b")
+    assert remote.push("b", 1, b"b9") is False
+    assert remote.control("unretire", "b")[0] == 1
+    assert remote.push("b", 1, b"b10") is True
+    assert remote.control("unretire", "b")[0] == 0  # not retired: nothing to do
 
 
 # -- the SQLite control file, applied by the scheduler's control timer ---------------------
@@ -213,7 +224,7 @@ def test_control_file_is_applied_by_the_poll_and_budget_counts_survive_a_restart
 
     from scrapy import Request
 
-    from scrapy_frontier.backends.sqlite.control import ControlFile
+    from scrapy_frontier.backends.sqlite.control import RETIRED, TAKEN_BACK, ControlFile
     from tests.test_scheduler import finish, make_scheduler
 
     job = Path(str(tmp_path)) / "job"
@@ -260,5 +271,15 @@ def test_control_file_is_applied_by_the_poll_and_budget_counts_survive_a_restart
         got.append(request.url)
         finish(sched, clock, request, 0.01)
     assert got == [f"http://b.example/{i}" for i in range(3)]  # its budget is 3 as well
+    # Retired by hand, then taken back by hand: its new URLs are taken again. A host over
+    # its budget stays retired (only a higher budget reopens it).
+    control.update("c.example", retired=RETIRED)
+    driver._control.poll()
+    assert not sched.enqueue_request(Request("http://c.example/0"))
+    control.update("c.example", retired=TAKEN_BACK)
+    control.update("a.example", retired=TAKEN_BACK)
+    driver._control.poll()
+    assert sched.enqueue_request(Request("http://c.example/1"))
+    assert not sched.enqueue_request(Request("http://a.example/again"))
     sched.close("finished")
     control.close()

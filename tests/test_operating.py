@@ -275,6 +275,9 @@ def test_a_budget_caps_a_trap_host_while_the_others_finish(
     assert result.stats["frontier/budget/hosts"] == 1
     assert result.stats["frontier/budget/requests"] >= 2  # each page links to two more
     assert result.stats.get("frontier/retired_hosts") is None
+    # One line says so, naming the host, on every backend.
+    assert result.output.count("reached its budget") == 1, result.output[-3000:]
+    assert f"Host {trap!r} reached its budget" in result.output
     if backend != "memory":
         listed = {r["host"]: r for r in as_json(b.run(["hosts", "--json"]))}
         assert listed[trap]["state"] == "retired" and listed[trap]["queued"] == 0
@@ -335,6 +338,99 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(tmp_path: Path) -> None:
     proc = frontier(["status", "--spider", "s"], down, check=False)
     assert proc.returncode == 1 and "Redis" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# -- the command line on a stopped crawl ---------------------------------------------------
+
+
+def queued_urls(job: Path) -> list[tuple[str, str]]:
+    from scrapy_frontier.codec import saved_url
+
+    db = sqlite3.connect(job / "frontier.sqlite")
+    try:
+        rows = db.execute("SELECT host, data FROM front UNION ALL "
+                          "SELECT host, data FROM back").fetchall()
+    finally:
+        db.close()
+    return [(host, url) for host, data in rows if (url := saved_url(bytes(data)))]
+
+
+def test_the_command_line_on_a_stopped_crawl_says_what_it_did(tmp_path: Path) -> None:
+    b = Backend("sqlite", tmp_path, None)
+    # A rest floor the command's own settings do not have (their default is 1 s).
+    b.crawl.update(FRONTIER_MIN_DELAY=0.05, CLOSESPIDER_PAGECOUNT=5)
+    job = tmp_path / "job"
+    log = tmp_path / "server.jsonl"
+    with ServerProcess(["--shape", "wide", "--hosts", "3", "--pages", "8", "--latency",
+                        "0.002", "0.004", "--seed", "4"], log_path=str(log)) as web:
+        first = run_crawl(web.start_urls, b.crawl, allowed_domains=web.allowed_domains,
+                          workdir=tmp_path / "first", timeout=120)
+        assert first.returncode == 0, first.output[-3000:]
+        queued = queued_urls(job)
+        assert queued, "the first run was to stop with URLs left"
+
+        # One line per subcommand in -h; an unknown one is named.
+        helped = frontier(["-h"], {})
+        for line in ("  status ", "  url URL ", "  retire HOST ", "  unretire HOST "):
+            assert "\n" + line in helped.stdout, helped.stdout
+        bogus = b.run(["bogus"], check=False)
+        assert bogus.returncode != 0 and "unknown subcommand 'bogus'" in bogus.stderr
+
+        # A stopped crawl has nothing in flight and no host active.
+        status = as_json(b.run(["status", "--json"]))
+        assert status["in_flight"] == 0 and status["hosts"]["active"] == 0
+        assert status["queued"] == len(queued)
+
+        # Rests by the crawl's own rule (FRONTIER_MIN_DELAY=0.05), saved with its state.
+        rows = as_json(b.run(["hosts", "--json"]))
+        timed = [r for r in rows if r["last_fetch_s"] is not None]
+        assert timed
+        for row in timed:
+            assert row["rest_s"] == pytest.approx(max(0.05, 10 * row["last_fetch_s"]), abs=2e-3)
+            assert row["rest_s"] < 1.0
+
+        # The same page as the seen-set's, with or without a fragment.
+        host, url = queued[0]
+        for asked in (url, url + "#part"):
+            assert as_json(b.run(["url", asked, "--json"]))["queued"] is True, asked
+
+        # retire, then unblock (which changes nothing and says why), then unretire.
+        b.run(["retire", host])
+        table = b.run(["hosts"]).stdout
+        line = next(x for x in table.splitlines() if x.startswith(host + " "))
+        assert "retired (by hand)" in line and "never" in line, table
+        before = steering(job)
+        said = b.run(["unblock", host]).stdout
+        assert "not blocked, but retired (by hand)" in said and f"unretire {host}" in said
+        assert steering(job) == before
+        assert "taken back" in b.run(["unretire", host]).stdout
+        assert "not retired" in b.run(["unretire", host]).stdout
+        assert {r["host"]: r for r in as_json(b.run(["hosts", "--json"]))}[host]["state"] \
+            != "retired"
+
+        # A control file that refuses writes: one line, nothing changed.
+        db = sqlite3.connect(job / "control.sqlite")
+        db.execute("CREATE TRIGGER refuse BEFORE UPDATE ON control_meta BEGIN "
+                   "SELECT RAISE(ABORT, 'attempt to write a readonly database'); END")
+        db.commit()
+        db.close()
+        before = steering(job)
+        refused = b.run(["block", host], check=False)
+        assert refused.returncode == 1, refused.stderr
+        assert "cannot write" in refused.stderr and "Nothing was changed" in refused.stderr
+        assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+        assert steering(job) == before
+        db = sqlite3.connect(job / "control.sqlite")
+        db.execute("DROP TRIGGER refuse")
+        db.commit()
+        db.close()
+
+        # The host retired and taken back before the next start keeps its queued URLs.
+        settings = {k: v for k, v in b.crawl.items() if k != "CLOSESPIDER_PAGECOUNT"}
+        second = run_crawl(web.start_urls, settings, allowed_domains=web.allowed_domains,
+                           workdir=tmp_path / "second", timeout=120)
+    assert second.returncode == 0, second.output[-3000:]
+    assert {(e.host, e.path) for e in pages(log)} == set(web.expected)
 
 
 # -- recrawl on demand ---------------------------------------------------------------------

@@ -11,13 +11,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sqlite3
 import sys
 from typing import Any, TextIO
 
-from scrapy.commands import ScrapyCommand
+from scrapy.commands import ScrapyCommand, ScrapyHelpFormatter
 from scrapy.exceptions import UsageError
 
 from scrapy_frontier.commands import render, steer
+from scrapy_frontier.commands.shapes import RETIRED_WHY, HostView
 from scrapy_frontier.errors import FrontierCommandError, FrontierError, HostlessURL
 from scrapy_frontier.hostkey import url_host_key
 from scrapy_frontier.settings import FrontierConfig
@@ -36,7 +38,15 @@ USAGE = """\
   unblock HOST                   contact it again
   delay HOST SECONDS             a minimum rest after every fetch of the host (0 removes)
   retire HOST                    drop its queued URLs and refuse new ones
+  unretire HOST                  take a retired host back (its dropped URLs are gone)
   budget HOST PAGES              its fetch budget for the crawl (0: unlimited)"""
+
+
+class _HelpFormatter(ScrapyHelpFormatter):
+    """Scrapy's help layout, with the description's lines kept (one per subcommand)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "".join(indent + line for line in text.splitlines(keepends=True))
 
 
 class Command(ScrapyCommand):
@@ -51,11 +61,13 @@ class Command(ScrapyCommand):
         return "Look inside a crawl's frontier, and steer it, while it runs"
 
     def long_desc(self) -> str:
-        return ("Look inside a crawl's frontier, and steer it, while it runs (SQLite: "
-                "JOBDIR / FRONTIER_PATH; Redis: REDIS_URL and --spider).\n\n" + USAGE)
+        return ("Look inside a crawl's frontier, and steer it, while it runs\n"
+                "(SQLite: JOBDIR or FRONTIER_PATH; Redis: REDIS_URL and --spider).\n\n"
+                "Subcommands:\n" + USAGE)
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
+        parser.formatter_class = _HelpFormatter
         parser.add_argument("--json", action="store_true", help="print JSON (the documented "
                             "shapes) instead of a table")
         parser.add_argument("--spider", help="the spider whose Redis keys to read")
@@ -80,13 +92,22 @@ class Command(ScrapyCommand):
         except FrontierError as exc:
             print(f"scrapy frontier: {exc}", file=sys.stderr)
             self.exitcode = 1
+        except (sqlite3.Error, OSError) as exc:
+            # What the state files' own checks did not foresee: one line, not a traceback.
+            print(f"scrapy frontier: the crawl's state could not be used "
+                  f"({type(exc).__name__}: {exc}). Nothing was changed.", file=sys.stderr)
+            self.exitcode = 1
 
 
 def main(args: list[str], opts: argparse.Namespace, settings: Any, out: TextIO) -> None:
-    if not args or args[0] not in SUBCOMMANDS:
+    if not args:
         raise UsageError(f"give a subcommand:\n{USAGE}", print_help=False)
+    if args[0] not in SUBCOMMANDS:
+        raise UsageError(f"unknown subcommand {args[0]!r}; the subcommands are:\n{USAGE}",
+                         print_help=False)
     sub, rest = args[0], args[1:]
-    want = {"url": 1, "block": 1, "unblock": 1, "retire": 1, "delay": 2, "budget": 2}
+    want = {"url": 1, "block": 1, "unblock": 1, "retire": 1, "unretire": 1, "delay": 2,
+            "budget": 2}
     if sub == "recrawl":  # a URL, or --host / --all (checked by _recrawl)
         if len(rest) > 1:
             raise UsageError(f"recrawl: wrong arguments\n{USAGE}", print_help=False)
@@ -172,6 +193,19 @@ def _page(raw: str) -> tuple[str, str, int]:
     return request.url, host, Fingerprinter64()(request)
 
 
+def _nothing_to_do(sub: str, host: str, view: HostView | None) -> str | None:
+    """What to say instead when ``unblock`` or ``unretire`` would change nothing."""
+    retired = view is not None and view.retired
+    if sub == "unblock" and (view is None or view.blocked_for is None):
+        if retired:
+            return (f"not blocked, but retired ({RETIRED_WHY.get(str(retired), retired)}): "
+                    f"scrapy frontier unretire {host} takes it back. Nothing was changed.")
+        return "not blocked. Nothing was changed."
+    if sub == "unretire" and not retired:
+        return "not retired. Nothing was changed."
+    return None
+
+
 def _recrawl(inspector: Any, rest: list[str], opts: argparse.Namespace) -> tuple[Any, str]:
     chosen = [bool(rest), opts.recrawl_host is not None, bool(opts.recrawl_all)]
     if sum(chosen) != 1:
@@ -220,6 +254,9 @@ def run_subcommand(inspector: Any, sub: str, rest: list[str],
             "steered for it): check the spelling (lower-case, no port; see scrapy frontier "
             "hosts), or pass --new-host to steer it before the crawl finds it. Nothing was "
             "changed.")
+    idle = _nothing_to_do(sub, host, inspector.host_view(host))
+    if idle is not None:
+        return steer.unchanged(sub, host, inspector.running, idle), f"{host}: {idle}"
     if inspector.backend == "sqlite":
         data = steer.steer_sqlite(inspector, sub, host, value)
     else:
@@ -227,5 +264,6 @@ def run_subcommand(inspector: Any, sub: str, rest: list[str],
     what = {"block": "blocked" + ("" if value is None or math.isinf(value)
                                   else f" for {render.seconds(value)}"),
             "unblock": "unblocked", "delay": f"minimum rest {value} s",
-            "retire": "retired", "budget": f"budget {int(value or 0) or 'unlimited'} pages"}[sub]
+            "retire": "retired", "unretire": "taken back",
+            "budget": f"budget {int(value or 0) or 'unlimited'} pages"}[sub]
     return data, f"{host}: {what} ({data['applied']})"

@@ -18,6 +18,7 @@ from scrapy_frontier.backends.redis.seen import RedisSeenSet
 from scrapy_frontier.commands import shapes
 from scrapy_frontier.commands.shapes import HostView, HostViews
 from scrapy_frontier.core.history import PageRecord
+from scrapy_frontier.core.politeness import delay_rule_from
 from scrapy_frontier.errors import FrontierCommandError
 from scrapy_frontier.settings import FrontierConfig
 
@@ -34,6 +35,8 @@ class RedisInspector:
     """A read-only look at one spider's frontier, seen set and page history in Redis."""
 
     backend = "redis"
+    #: Whether workers run is not known from Redis: a command applies to the keys at once.
+    running = True
 
     def __init__(self, config: FrontierConfig, client: Any, spider: str) -> None:
         self.config = config
@@ -54,6 +57,8 @@ class RedisInspector:
                 f"{VERSION}. Use the scrapy-frontier release that wrote it. Nothing was changed.")
         self.levels = int(meta.get("levels", self.config.front_queues))
         self.spider = meta.get("spider", spider)
+        #: The rests the crawl gives (its workers' settings, saved in the meta key).
+        self.policy = delay_rule_from(meta, config.policy)
 
     def _read(self, doing: str, fn: Any) -> Any:
         return guard(self.client, self.prefix, doing, fn)
@@ -140,7 +145,7 @@ class RedisInspector:
             v = views[host]
             if not math.isinf(t):
                 v.next_contact_in = max(v.next_contact_in or 0.0, t - now)
-        policy = self.config.policy
+        policy = self.policy
         for host, f in snap["fetch"].items():
             v = views[host]
             v.last_fetch_s = f
@@ -220,6 +225,9 @@ class RedisInspector:
     def known_host(self, host: str) -> bool:
         views, _, snap = self.views()
         return host in views or host in snap["budgets"] or host in snap["fetched"]
+
+    def host_view(self, host: str) -> HostView | None:
+        return self.views()[0].get(host)
 
     def url(self, url: str, host: str, fp: int) -> dict[str, Any]:
         client = self.client

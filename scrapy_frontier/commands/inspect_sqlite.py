@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scrapy_frontier.backends.sqlite.control import ControlFile
+from w3lib.url import canonicalize_url
+
+from scrapy_frontier.backends.sqlite.control import RETIRED, TAKEN_BACK, ControlFile
 from scrapy_frontier.backends.sqlite.history import FORMAT as HISTORY_FORMAT
 from scrapy_frontier.backends.sqlite.history import STORE_NAME as HISTORY_FILE
 from scrapy_frontier.backends.sqlite.history import VERSION as HISTORY_VERSION
@@ -26,6 +28,7 @@ from scrapy_frontier.codec import saved_url
 from scrapy_frontier.commands import shapes
 from scrapy_frontier.commands.shapes import HostView, HostViews
 from scrapy_frontier.core.history import PageRecord
+from scrapy_frontier.core.politeness import delay_rule_from
 from scrapy_frontier.dupefilter import STORE_NAME as SEEN_FILE
 from scrapy_frontier.errors import FrontierCommandError
 from scrapy_frontier.scheduler.drivers.local import STATE_FILE
@@ -82,6 +85,8 @@ class SQLiteInspector:
                 f"{', '.join(READABLE_VERSIONS)}. Use the scrapy-frontier release that wrote it. "
                 "Nothing was changed.")
         self.spider = meta.get("spider")
+        #: The rests the crawl gives (its own settings, saved with its state).
+        self.policy = delay_rule_from(meta, config.policy)
         self.running = is_locked(path)
         self.seen = self._optional(SEEN_FILE, SEEN_FORMAT, SEEN_VERSION)
         self.history = self._optional(HISTORY_FILE, HISTORY_FORMAT, HISTORY_VERSION)
@@ -118,15 +123,21 @@ class SQLiteInspector:
         try:
             for host, n in db.execute("SELECT host, COUNT(*) FROM front GROUP BY host"):
                 views[host].front = n
+            running = self.running
             for host, leased, n in db.execute(
                     "SELECT host, leased, COUNT(*) FROM back GROUP BY host, leased"):
                 v = views[host]
+                if not running:
+                    # A stopped crawl fetches nothing: no host is active, and its URLs
+                    # (those of its leases too) wait for the next start, as in a front queue.
+                    v.front += n
+                    continue
                 v.back_queue = True
                 if leased:
                     v.in_flight = n
                 else:
                     v.back = n
-            policy = self.config.policy
+            policy = self.policy
             for host, rest_until, last_fetch in db.execute(
                     "SELECT host, rest_until, last_fetch FROM hosts"):
                 v = views[host]
@@ -136,7 +147,8 @@ class SQLiteInspector:
                     v.rest_s = policy.delay(last_fetch)
         finally:
             db.execute("COMMIT")
-        for host, c in self.control.controls().items():
+        controls = self.control.controls()
+        for host, c in controls.items():
             v = views[host]
             if c.blocked(now):
                 assert c.blocked_until is not None
@@ -144,10 +156,13 @@ class SQLiteInspector:
             if c.delay:
                 v.crawl_delay = c.delay
                 v.rest_s = max(v.rest_s or 0.0, c.delay)
-            if c.retired:
+            if c.retired == RETIRED:
                 v.retired = "retired"
         for host, (_, closed) in self.control.crawl_hosts().items():
-            if closed:
+            # Taken back by hand since the crawl closed it: retired no longer, unless by
+            # its budget, which only a higher budget reopens.
+            taken_back = host in controls and controls[host].retired == TAKEN_BACK
+            if closed and (closed == "budget" or not taken_back):
                 views[host].retired = views[host].retired or closed
         return views, len(views)
 
@@ -165,7 +180,7 @@ class SQLiteInspector:
                 parts.append(f"budget {fetched}/{budget}" if budget
                              else f"budget reached at {fetched}")
             elif v.retired:
-                parts.append(v.retired)
+                parts.append(shapes.RETIRED_WHY.get(v.retired, v.retired))
             elif budget:
                 parts.append(f"{fetched}/{budget} of budget")
             if parts:
@@ -202,6 +217,9 @@ class SQLiteInspector:
         views, _ = self.views()
         return host in views
 
+    def host_view(self, host: str) -> HostView | None:
+        return self.views()[0].get(host)
+
     def history_pages(self, fp: int | None, host: str | None) -> int:
         """How many pages of the history a recrawl of ``fp`` / ``host`` / all would mark."""
         if self.history is None:
@@ -223,10 +241,13 @@ class SQLiteInspector:
         if self.seen is not None:
             seen = self.seen.execute("SELECT 1 FROM seen WHERE fp = ?", (fp,)).fetchone() \
                 is not None
+        # The same page as the seen-set's: compared canonical, without the fragment.
+        page = canonicalize_url(url)
         queued = False
         for table in ("front", "back"):
             for (data,) in self.db.execute(f"SELECT data FROM {table} WHERE host = ?", (host,)):
-                if data is not None and saved_url(bytes(data)) == url:
+                saved = None if data is None else saved_url(bytes(data))
+                if saved is not None and canonicalize_url(saved) == page:
                     queued = True
                     break
             if queued:

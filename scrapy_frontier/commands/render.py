@@ -51,9 +51,18 @@ def hosts(rows: list[dict[str, Any]], notes: dict[str, str]) -> str:
          "crawl delay"],
         [[r["host"], r["queued"], r["state"] + (f" ({notes[r['host']]})"
                                                  if r["host"] in notes else ""),
-          "now" if r["next_contact_in"] == 0 else seconds(r["next_contact_in"]),
+          _next_contact(r),
           seconds(r["last_fetch_s"]), seconds(r["rest_s"]), r["failures"],
           seconds(r["crawl_delay"])] for r in rows])
+
+
+def _next_contact(row: dict[str, Any]) -> str:
+    if row["state"] == "retired":
+        return "never"
+    wait = row["next_contact_in"]
+    if wait is None and row["state"] == "blocked":
+        return "until unblocked"
+    return "now" if wait == 0 else seconds(wait)
 
 
 def url(data: dict[str, Any]) -> str:

@@ -12,6 +12,8 @@ from scrapy_frontier.core.history import PageRecord
 
 #: A host's state in ``hosts``, in order of precedence.
 STATES = ("retired", "blocked", "active", "resting", "waiting")
+#: Why a host is retired, in the human table's words.
+RETIRED_WHY = {"retired": "by hand", "failures": "after failures", "budget": "budget"}
 
 
 @dataclass(slots=True)
@@ -70,6 +72,8 @@ def host_row(view: HostView) -> dict[str, Any]:
     wait = view.next_contact_in
     if view.blocked_for is not None:
         wait = max(wait or 0.0, view.blocked_for)
+    if view.retired:
+        wait = None  # never contacted again (unless taken back)
     return {
         "host": view.host,
         "queued": view.front + view.back,

@@ -10,17 +10,18 @@ once and is kept with the rest of the state.
 from __future__ import annotations
 
 import math
+import sqlite3
 import time
 from typing import TYPE_CHECKING, Any
 
-from scrapy_frontier.backends.sqlite.control import ControlFile
+from scrapy_frontier.backends.sqlite.control import RETIRED, TAKEN_BACK, ControlFile
 from scrapy_frontier.errors import FrontierCommandError
 
 if TYPE_CHECKING:  # the Redis side needs the redis extra; a plain install never imports it
     from scrapy_frontier.commands.inspect_redis import RedisInspector
     from scrapy_frontier.commands.inspect_sqlite import SQLiteInspector
 
-ACTIONS = ("block", "unblock", "delay", "retire", "budget")
+ACTIONS = ("block", "unblock", "delay", "retire", "unretire", "budget")
 
 
 def check_value(action: str, value: float | None) -> None:
@@ -39,6 +40,16 @@ def steer_sqlite(inspector: SQLiteInspector, action: str, host: str,
     check_value(action, value)
     control = ControlFile(inspector.directory)
     try:
+        _write(control, action, host, value)
+    finally:
+        control.close()
+    return _result(action, host, value, inspector.running,
+                   "applied by the running crawl within a second" if inspector.running
+                   else "applied when the crawl starts again")
+
+
+def _write(control: ControlFile, action: str, host: str, value: float | None) -> None:
+    try:
         if action == "block":
             until = math.inf if value is None else time.time() + value
             control.update(host, blocked_until=until)
@@ -47,14 +58,16 @@ def steer_sqlite(inspector: SQLiteInspector, action: str, host: str,
         elif action == "delay":
             control.update(host, delay=value or None)
         elif action == "retire":
-            control.update(host, retired=True)
+            control.update(host, retired=RETIRED)
+        elif action == "unretire":
+            control.update(host, retired=TAKEN_BACK)
         else:
             control.update(host, budget=int(value or 0))
-    finally:
-        control.close()
-    return _result(action, host, value, inspector.running,
-                   "applied by the running crawl within a second" if inspector.running
-                   else "applied when the crawl starts again")
+    except sqlite3.Error as exc:
+        raise FrontierCommandError(
+            f"cannot write {control.path} ({type(exc).__name__}: {exc}): the crawl's "
+            "directory must be writable by this user to steer it. Nothing was changed.") \
+            from None
 
 
 def steer_redis(inspector: RedisInspector, action: str, host: str,
@@ -77,9 +90,20 @@ def steer_redis(inspector: RedisInspector, action: str, host: str,
         dropped = remote.control("retire", host)[0]
         return _result(action, host, value, True,
                        f"applied to every worker now; {int(dropped)} queued URLs dropped")
+    elif action == "unretire":
+        if int(remote.control("unretire", host)[0]) < 0:
+            raise FrontierCommandError(
+                f"host {host!r} reached its budget: raise it to take the host back (scrapy "
+                "frontier budget HOST PAGES). Nothing was changed.")
+        return _result(action, host, value, True,
+                       "applied to every worker now; its new URLs are queued again")
     else:
         remote.control("budget", host, int(value or 0))
     return _result(action, host, value, True, "applied to every worker now")
+
+
+def unchanged(action: str, host: str, running: bool, why: str) -> dict[str, Any]:
+    return _result(action, host, None, running, why)
 
 
 def _result(action: str, host: str, value: float | None, running: bool,
@@ -102,6 +126,11 @@ def recrawl(inspector: Any, fp: int | None, host: str | None) -> dict[str, Any]:
         control = ControlFile(inspector.directory)
         try:
             control.request_recrawl(fp=fp, host=host)
+        except sqlite3.Error as exc:
+            raise FrontierCommandError(
+                f"cannot write {control.path} ({type(exc).__name__}: {exc}): the crawl's "
+                "directory must be writable by this user to steer it. Nothing was changed.") \
+                from None
         finally:
             control.close()
         applied = ("applied by the running crawl within a second" if inspector.running

@@ -208,6 +208,9 @@ class Frontier(Generic[T]):
         self.budgets = Budgets()
         # Retired hosts that were retired for reaching their budget.
         self._capped: set[str] = set()
+        #: Hosts that reached their budget since the caller last looked, with the URLs
+        #: their back queue dropped then (the caller logs each once and clears the list).
+        self.newly_capped: list[tuple[str, int]] = []
         #: Per-IP politeness (hosts that share an address share a rest); None: off.
         self.groups = HostGroups(self.policy, clock) if group_hosts else None
 
@@ -700,7 +703,7 @@ class Frontier(Generic[T]):
         if self.budgets.active:
             host = lease.host
             if self.budgets.count(host) and host not in self._retired:
-                self.retire(host, budget=True)
+                self.newly_capped.append((host, len(self.retire(host, budget=True))))
         return lease
 
     def ack(self, token: object) -> None:

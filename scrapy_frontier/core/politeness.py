@@ -71,3 +71,23 @@ def rest_after_fetch(delay: float, ended_ago: float, min_rest: float, at_least: 
         rest = operator_delay
     return rest
 
+
+
+#: The fields a crawl's state keeps of its delay rule, so that ``scrapy frontier hosts`` shows
+#: the rests the crawl gives, not those of the command's own settings.
+_SAVED_FIELDS = (("delay_factor", "factor"), ("min_delay", "min_delay"),
+                 ("max_delay", "max_delay"))
+
+
+def saved_delay_rule(policy: DelayPolicy) -> dict[str, str]:
+    return {key: repr(float(getattr(policy, name))) for key, name in _SAVED_FIELDS}
+
+
+def delay_rule_from(saved: dict[str, str], default: DelayPolicy) -> DelayPolicy:
+    """The rule a state saved with :func:`saved_delay_rule`; ``default`` where it saved none
+    (a state written before it was saved) or something unreadable."""
+    try:
+        values = {name: float(saved[key]) for key, name in _SAVED_FIELDS}
+        return DelayPolicy(**values)
+    except (KeyError, ValueError):
+        return default

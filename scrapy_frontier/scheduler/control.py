@@ -23,7 +23,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from scrapy_frontier.backends.sqlite.control import ControlFile, HostControl, wall_to_clock
+from scrapy_frontier.backends.sqlite.control import (
+    RETIRED,
+    TAKEN_BACK,
+    ControlFile,
+    HostControl,
+    wall_to_clock,
+)
 from scrapy_frontier.errors import StoreError
 from scrapy_frontier.scheduler.timer import Timer, call_later
 
@@ -151,8 +157,11 @@ class ControlPoller:
                 budgets = frontier.budgets
                 logger.info("Host %r: budget %s pages (%d fetched)", host,
                             budgets.of(host) or "unlimited", budgets.fetched(host))
-            if new.retired and not old.retired:
-                self._retire(host)
+            if new.retired != old.retired:
+                if new.retired == RETIRED:
+                    self._retire(host)
+                elif new.retired == TAKEN_BACK:
+                    self._take_back(host)
         self._applied = controls
 
     def _retire(self, host: str) -> None:
@@ -164,6 +173,19 @@ class ControlPoller:
             self.stats.inc_value("frontier/retired_requests", len(dropped))
         logger.warning("Retired host %r by hand (scrapy frontier retire): dropped %d queued "
                        "requests", host, len(dropped))
+
+    def _take_back(self, host: str) -> None:
+        frontier = self.frontier
+        if frontier.over_budget(host):
+            logger.warning("Host %r stays retired: it reached its budget of %d pages (raise "
+                           "it with scrapy frontier budget HOST PAGES)", host,
+                           frontier.budgets.of(host))
+            return
+        if frontier.unretire(host):
+            self.closed.pop(host, None)
+            self.stats.inc_value("frontier/unretired_hosts")
+            logger.warning("Host %r taken back by hand (scrapy frontier unretire): its new URLs "
+                           "are queued again (those dropped at its retirement are gone)", host)
 
     def _save_counts(self) -> None:
         """Write the fetch counts and closed hosts that changed since the last save."""

@@ -76,7 +76,7 @@ from redis.commands.core import Script
 from scrapy_frontier.backends.redis.connection import describe, guard, text
 from scrapy_frontier.backends.redis.lua import load_script
 from scrapy_frontier.core.frontier import check_shape
-from scrapy_frontier.core.politeness import DelayPolicy
+from scrapy_frontier.core.politeness import DelayPolicy, saved_delay_rule
 from scrapy_frontier.errors import RedisFrontierDataError, RedisFrontierError, RedisFrontierGone
 
 FORMAT = "scrapy-frontier/redis"
@@ -124,6 +124,8 @@ class Completion(NamedTuple):
     """Server time at which the completion was recorded (the end of the fetch)."""
     next_contact: float
     """Server time before which the host will not be handed out again."""
+    capped: int = -1
+    """The queued URLs dropped because this fetch spent the host's budget; -1: it did not."""
 
 
 # Fixed keys and the Redis type each must have.
@@ -244,6 +246,13 @@ class RedisFrontier:
 
     def _call(self, doing: str, fn: Callable[[], R]) -> R:
         return guard(self.client, self.prefix, doing, fn)
+
+    def save_delay_rule(self) -> None:
+        """Keep this crawl's delay rule in the meta key, for ``scrapy frontier hosts`` (the
+        last worker to open wins: workers of one crawl share their settings)."""
+        fields = saved_delay_rule(self.policy)
+        self._call("saving the delay rule",
+                   lambda: self.client.hset(self.key("meta"), mapping=fields))
 
     def _connect(self) -> None:
         """Check (or write) the format marker and the types of the fixed keys."""
@@ -421,7 +430,8 @@ class RedisFrontier:
         )
         if not reply[0]:
             return None
-        return Completion(float(reply[1]), float(reply[2]))
+        return Completion(float(reply[1]), float(reply[2]),
+                          int(reply[3]) if len(reply) > 3 else -1)
 
     def expire_leases(self, limit: int = 1000) -> list[tuple[str, bytes]]:
         """Return the items of leases past their deadline to their hosts' queues.

@@ -5,7 +5,8 @@ crawl's write lock, and so that the crawl reads one small table, not its queues:
 
 * ``controls(host, blocked_until, delay, retired, budget)`` -- written by the command.
   ``blocked_until`` is wall-clock time (``inf``: until unblocked), ``delay`` a minimum
-  rest in seconds, ``retired`` 1 for a host retired by hand, ``budget`` a per-host
+  rest in seconds, ``retired`` 1 for a host retired by hand (``RETIRED``) and -1 for one
+  taken back by hand whatever retired it (``TAKEN_BACK``), ``budget`` a per-host
   fetch budget (NULL: the settings' budget). A host with nothing left set is deleted.
 * ``crawl_hosts(host, fetched, closed)`` -- written by the crawl from its control timer:
   fetches per host while a budget is in force, and why a host was closed
@@ -35,6 +36,11 @@ FILE = "control.sqlite"
 FORMAT = "scrapy-frontier/control"
 VERSION = 1
 
+#: ``controls.retired``: retired by hand (``scrapy frontier retire``), and taken back by
+#: hand (``scrapy frontier unretire``, whether it was retired by hand, after failures or
+#: by its budget's end being raised); 0: neither.
+RETIRED, TAKEN_BACK = 1, -1
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS control_meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS controls(
@@ -54,11 +60,12 @@ class HostControl:
     host: str
     blocked_until: float | None = None
     delay: float | None = None
-    retired: bool = False
+    retired: int = 0
+    """``RETIRED``, ``TAKEN_BACK`` or 0."""
     budget: int | None = None
 
     def empty(self) -> bool:
-        return (self.blocked_until is None and self.delay is None and not self.retired
+        return (self.blocked_until is None and self.delay is None and self.retired == 0
                 and self.budget is None)
 
     def blocked(self, now: float | None = None) -> bool:
@@ -127,7 +134,7 @@ class ControlFile:
             return {}
         rows = self.conn.execute(
             "SELECT host, blocked_until, delay, retired, budget FROM controls").fetchall()
-        return {h: HostControl(h, b, d, bool(r), g) for h, b, d, r, g in rows}
+        return {h: HostControl(h, b, d, int(r), g) for h, b, d, r, g in rows}
 
     def save_crawl_hosts(self, rows: dict[str, tuple[int, str | None]]) -> None:
         """(fetched, closed) per host, written by the crawl."""
@@ -189,7 +196,7 @@ class ControlFile:
                 "SELECT blocked_until, delay, retired, budget FROM controls WHERE host = ?",
                 (host,)).fetchone()
             control = HostControl(host) if row is None else HostControl(
-                host, row[0], row[1], bool(row[2]), row[3])
+                host, row[0], row[1], int(row[2]), row[3])
             for name, value in changes.items():
                 setattr(control, name, value)
             if control.empty():
@@ -215,4 +222,4 @@ def wall_to_clock(until: float | None, clock_now: float, wall_now: float) -> flo
     return math.inf if math.isinf(until) else clock_now + (until - wall_now)
 
 
-__all__ = ["FILE", "ControlFile", "HostControl", "wall_to_clock"]
+__all__ = ["FILE", "RETIRED", "TAKEN_BACK", "ControlFile", "HostControl", "wall_to_clock"]

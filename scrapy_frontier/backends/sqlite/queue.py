@@ -619,6 +619,13 @@ class SQLiteStore(Generic[T]):
 
     # -- hosts -----------------------------------------------------------------
 
+    def save_meta(self, values: dict[str, str]) -> None:
+        """Keep ``values`` in the ``meta`` table beside the format marker (read by the
+        command line), at once."""
+        with self._sql("saving the crawl's settings"), _transaction(self._db):
+            self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                                 sorted(values.items()))
+
     def save_rest(self, host: str, rest_seconds: float, last_fetch: float | None) -> None:
         self._rests[host] = (self.wall_clock() + rest_seconds, last_fetch)
         self._op()

@@ -32,6 +32,7 @@ from scrapy_frontier.backends.sqlite.seen import SQLiteFingerprintStore
 from scrapy_frontier.codec import request_codec
 from scrapy_frontier.core.frontier import Frontier, Lease
 from scrapy_frontier.core.history import HistoryStore, MemoryHistoryStore
+from scrapy_frontier.core.politeness import saved_delay_rule
 from scrapy_frontier.errors import StoreError
 from scrapy_frontier.hostkey import HostlessURL, url_host_key
 from scrapy_frontier.observe.census import Census, HostCounts
@@ -127,6 +128,7 @@ class LocalDriver:
         store: SQLiteStore[Request] = SQLiteStore(
             path, levels=self.config.front_queues, spider=spider.name, codec=request_codec(spider)
         )
+        store.save_meta(saved_delay_rule(self.config.policy))
         hosts, rests = store.recover()
         frontier = self._new_frontier(store)
         now = self.clock()
@@ -236,10 +238,22 @@ class LocalDriver:
     def release(self, ticket: int, seconds: float, rest: float, ended_at: float | None = None,
                 ) -> object:
         ago = 0.0 if ended_at is None else self.clock() - ended_at
-        lease = self.frontier.complete(ticket, seconds, ack=False, rest_at_least=rest,
-                                       ended_ago=ago)
+        frontier = self.frontier
+        lease = frontier.complete(ticket, seconds, ack=False, rest_at_least=rest,
+                                  ended_ago=ago)
         self._dirty = True
+        if frontier.newly_capped:
+            self._log_capped()
         return None if lease is None else lease.token
+
+    def _log_capped(self) -> None:
+        frontier = self.frontier
+        for host, dropped in frontier.newly_capped:
+            logger.info(
+                "Host %r reached its budget of %d pages: %d queued requests dropped, and its "
+                "later ones are refused (counted in frontier/budget/requests)",
+                host, frontier.budgets.of(host), dropped)
+        frontier.newly_capped.clear()
 
     def ack(self, token: object) -> None:
         if token is None:

@@ -164,6 +164,7 @@ class RedisDriver:
             policy=config.policy, lease_timeout=config.lease_timeout, spider=spider.name,
             rng=random.Random(config.seed),
         )
+        self.remote.save_delay_rule()
         self.seen = RedisSeenSet(client, seen_key, expected=config.redis.seen_expected)
         self._rounds = RoundRunner(self.remote, self.seen, budget_for=config.budget_for,
                                    clock=self.ctx.clock, unfetched=self._unfetched,

@@ -7,6 +7,7 @@ thread, so a test runs a round against a real Redis directly.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 
     from scrapy_frontier.core.history import PageRecord
     from scrapy_frontier.core.recrawl import Recrawler, Visit
+
+logger = logging.getLogger("scrapy_frontier.scheduler")
 
 #: Seconds between two reads of ``scrapy frontier recrawl``'s counter by a worker.
 MARKS_INTERVAL = 2.0
@@ -196,7 +199,13 @@ class RoundRunner:
             # How long ago the answer was complete, taken now: the script runs later
             # still, so the rest it counts from its own clock starts no earlier.
             ago = 0.0 if ended_at is None else max(0.0, clock() - ended_at)
-            remote.complete(done, seconds, rest_at_least=rest, budget=budget, ended_ago=ago)
+            completed = remote.complete(done, seconds, rest_at_least=rest, budget=budget,
+                                        ended_ago=ago)
+            if completed is not None and completed.capped >= 0:
+                # Logged by the worker whose fetch spent it: once for the crawl.
+                logger.info("Host %r reached its budget: %d queued requests dropped, and its "
+                            "later ones are refused by every worker (counted in "
+                            "frontier/budget/requests)", done.host, completed.capped)
         leases: list[RedisLease] = []
         for _ in range(rnd.want):
             claimed = remote.pop()

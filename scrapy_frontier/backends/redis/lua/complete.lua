@@ -15,10 +15,12 @@ local nc = release(host, fetch, at_least, ago)
 stat('completed', 1)
 local given = tonumber(ARGV[17] or '0')
 local budget = tonumber(redis.call('HGET', K_BUDGETS, host) or math.max(given, 0))
+-- The URLs dropped when this completion spent the host's budget; -1: it did not.
+local capped = -1
 if given >= 0 and (budget > 0 or redis.call('HLEN', K_BUDGETS) > 0) then
   local n = redis.call('HINCRBY', K_FETCHED, host, 1)
   if budget > 0 and n >= budget and redis.call('SISMEMBER', K_RETIRED, host) == 0 then
-    retire_host(host, true)
+    capped = #retire_host(host, true)
   end
 end
-return {1, fmt(now), fmt(nc)}
+return {1, fmt(now), fmt(nc), capped}

@@ -42,5 +42,11 @@ elseif op == 'budget' then
   return {reopened, fmt(now)}
 elseif op == 'retire' then
   return {#retire_host(host, false), fmt(now)}
+elseif op == 'unretire' then
+  -- Taken back by hand, whatever retired it; a host over its budget needs a higher budget.
+  if redis.call('SISMEMBER', K_CAPPED, host) == 1 then
+    return {-1, fmt(now)}
+  end
+  return {redis.call('SREM', K_RETIRED, host), fmt(now)}
 end
 return redis.error_reply('unknown control op ' .. tostring(op))
