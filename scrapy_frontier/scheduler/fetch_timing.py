@@ -65,19 +65,32 @@ class FetchTiming:
         self.kernel_seconds_cut = 0.0
 
     def open(self, handlers: Any, set_value: Callable[[str, Any], None]) -> None:
-        """Start timing; ``handlers`` is the crawl's DOWNLOAD_HANDLERS."""
+        """Start timing; ``handlers`` is the crawl's DOWNLOAD_HANDLERS. The stat
+        ``frontier/fetch/timed_by`` says what times the fetches, and why."""
         self.log_each = politeness_log.isEnabledFor(logging.DEBUG)
         if self.stall_discount:
             self.stalls.start()
+        reported = "Scrapy's signals" if self.signals_only else "the timing middleware"
         if not self.want_tcp:
+            set_value("frontier/fetch/timed_by", f"{reported} (FRONTIER_TCP_TIMING is off)")
             return
         if not stamps_supported():
             logger.debug("FRONTIER_TCP_TIMING: this system does not stamp TCP reads; "
                          "fetches are timed to their report")
+            set_value("frontier/fetch/timed_by",
+                      f"{reported} (this system does not stamp TCP reads)")
             return
         self.tcp = TcpTimes()
         if serves_http11(handlers):
             self.watch = SocketWatch()
+            set_value("frontier/fetch/timed_by", "the kernel's TCP stamps")
+        else:
+            # Another download handler (httpx, a browser...): its socket is not reachable.
+            logger.info("FRONTIER_TCP_TIMING: the download handlers for http/https are not "
+                        "Scrapy's HTTP/1.1 handler, whose socket the kernel's times are read "
+                        "from: fetches are timed by %s instead", reported)
+            set_value("frontier/fetch/timed_by",
+                      f"{reported} (the download handler gives no TCP socket)")
 
     def close(self) -> None:
         self.stalls.stop()
