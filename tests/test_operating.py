@@ -357,8 +357,8 @@ def queued_urls(job: Path) -> list[tuple[str, str]]:
 
 def test_the_command_line_on_a_stopped_crawl_says_what_it_did(tmp_path: Path) -> None:
     b = Backend("sqlite", tmp_path, None)
-    # A rest floor the command's own settings do not have (their default is 1 s).
-    b.crawl.update(FRONTIER_MIN_DELAY=0.05, CLOSESPIDER_PAGECOUNT=5)
+    # A delay rule the command's own settings do not have (theirs: factor 10, floor 1 s).
+    b.crawl.update(FRONTIER_DELAY_FACTOR=2, FRONTIER_MIN_DELAY=0.05, CLOSESPIDER_PAGECOUNT=5)
     job = tmp_path / "job"
     log = tmp_path / "server.jsonl"
     with ServerProcess(["--shape", "wide", "--hosts", "3", "--pages", "8", "--latency",
@@ -381,13 +381,14 @@ def test_the_command_line_on_a_stopped_crawl_says_what_it_did(tmp_path: Path) ->
         assert status["in_flight"] == 0 and status["hosts"]["active"] == 0
         assert status["queued"] == len(queued)
 
-        # Rests by the crawl's own rule (FRONTIER_MIN_DELAY=0.05), saved with its state.
+        # Rests by the crawl's own rule, saved with its state: 2 x the fetch, at least 0.05 s
+        # (the command's settings would give 10 x, at least 1 s: never the same value).
         rows = as_json(b.run(["hosts", "--json"]))
         timed = [r for r in rows if r["last_fetch_s"] is not None]
         assert timed
         for row in timed:
-            assert row["rest_s"] == pytest.approx(max(0.05, 10 * row["last_fetch_s"]), abs=2e-3)
-            assert row["rest_s"] < 1.0
+            assert row["rest_s"] == pytest.approx(
+                min(60.0, max(0.05, 2 * row["last_fetch_s"])), abs=2e-3), row
 
         # The same page as the seen-set's, with or without a fragment.
         host, url = queued[0]

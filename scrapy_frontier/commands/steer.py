@@ -64,10 +64,13 @@ def _write(control: ControlFile, action: str, host: str, value: float | None) ->
         else:
             control.update(host, budget=int(value or 0))
     except sqlite3.Error as exc:
-        raise FrontierCommandError(
-            f"cannot write {control.path} ({type(exc).__name__}: {exc}): the crawl's "
-            "directory must be writable by this user to steer it. Nothing was changed.") \
-            from None
+        raise _unwritable(control, exc) from None
+
+
+def _unwritable(control: ControlFile, exc: sqlite3.Error) -> FrontierCommandError:
+    return FrontierCommandError(
+        f"cannot write {control.path} ({type(exc).__name__}: {exc}): the crawl's directory "
+        "must be writable by this user to steer it. Nothing was changed.")
 
 
 def steer_redis(inspector: RedisInspector, action: str, host: str,
@@ -127,10 +130,7 @@ def recrawl(inspector: Any, fp: int | None, host: str | None) -> dict[str, Any]:
         try:
             control.request_recrawl(fp=fp, host=host)
         except sqlite3.Error as exc:
-            raise FrontierCommandError(
-                f"cannot write {control.path} ({type(exc).__name__}: {exc}): the crawl's "
-                "directory must be writable by this user to steer it. Nothing was changed.") \
-                from None
+            raise _unwritable(control, exc) from None
         finally:
             control.close()
         applied = ("applied by the running crawl within a second" if inspector.running

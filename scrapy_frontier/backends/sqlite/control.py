@@ -37,8 +37,8 @@ FORMAT = "scrapy-frontier/control"
 VERSION = 1
 
 #: ``controls.retired``: retired by hand (``scrapy frontier retire``), and taken back by
-#: hand (``scrapy frontier unretire``, whether it was retired by hand, after failures or
-#: by its budget's end being raised); 0: neither.
+#: hand (``scrapy frontier unretire``, whether it was retired by hand or after failures; a
+#: host over its budget stays retired until its budget is raised); 0: neither.
 RETIRED, TAKEN_BACK = 1, -1
 
 SCHEMA = """
