@@ -89,7 +89,8 @@ def test_the_sdist_carries_tests_docs_example_and_the_test_web(dists: tuple[Path
                    "testweb/pyproject.toml", "testweb/frontier_testweb/server.py",
                    "benchmarks/bench_politeness.py"):
         assert wanted in names, wanted
-    assert not [n for n in names if "__pycache__" in n or n.startswith("docs/_build")]
+    assert not [n for n in names if "__pycache__" in n or n.startswith("docs/_build")
+                or n.startswith("testweb/") and ".egg-info" in n]
 
 
 def test_the_test_web_is_a_distribution_of_its_own(tmp_path: Path) -> None:
