@@ -175,6 +175,7 @@ def test_a_startup_error_is_one_clear_line_first(tmp_path: Path) -> None:
         "Traceback" not in result.output)
 
 
+@pytest.mark.slow  # 10 s or more: the newest leg runs it, the oldest leg leaves it out
 def test_a_spider_that_blocks_the_reactor_gets_rests_its_pauses_do_not_inflate(
     tmp_path: Path,
 ) -> None:

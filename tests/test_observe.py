@@ -304,6 +304,7 @@ def _metrics_settings(backend: str, tmp_path: Path, redis_server: RedisServer | 
 
 @pytest.mark.crawl
 @pytest.mark.parametrize("backend", DRIVERS)
+@pytest.mark.slow  # 10 s or more: the newest leg runs it, the oldest leg leaves it out
 def test_metrics_endpoint_during_and_after_a_real_crawl(backend: str, tmp_path: Path,
                                                         request: pytest.FixtureRequest) -> None:
     redis_server = request.getfixturevalue("redis_server") if backend == "redis" else None

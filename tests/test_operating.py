@@ -109,6 +109,7 @@ def pages(log: Path, host: str | None = None) -> list[Any]:
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "redis"])
+@pytest.mark.slow  # 10 s or more: the newest leg runs it, the oldest leg leaves it out
 def test_a_running_crawl_is_inspected_and_the_numbers_agree_with_the_server(
         backend: str, tmp_path: Path, redis_server: RedisServer) -> None:
     b = Backend(backend, tmp_path, redis_server)
@@ -178,6 +179,7 @@ def test_a_running_crawl_is_inspected_and_the_numbers_agree_with_the_server(
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "redis"])
+@pytest.mark.slow  # 10 s or more: the newest leg runs it, the oldest leg leaves it out
 def test_block_and_delay_reach_the_running_crawl_and_lose_nothing(
         backend: str, tmp_path: Path, redis_server: RedisServer) -> None:
     b = Backend(backend, tmp_path, redis_server)

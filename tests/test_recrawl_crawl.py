@@ -114,6 +114,7 @@ def test_three_runs_recrawl_due_pages_with_conditional_get(tmp_path: Path) -> No
 
 @pytest.mark.crawl
 @pytest.mark.parametrize("backend", ["sqlite", "redis"])
+@pytest.mark.slow  # 10 s or more: the newest leg runs it, the oldest leg leaves it out
 def test_continuous_mode_recrawls_as_pages_fall_due_and_stops_on_sigint(
         tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
     import json

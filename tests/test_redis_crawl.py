@@ -93,6 +93,7 @@ def _wait_for(path: Path, procs: list[subprocess.Popen[str]], timeout: float) ->
 
 
 @pytest.mark.crawl
+@pytest.mark.slow  # 10 s or more: the newest leg runs it, the oldest leg leaves it out
 def test_three_workers_one_killed_share_one_polite_crawl(redis_server: RedisServer,
                                                          tmp_path: Path) -> None:
     """The victim crawls alone until its sixth request reaches the downloader, where it
@@ -176,6 +177,7 @@ def test_three_workers_of_an_ordinary_spider_fetch_each_start_url_once(
 
 
 @pytest.mark.crawl
+@pytest.mark.slow  # 10 s or more: the newest leg runs it, the oldest leg leaves it out
 def test_a_redis_restart_mid_crawl_loses_nothing(tmp_path: Path) -> None:
     """Redis (with AOF persistence) is killed and restarted while a worker crawls: the
     worker logs the outage, keeps its requests, reconnects and finishes the crawl."""
@@ -251,6 +253,7 @@ def test_a_redis_restarted_without_persistence_stops_the_crawl(tmp_path: Path) -
 
 
 @pytest.mark.crawl
+@pytest.mark.slow  # 10 s or more: the newest leg runs it, the oldest leg leaves it out
 def test_redis_out_of_memory_stops_safely_and_the_rerun_finishes(tmp_path: Path) -> None:
     """maxmemory with noeviction reached mid-crawl: the worker stops with a message that says
     so and advises nothing that destroys data; once memory is raised, the same command
@@ -339,6 +342,7 @@ def test_scrapy_redis_redis_spider_feeds_the_shared_frontier(redis_server: Redis
 
 
 @pytest.mark.crawl
+@pytest.mark.slow  # 10 s or more: the newest leg runs it, the oldest leg leaves it out
 def test_page_history_in_redis_drives_conditional_recrawls(redis_server: RedisServer,
                                                            tmp_path: Path) -> None:
     """Two runs of a worker on one Redis: the second fetches the due pages with validators,
