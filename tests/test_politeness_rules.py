@@ -7,6 +7,7 @@ test web audited from the server's own log.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from email.utils import formatdate
@@ -170,6 +171,18 @@ def test_parse_retry_after_seconds_and_dates() -> None:
     assert parse_retry_after(formatdate(now - 30, usegmt=True), now) == 0.0
     for bad in (None, b"", b"soon", b"-5", b"1.5e3x"):
         assert parse_retry_after(bad, now) is None
+    # Huge is huge, not absent: the scheduler clamps it.
+    assert parse_retry_after(b"99999999999999999999", now) == 1e20
+    assert parse_retry_after(b"9" * 400, now) == math.inf
+
+
+def test_a_twenty_digit_retry_after_is_clamped_not_ignored() -> None:
+    sched, clock, crawler = make_scheduler({"FRONTIER_MAX_RETRY_AFTER": 100})
+    for i in range(2):
+        sched.enqueue_request(Request(f"http://a.example/{i}"))
+    _respond(sched, clock, 503, {"Retry-After": "99999999999999999999"})
+    assert sched.driver.frontier.next_contact("a.example") == pytest.approx(clock.now + 100.0)
+    assert crawler.stats.get_value("frontier/retry_after/clamped") == 1
 
 
 def _respond(sched: Any, clock: FakeClock, status: int, headers: dict[str, str] | None = None,

@@ -16,8 +16,9 @@ from typing import Any
 logger = logging.getLogger("scrapy_frontier.site_rules")
 
 # ASCII digits only: str.isdigit() also accepts superscripts and other scripts' digits,
-# which float() then refuses.
-_DELAY_SECONDS = re.compile(r"[0-9]{1,12}")
+# which float() then refuses. Any number of them: a huge delay is a delay (the caller
+# clamps it to FRONTIER_MAX_RETRY_AFTER), not an unreadable header.
+_DELAY_SECONDS = re.compile(r"[0-9]+")
 
 
 def parse_retry_after(value: bytes | str | None, now: float) -> float | None:
@@ -25,7 +26,7 @@ def parse_retry_after(value: bytes | str | None, now: float) -> float | None:
 
     ``now`` is the wall-clock time (``time.time()``) for dates. None if the
     header is missing or cannot be parsed (it is then treated as absent); a
-    date in the past gives 0.
+    date in the past gives 0; too many digits for a float give ``math.inf``.
     """
     if value is None:
         return None
