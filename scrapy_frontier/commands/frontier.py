@@ -195,10 +195,10 @@ def _page(raw: str) -> tuple[str, str, int]:
 
 def _nothing_to_do(sub: str, host: str, view: HostView | None) -> str | None:
     """What to say instead when ``unblock`` or ``unretire`` would change nothing."""
-    retired = view is not None and view.retired
+    retired = view.retired if view is not None else None
     if sub == "unblock" and (view is None or view.blocked_for is None):
         if retired:
-            return (f"not blocked, but retired ({RETIRED_WHY.get(str(retired), retired)}): "
+            return (f"not blocked, but retired ({RETIRED_WHY.get(retired, retired)}): "
                     f"scrapy frontier unretire {host} takes it back. Nothing was changed.")
         return "not blocked. Nothing was changed."
     if sub == "unretire" and not retired:
@@ -248,13 +248,16 @@ def run_subcommand(inspector: Any, sub: str, rest: list[str],
     if not host or "\0" in host:
         raise FrontierCommandError(f"{rest[0]!r} is not a host")
     steer.check_value(sub, value)
-    if not opts.new_host and not inspector.known_host(host):
+    # One read of the hosts serves both questions; known_host reads more only for a host
+    # with no view (one known by its budget or fetch count alone).
+    view = inspector.host_view(host)
+    if not opts.new_host and view is None and not inspector.known_host(host):
         raise FrontierCommandError(
             f"host {host!r} is not known to this crawl (nothing queued, resting, fetched or "
             "steered for it): check the spelling (lower-case, no port; see scrapy frontier "
             "hosts), or pass --new-host to steer it before the crawl finds it. Nothing was "
             "changed.")
-    idle = _nothing_to_do(sub, host, inspector.host_view(host))
+    idle = _nothing_to_do(sub, host, view)
     if idle is not None:
         return steer.unchanged(sub, host, inspector.running, idle), f"{host}: {idle}"
     if inspector.backend == "sqlite":

@@ -20,18 +20,20 @@ class Budgets:
     @default.setter
     def default(self, fetches: int) -> None:
         self._default = fetches
-        self.active = bool(fetches or self._own)
+        self._refresh()
 
     def set(self, host: str, fetches: int | None) -> None:
         """``host`` may be fetched ``fetches`` times in all (None: the default; 0:
         unlimited)."""
         if fetches is None:
             self._own.pop(host, None)
-            self.active = bool(self._default or self._own)
         elif fetches < 0:
             raise ValueError(f"a budget must be >= 0, got {fetches}")
         else:
             self._own[host] = fetches
+        self._refresh()
+
+    def _refresh(self) -> None:
         self.active = bool(self._default or self._own)
 
     def of(self, host: str) -> int:
