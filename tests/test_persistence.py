@@ -231,3 +231,32 @@ def test_unserializable_requests_left_at_a_stop_do_not_block_the_resume(tmp_path
     assert req is not None and req.url == "http://b.example/plain"
     assert again.next_request() is None
     again.close("finished")
+
+
+def test_a_kill_before_the_seen_set_is_written_queues_no_url_twice(tmp_path: Path) -> None:
+    """The seen-set is written after the queue is synced (at the periodic flush): the
+    fingerprints of URLs queued after its last write are put back at open, so the links
+    of a page fetched again after a kill are not queued a second time."""
+    from scrapy_frontier.dupefilter import FrontierDupeFilter
+
+    settings = {**job(tmp_path), "FRONTIER_FLUSH_INTERVAL": 1.0}
+    sched, clock, _ = make_scheduler(settings, dupefilter=FrontierDupeFilter)
+    assert sched.enqueue_request(Request("http://a.example/0"))
+    clock.advance(1.5)
+    assert sched.enqueue_request(Request("http://a.example/1"))  # the periodic flush
+    seen_store = sched.df.seen.store  # type: ignore[attr-defined]
+    assert seen_store.covers is not None
+    for i in range(2, 5):
+        assert sched.enqueue_request(Request(f"http://a.example/{i}"))
+    assert seen_store.pending == 3  # queued after the seen-set's last write
+    crash(sched)
+    seen_store._conn.close()  # its buffer dies with the process
+    seen_store._unlock()
+
+    again, _, crawler2 = make_scheduler(settings, dupefilter=FrontierDupeFilter)
+    assert crawler2.stats.get_value("frontier/restored") == 5
+    assert crawler2.stats.get_value("frontier/seen/caught_up") == 3
+    for i in range(5):  # found again on a page fetched again: not queued twice
+        assert not again.enqueue_request(Request(f"http://a.example/{i}"))
+    assert again.enqueue_request(Request("http://a.example/new"))
+    again.close("finished")

@@ -41,14 +41,17 @@ def make_scheduler(
     *,
     middleware: bool = True,
     clock: FakeClock | None = None,
+    dupefilter: Any = None,
 ) -> tuple[FrontierScheduler, FakeClock, Any]:
+    """``dupefilter``: its class (default Scrapy's RFPDupeFilter)."""
     base = {"FRONTIER_MIN_DELAY": 0.0, "FRONTIER_SEED": 1}
     crawler = get_crawler(_Spider, {**base, **(settings or {})})
     clock = clock or FakeClock(100.0)
     config = FrontierConfig.from_settings(crawler.settings)
     from scrapy.dupefilters import RFPDupeFilter
 
-    sched = FrontierScheduler(crawler, config, RFPDupeFilter.from_crawler(crawler), clock=clock)
+    df = (dupefilter or RFPDupeFilter).from_crawler(crawler)
+    sched = FrontierScheduler(crawler, config, df, clock=clock)
     mws = [FetchTimingMiddleware(crawler)] if middleware else []
     nextcall = _NextCall()
     crawler.engine = SimpleNamespace(

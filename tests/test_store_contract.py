@@ -404,3 +404,40 @@ def test_sqlite_memory_is_capped_in_bytes_not_only_rows(tmp_path: Path) -> None:
     uncapped, _ = held(1 << 40)  # rows only, as before: 256 rows per window
     print(f"request data held in RAM: {capped:,} B capped, {uncapped:,} B by rows only")
     assert uncapped > 4 * capped, (uncapped, capped)
+
+
+def _blank_database(path: Path) -> None:
+    """An SQLite file with a header and no table: created, its first commit lost."""
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE t(x)")
+    db.execute("DROP TABLE t")
+    db.close()
+    assert path.stat().st_size > 0
+
+
+@pytest.mark.parametrize("kind", ["queue", "seen", "history"])
+def test_a_file_without_tables_gets_the_schema(kind: str, tmp_path: Path,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 25: a file system error right after the frontier created seen.sqlite left
+    it with no table, and every later run called it another program's file."""
+    from scrapy_frontier.backends.sqlite.history import SQLiteHistoryStore
+    from scrapy_frontier.backends.sqlite.seen import SQLiteFingerprintStore
+
+    path = tmp_path / f"{kind}.sqlite"
+    _blank_database(path)
+    caplog.set_level("INFO", logger="scrapy_frontier")
+    if kind == "queue":
+        store = sqlite_store(path)
+        store.close()
+        again = sqlite_store(path)
+        assert again.front_count() == 0
+        again.close()
+    elif kind == "seen":
+        with SQLiteFingerprintStore(path) as seen:
+            seen.add(7)
+        with SQLiteFingerprintStore(path) as seen:
+            assert seen.contains(7)
+    else:
+        SQLiteHistoryStore(path).close()
+        SQLiteHistoryStore(path).close()
+        assert "holds no tables" in caplog.text

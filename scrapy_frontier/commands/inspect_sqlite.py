@@ -88,6 +88,8 @@ class SQLiteInspector:
         #: The rests the crawl gives (its own settings, saved with its state).
         self.policy = delay_rule_from(meta, config.policy)
         self.running = is_locked(path)
+        #: Queued rows newer than a threshold, as the last :meth:`views` counted them.
+        self.newer_rows = 0
         self.seen = self._optional(SEEN_FILE, SEEN_FORMAT, SEEN_VERSION)
         self.history = self._optional(HISTORY_FILE, HISTORY_FORMAT, HISTORY_VERSION)
         self.control = ControlFile(self.directory, readonly=True)
@@ -113,14 +115,23 @@ class SQLiteInspector:
 
     # -- hosts -------------------------------------------------------------------------
 
-    def views(self) -> tuple[dict[str, HostView], int]:
-        """Every host the state knows, and how many that is."""
+    def views(self, rows_after: int | None = None) -> tuple[dict[str, HostView], int]:
+        """Every host the state knows, and how many that is.
+
+        ``rows_after``: also count, in the same snapshot, the queued rows with ids above it
+        (into :attr:`newer_rows`).
+        """
         db = self.db
         now = time.time()
         views = HostViews()
 
         db.execute("BEGIN")
         try:
+            if rows_after is not None:
+                self.newer_rows = sum(
+                    db.execute(f"SELECT COUNT(*) FROM {table} WHERE id > ? "
+                               "AND data IS NOT NULL", (rows_after,)).fetchone()[0]
+                    for table in ("front", "back"))
             for host, n in db.execute("SELECT host, COUNT(*) FROM front GROUP BY host"):
                 views[host].front = n
             running = self.running
@@ -190,19 +201,27 @@ class SQLiteInspector:
     # -- the subcommands -------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        # The seen-set and the history first, the queues last: a URL is marked seen only
-        # after it is queued, so "seen - queued - in flight" never counts a URL as done
-        # that the crawl has not finished (the files are read one after the other).
+        # The seen-set and the history first, the queues last. The seen-set on disk covers
+        # the queue rows up to its 'covers' id; the fingerprints of newer rows are written
+        # at the next flush, so they are counted from the queue, in the queue's snapshot.
+        # A URL is marked seen only after it is queued, so "seen - queued - in flight"
+        # never counts a URL as done that the crawl has not finished.
         seen = 0
+        covers: int | None = None
         if self.seen is not None:
             seen = self.seen.execute("SELECT COUNT(*) FROM seen").fetchone()[0]
+            row = self.seen.execute(
+                "SELECT value FROM frontier_meta WHERE key = 'covers'").fetchone()
+            covers = row[0] if row and isinstance(row[0], int) else None
         pages = due = 0
         if self.history is not None:
             pages = self.history.execute("SELECT COUNT(*) FROM pages").fetchone()[0]
             due = self.history.execute(
                 "SELECT COUNT(*) FROM pages WHERE retired = 0 AND eligible <= ?",
                 (time.time(),)).fetchone()[0]
-        views, known = self.views()
+        views, known = self.views(rows_after=covers)
+        if covers is not None:
+            seen += self.newer_rows
         queued = sum(v.front + v.back for v in views.values())
         in_flight = sum(v.in_flight for v in views.values())
         return shapes.status(self.backend, queued, in_flight,

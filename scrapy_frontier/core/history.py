@@ -178,6 +178,10 @@ class HistoryStore(Protocol):
 
     def flush(self) -> None: ...
 
+    def sync(self) -> None:
+        """Flush, and make what was flushed survive a power loss (a no-op in memory)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -350,6 +354,9 @@ class MemoryHistoryStore:
         return 0
 
     def flush(self) -> None:
+        return None
+
+    def sync(self) -> None:
         return None
 
     def close(self) -> None:

@@ -58,6 +58,7 @@ def run_crawl(
     pause_seconds: float = 0.0,
     pause_log: Path | None = None,
     stay_open_until: Path | None = None,
+    fs_error: dict[str, Any] | None = None,
 ) -> CrawlResult:
     """Crawl ``start_urls`` in a fresh process; follow every link found.
 
@@ -73,6 +74,9 @@ def run_crawl(
     monotonic clock is appended to ``pause_log`` as a JSON line.
     ``stay_open_until`` keeps the idle spider open until that file exists (at most two
     minutes): a test acts on a running crawl for as long as it needs, then lets it end.
+    ``fs_error`` ``{"pages": N, "trigger": path, "sync": [paths]}``: after the N-th page
+    is parsed, fsync the ``sync`` files (as if the kernel had just written them back) and
+    write ``1`` to ``trigger`` (ext4's ``trigger_fs_error``): the file system fails there.
     """
     tmp = Path(workdir or tempfile.mkdtemp(prefix="frontier-crawl-"))
     tmp.mkdir(parents=True, exist_ok=True)
@@ -89,6 +93,7 @@ def run_crawl(
                 "pause_seconds": pause_seconds,
                 "pause_log": None if pause_log is None else str(pause_log),
                 "stay_open_until": None if stay_open_until is None else str(stay_open_until),
+                "fs_error": fs_error,
             }
         )
     )
@@ -131,9 +136,12 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
     pause_seconds = float(spec.get("pause_seconds") or 0.0)
     pause_log = spec.get("pause_log")
     parsed = [0]
+    fs_error = spec.get("fs_error") or {}
 
     def maybe_pause() -> None:
         parsed[0] += 1
+        if fs_error and parsed[0] == fs_error["pages"]:
+            _fail_file_system(fs_error["trigger"], fs_error.get("sync") or [])
         if pause_every <= 0 or parsed[0] % pause_every:
             return
         started = time.monotonic()
@@ -201,6 +209,22 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
     stats["harness/elapsed"] = time.monotonic() - started
     Path(out_path).write_text(json.dumps(stats, default=str))
     return 0
+
+
+def _fail_file_system(trigger: str, sync: Sequence[str]) -> None:
+    """Write back ``sync`` (those that exist), then make the file system fail."""
+    for name in sync:
+        try:
+            fd = os.open(name, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    with open(trigger, "w", encoding="ascii") as f:
+        f.write("1")
+    print(f"harness: file system error triggered after syncing {list(sync)}", flush=True)
 
 
 def _mark_request(crawler: Any, count: int, marker: Path, *, freeze: bool) -> None:

@@ -182,6 +182,10 @@ class RedisHistoryStore:
     def unsaved(self) -> int:
         return len(self._pending)
 
+    def sync(self) -> None:
+        """Flush; what Redis keeps across a failure is its persistence setting's business."""
+        self.flush()
+
     def flush(self) -> None:
         if not self._pending:
             return

@@ -9,6 +9,7 @@ deletes, resets or rewrites a file to make an error go away.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 from collections.abc import Callable
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from scrapy_frontier.backends.sqlite.lock import FileLock
+
+logger = logging.getLogger("scrapy_frontier.store")
 
 _HEADER = b"SQLite format 3\x00"
 
@@ -213,7 +216,8 @@ class WALFileStore:
             self._unlock(refused=True)
             raise self._error(exc, "cannot be opened") from exc
         try:
-            self._setup(fresh=not existed or self.path.stat().st_size == 0)
+            self._setup(fresh=not existed or self.path.stat().st_size == 0
+                        or self._blank())
         except sqlite3.Error as exc:
             self._conn.close()
             self._unlock(refused=True)
@@ -222,6 +226,18 @@ class WALFileStore:
             self._conn.close()
             self._unlock(refused=True)
             raise
+
+    def _blank(self) -> bool:
+        """An SQLite file without a single table holds nothing to lose: it gets the schema.
+
+        A crash or a file-system error right after the file was created leaves one like
+        this (its first commit never reached the disk).
+        """
+        if self._conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is not None:
+            return False
+        logger.info("%s %s holds no tables (its first write never reached the disk): "
+                    "it gets an empty %s", self._file.what, self.path, self._file.what)
+        return True
 
     def _unlock(self, *, refused: bool = False) -> None:
         if self._lock is not None:
@@ -248,6 +264,15 @@ class WALFileStore:
         finally:
             self._unlock()
 
+    def sync(self) -> None:
+        """Flush, and make every commit so far durable (see :func:`sync_wal`)."""
+        self.flush()
+        try:
+            sync_wal(self.path)
+        except OSError as exc:
+            raise self._file.error(self.path, f"cannot be written to the disk ({describe(exc)})",
+                                   "Check the disk and the file system.") from exc
+
     def _check_open(self) -> None:
         if self._closed:
             raise self._file.error(self.path, "is closed", "Open a new store to use it again.")
@@ -263,3 +288,21 @@ def checkpoint_and_close(conn: sqlite3.Connection, error: Callable[[sqlite3.Erro
             raise error(exc) from exc
     finally:
         conn.close()
+
+
+def sync_wal(path: Path) -> None:
+    """fsync ``path``'s write-ahead log: its commits so far survive a power loss.
+
+    With ``synchronous=NORMAL`` a commit reaches only the page cache, and the kernel
+    writes files back in any order. A store whose commits must not get ahead of
+    another's (the seen-set after the queue, queue acks after the page history)
+    syncs the other first. Raises OSError.
+    """
+    try:
+        fd = os.open(path.with_name(path.name + "-wal"), os.O_RDONLY)
+    except FileNotFoundError:
+        return  # no log: every commit is in the main file, which checkpoints sync
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from scrapy_frontier.backends.sqlite.files import SQLiteFile, describe
+from scrapy_frontier.backends.sqlite.files import SQLiteFile, describe, sync_wal
 from scrapy_frontier.backends.sqlite.lock import FileLock
 from scrapy_frontier.codec import Codec, saved_url
 from scrapy_frontier.errors import StoreError, UndecodableRow, Unserializable
@@ -144,6 +144,7 @@ class SQLiteStore(Generic[T]):
         self.undecodable = 0
         self._ops = 0
         self.flushes = 0
+        self._unsynced = False
 
     # -- opening -------------------------------------------------------------
 
@@ -685,6 +686,40 @@ class SQLiteStore(Generic[T]):
         self._ops = 0
         self._pending_bytes = 0
         self.flushes += 1
+        self._unsynced = True
+
+    def last_row(self) -> int:
+        """The id of the newest row (queued or moved), written or not."""
+        return self._next_id - 1
+
+    def start_ids_after(self, row: int) -> None:
+        """New rows get ids above ``row``, even if the rows up to it are gone."""
+        self._next_id = max(self._next_id, row + 1)
+
+    def rows_after(self, row: int) -> Iterator[bytes]:
+        """The saved data of the queued rows (front and back) with ids above ``row``."""
+        with self._sql("reading the newest rows"):
+            for table in ("front", "back"):
+                cursor = self._db.execute(
+                    f"SELECT data FROM {table} WHERE id > ? AND data IS NOT NULL", (row,))
+                while rows := cursor.fetchmany(1000):
+                    for (data,) in rows:
+                        yield data
+
+    def sync(self) -> None:
+        """Flush, and make every commit so far durable (see files.sync_wal)."""
+        self.flush()
+        if not self._unsynced:
+            return
+        try:
+            sync_wal(self.path)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot write the frontier state {self.path} to the disk ({describe(exc)}). "
+                "A restart with the same directory re-fetches what was in flight. Check the "
+                "disk and the file system."
+            ) from exc
+        self._unsynced = False
 
     def close(self) -> None:
         try:

@@ -68,6 +68,9 @@ class SQLiteFingerprintStore(WALFileStore):
         self._flush_at = 0.0
         self._pending: set[int] = set()
         self._count = 0
+        #: The queue rows (ids up to this) whose fingerprints are all in the file, as the
+        #: frontier's driver said at the last flush; None if it never said.
+        self.covers: int | None = None
         self._closed = False
         self._open()
 
@@ -88,6 +91,7 @@ class SQLiteFingerprintStore(WALFileStore):
             )
             conn.execute("COMMIT")
             self._count = 0
+            self.covers = None
             return
         meta = self._file.check_meta(conn, "seen")
         conn.execute("PRAGMA journal_mode=WAL")
@@ -97,6 +101,8 @@ class SQLiteFingerprintStore(WALFileStore):
             raise SeenStoreError(self.path, f"has an invalid count {count!r} (damaged)",
                                  "Restore it from a backup, or move it away.")
         self._count = count
+        covers = meta.get("covers")
+        self.covers = covers if isinstance(covers, int) and covers >= 0 else None
 
     def _error(self, exc: sqlite3.Error, doing: str) -> SeenStoreError:
         error = self._file.classify(exc, doing, "fingerprints written before this error are kept")
@@ -136,8 +142,12 @@ class SQLiteFingerprintStore(WALFileStore):
         for fp in fps:
             self.add(fp)
 
-    def flush(self) -> None:
-        """Write the buffered fingerprints in one committed transaction."""
+    def flush(self, covers: int | None = None) -> None:
+        """Write the buffered fingerprints in one committed transaction.
+
+        ``covers``: the frontier's queue rows up to this id are all in the file once this
+        commits (kept in ``frontier_meta``; see :attr:`covers`).
+        """
         if not self._pending:
             return
         self._check_open()
@@ -150,6 +160,9 @@ class SQLiteFingerprintStore(WALFileStore):
             added = conn.total_changes - before
             count = self._count + added
             conn.execute("UPDATE frontier_meta SET value = ? WHERE key = 'count'", (count,))
+            if covers is not None:
+                conn.execute("INSERT OR REPLACE INTO frontier_meta(key, value) "
+                             "VALUES ('covers', ?)", (covers,))
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if conn.in_transaction:
@@ -158,6 +171,14 @@ class SQLiteFingerprintStore(WALFileStore):
             raise self._error(exc, f"writing {len(batch)} fingerprints failed") from exc
         self._count = count
         self._pending.clear()
+        if covers is not None:
+            self.covers = covers
+
+    def discard(self) -> int:
+        """Forget the buffered fingerprints without writing them; return how many."""
+        dropped = len(self._pending)
+        self._pending.clear()
+        return dropped
 
     def __len__(self) -> int:
         """Distinct fingerprints stored, the buffer included."""

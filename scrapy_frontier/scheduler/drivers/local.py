@@ -33,7 +33,7 @@ from scrapy_frontier.codec import request_codec
 from scrapy_frontier.core.frontier import Frontier, Lease
 from scrapy_frontier.core.history import HistoryStore, MemoryHistoryStore
 from scrapy_frontier.core.politeness import saved_delay_rule
-from scrapy_frontier.errors import StoreError
+from scrapy_frontier.errors import StoreError, UndecodableRow
 from scrapy_frontier.hostkey import HostlessURL, url_host_key
 from scrapy_frontier.observe.census import Census, HostCounts
 from scrapy_frontier.scheduler.control import ControlPoller
@@ -151,6 +151,7 @@ class LocalDriver:
             # written only right after the frontier's own writes.
             self._seen_store.batch_size = 1 << 62
             self._seen_store.flush_interval = math.inf
+            self._catch_up_seen(store, self._seen_store)
         restored = len(frontier)
         stats.set_value("frontier/restored", restored)
         stats.set_value("frontier/recovered_leases", store.recovered_leases)
@@ -206,8 +207,11 @@ class LocalDriver:
                 store.close()
             except StoreError as exc:
                 errors.append(exc)
+                self._forget_unsaved_seen()
             else:
                 stats.set_value("frontier/store/disk_bytes", store.disk_bytes())
+                if self._seen_store is not None:
+                    self._seen_store.flush(covers=store.last_row())
         if errors:
             raise errors[0]
 
@@ -273,7 +277,8 @@ class LocalDriver:
         if not self._acks_after_history:
             return
         assert self.recrawler is not None
-        self.recrawler.store.flush()
+        # Durable first: an ack on the disk before its page's record would forget the page.
+        self.recrawler.store.sync()
         for token in self._acks_after_history:
             self.frontier.ack(token)
         self._acks_after_history.clear()
@@ -384,8 +389,8 @@ class LocalDriver:
         found them is only forgotten by a later write."""
         self._dirty = False
         if self.store is not None and self.config.write_through:
-            self._last_flush = self.clock()
-            self._flush(self.store)
+            # The queue only: the seen-set waits for the periodic flush, which syncs.
+            self.store.flush()
 
     def _maybe_flush(self) -> None:
         store = self.store
@@ -398,9 +403,55 @@ class LocalDriver:
 
     def _flush(self, store: SQLiteStore[Request]) -> None:
         # A failed write raises StoreError: the scheduler stops the crawl cleanly.
-        store.flush()
+        seen = self._seen_store
+        if seen is None or not seen.pending:
+            store.flush()
+            return
+        # A fingerprint on the disk before the URL it stands for would lose that URL
+        # after a power loss or a file system gone read-only: the queue goes first.
+        try:
+            store.sync()
+        except StoreError:
+            self._forget_unsaved_seen()
+            raise
+        seen.flush(covers=store.last_row())
+
+    def _forget_unsaved_seen(self) -> None:
+        """The queue's last writes failed: the fingerprints buffered since its last sync
+        must not reach the disk without their URLs (the dupe filter closes later)."""
         if self._seen_store is not None:
-            self._seen_store.flush()
+            dropped = self._seen_store.discard()
+            if dropped:
+                logger.info("Seen-set: %d fingerprints not written, since the URLs they stand "
+                            "for could not be saved", dropped)
+
+    def _catch_up_seen(self, store: SQLiteStore[Request], seen: SQLiteFingerprintStore) -> None:
+        """Put back the fingerprints of the URLs queued after the seen-set's last commit.
+
+        The seen-set is written a little after the queue (see :meth:`_flush`): after a
+        kill, the links of a page fetched again would otherwise be queued twice.
+        """
+        covered = seen.covers
+        if covered is None:
+            return
+        store.start_ids_after(covered)
+        df = self.ctx.dupefilter
+        fp64 = getattr(df, "fp64", None)
+        seen_set = getattr(df, "seen", None)
+        if fp64 is None or seen_set is None:
+            return
+        added = 0
+        for data in store.rows_after(covered):
+            try:
+                request = store.codec.decode(data)
+            except UndecodableRow:
+                continue  # set aside when its turn comes
+            if not request.dont_filter and not seen_set.seen(fp64(request)):
+                added += 1
+        if added:
+            logger.info("Seen-set: %d URLs queued after its last write were added back to it",
+                        added)
+            self.ctx.stats.set_value("frontier/seen/caught_up", added)
 
     # -- per-IP politeness ------------------------------------------------------------
 
