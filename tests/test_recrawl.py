@@ -3,6 +3,7 @@ the spider middleware's view of responses, and the scheduler's due gate and feed
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,57 @@ def test_store_evicts_lowest_weight_first(store: Any) -> None:
     assert store.get(2) is None and store.get(4) is None and store.get(1) is not None
 
 
+def damage(store: Any, fp: int, raw: str) -> None:
+    """Overwrite one stored record with ``raw``, behind the store's back."""
+    store.flush()
+    if isinstance(store, SQLiteHistoryStore):
+        db = sqlite3.connect(store.path)
+        db.execute("UPDATE pages SET data = ? WHERE fp = ?", (raw, fp))
+        db.commit()
+        db.close()
+    else:
+        store.client.hset(store.key("pages"), fp, raw)
+
+
+@pytest.mark.parametrize("raw", ['{not json', '{"v": 99, "u": "http://a.example/6"}',
+                                 '{"v":1,"u":"http://a.example/6","h":"x"}'])
+def test_an_unreadable_record_is_set_aside_and_the_rest_read_on(
+        store: Any, raw: str, caplog: pytest.LogCaptureFixture) -> None:
+    if isinstance(store, MemoryHistoryStore):
+        pytest.skip("the memory store holds only the records it wrote: none is unreadable")
+    for fp in range(1, 9):
+        store.put(record(fp, 10.0 + fp))
+    damage(store, 6, raw)
+    damage(store, 3, raw.replace("/6", "/3"))
+    with caplog.at_level(logging.ERROR, "scrapy_frontier.history"):
+        assert store.get(6) is None  # as if never fetched
+        due = store.due((float("-inf"), -(1 << 63)), 100.0, 10)
+        assert [r.fp for r in due] == [1, 2, 4, 5, 7, 8]
+    assert store.quarantined == 2 and store.quarantine_size() == 2
+    assert len(store) == 6 and store.next_due() == 11.0
+    assert sorted(r.fp for r in store.scan()) == [1, 2, 4, 5, 7, 8]
+    errors = [r.getMessage() for r in caplog.records]
+    assert len(errors) == 2, errors
+    assert "cannot be read" in errors[0] and "scrapy frontier quarantine" in errors[0]
+    if "http://" in raw:
+        assert "http://a.example/6" in errors[0]
+    assert "fingerprint 6" in errors[0]
+    # A good record written since is kept: only the bad version moves.
+    store.put(record(3, 1.0))
+    store.flush()
+    assert store.get(3) is not None and store.quarantine_size() == 2
+
+
+def test_a_record_found_bad_during_a_scan_is_set_aside_after_it(store: Any) -> None:
+    if isinstance(store, MemoryHistoryStore):
+        pytest.skip("the memory store holds only the records it wrote: none is unreadable")
+    for fp in range(1, 2500):
+        store.put(record(fp, 1.0))
+    damage(store, 1200, "{not json")
+    assert sum(1 for _ in store.scan()) == 2498
+    assert store.quarantine_size() == 1 and store.get(1200) is None and len(store) == 2498
+
+
 def test_sqlite_store_survives_close_and_reopen(tmp_path: Path) -> None:
     path = tmp_path / "history.sqlite"
     s = SQLiteHistoryStore(path)
@@ -102,15 +154,6 @@ def test_sqlite_store_refuses_foreign_damaged_and_locked_files(tmp_path: Path) -
     s.flush()
     with pytest.raises(HistoryStoreError, match="in use by another process"):
         SQLiteHistoryStore(path)
-    s.close()
-    # A damaged record names the file and the fingerprint.
-    db = sqlite3.connect(path)
-    db.execute("UPDATE pages SET data = '{\"v\": 99}' WHERE fp = 1")
-    db.commit()
-    db.close()
-    s = SQLiteHistoryStore(path)
-    with pytest.raises(HistoryStoreError, match="fingerprint 1 cannot be read"):
-        s.get(1)
     s.close()
 
 

@@ -263,7 +263,7 @@ def test_crawl_resumes_past_a_corrupt_row(tmp_path: Path) -> None:
     assert second.stats["finish_reason"] == "finished", second.output[-3000:]
     assert second.stats["frontier/store/undecodable"] == 1
     assert f"the queued request {url} cannot be rebuilt" in second.output
-    assert "SELECT * FROM quarantine" in second.output
+    assert "scrapy frontier quarantine --requeue" in second.output
     entries = read_log(log)
     fetched = {(e.host, e.path) for e in entries if e.status < 400}
     assert web.expected - fetched == {(host, path)}

@@ -24,7 +24,7 @@ from scrapy_frontier.errors import FrontierCommandError, FrontierError, Hostless
 from scrapy_frontier.hostkey import url_host_key
 from scrapy_frontier.settings import FrontierConfig
 
-SUBCOMMANDS = ("status", "hosts", "url", "due", "recrawl", *steer.ACTIONS)
+SUBCOMMANDS = ("status", "hosts", "url", "due", "recrawl", "quarantine", *steer.ACTIONS)
 
 USAGE = """\
   status                         queued, in flight, hosts by state, seen, history
@@ -34,6 +34,8 @@ USAGE = """\
   due [--limit N]                the pages of the history due soonest
   recrawl URL | --host HOST | --all
                                  make pages of the history due now (fetched again soon)
+  quarantine [--requeue | --drop] [--limit N]
+                                 what the crawl set aside as unreadable; put it back, or clear it
   block HOST [--for SECONDS]     stop contacting a host (its URLs are kept)
   unblock HOST                   contact it again
   delay HOST SECONDS             a minimum rest after every fetch of the host (0 removes)
@@ -82,6 +84,11 @@ class Command(ScrapyCommand):
                             help="recrawl: every page of this host")
         parser.add_argument("--all", dest="recrawl_all", action="store_true",
                             help="recrawl: every page of the history")
+        parser.add_argument("--requeue", action="store_true",
+                            help="quarantine: queue the requests again, put the page records "
+                            "back (once the spider can read them)")
+        parser.add_argument("--drop", action="store_true",
+                            help="quarantine: delete what is set aside")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
@@ -224,6 +231,20 @@ def _recrawl(inspector: Any, rest: list[str], opts: argparse.Namespace) -> tuple
     return data, f"recrawl {what}: {data['applied']}"
 
 
+def _quarantine(inspector: Any, opts: argparse.Namespace) -> tuple[Any, str]:
+    from scrapy_frontier.commands import quarantine
+
+    if opts.requeue and opts.drop:
+        raise UsageError("quarantine takes --requeue or --drop, not both", print_help=False)
+    action = "requeue" if opts.requeue else "drop" if opts.drop else "list"
+    limit = opts.limit or 20
+    if inspector.backend == "sqlite":
+        data = quarantine.sqlite_quarantine(inspector, action, limit)
+    else:
+        data = quarantine.redis_quarantine(inspector, action, limit)
+    return data, render.quarantine(data)
+
+
 def run_subcommand(inspector: Any, sub: str, rest: list[str],
                    opts: argparse.Namespace) -> tuple[Any, str]:
     if sub == "status":
@@ -241,6 +262,8 @@ def run_subcommand(inspector: Any, sub: str, rest: list[str],
         return data, render.url(data)
     if sub == "recrawl":
         return _recrawl(inspector, rest, opts)
+    if sub == "quarantine":
+        return _quarantine(inspector, opts)
     host = normalize_host(rest[0])
     value: float | None = _number(sub, rest[1]) if len(rest) > 1 else None
     if sub == "block" and opts.for_seconds is not None:

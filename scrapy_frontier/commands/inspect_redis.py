@@ -17,7 +17,7 @@ from scrapy_frontier.backends.redis.frontier import FORMAT, VERSION
 from scrapy_frontier.backends.redis.seen import RedisSeenSet
 from scrapy_frontier.commands import shapes
 from scrapy_frontier.commands.shapes import HostView, HostViews
-from scrapy_frontier.core.history import PageRecord
+from scrapy_frontier.core.history import readable_record
 from scrapy_frontier.core.politeness import delay_rule_from
 from scrapy_frontier.errors import FrontierCommandError
 from scrapy_frontier.settings import FrontierConfig
@@ -244,7 +244,7 @@ class RedisInspector:
         queued = self._queued(host, url, fp)
         raw = self._read("reading the page history",
                          lambda: client.hget(self.history_prefix + "pages", fp))
-        record = None if raw is None else PageRecord.from_json(fp, text(raw))
+        record = None if raw is None else readable_record(fp, text(raw))
         return shapes.url(url, host, seen, queued, record, self.config.recrawl.predictor)
 
     def _queued(self, host: str, url: str, fp: int) -> bool:
@@ -284,5 +284,6 @@ class RedisInspector:
         raws = self._read("reading the page history",
                           lambda: self.client.hmget(h + "pages", first))
         now = time.time()
-        return [shapes.due_row(PageRecord.from_json(int(fp), text(raw)), now)
-                for fp, raw in zip(first, raws, strict=True) if raw is not None]
+        records = (readable_record(int(fp), text(raw))
+                   for fp, raw in zip(first, raws, strict=True) if raw is not None)
+        return [shapes.due_row(r, now) for r in records if r is not None]

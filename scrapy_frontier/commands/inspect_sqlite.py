@@ -27,7 +27,7 @@ from scrapy_frontier.backends.sqlite.seen import VERSION as SEEN_VERSION
 from scrapy_frontier.codec import saved_url
 from scrapy_frontier.commands import shapes
 from scrapy_frontier.commands.shapes import HostView, HostViews
-from scrapy_frontier.core.history import PageRecord
+from scrapy_frontier.core.history import readable_record
 from scrapy_frontier.core.politeness import delay_rule_from
 from scrapy_frontier.dupefilter import STORE_NAME as SEEN_FILE
 from scrapy_frontier.errors import FrontierCommandError
@@ -251,9 +251,9 @@ class SQLiteInspector:
                 "SELECT COUNT(*) FROM pages WHERE retired = 0").fetchone()[0])
         from scrapy_frontier.hostkey import url_host_key_or_none
 
-        return sum(1 for fp_, data in self.history.execute(
-            "SELECT fp, data FROM pages WHERE retired = 0")
-            if url_host_key_or_none(PageRecord.from_json(fp_, data).url) == host)
+        records = (readable_record(fp_, data) for fp_, data in self.history.execute(
+            "SELECT fp, data FROM pages WHERE retired = 0"))
+        return sum(1 for r in records if r is not None and url_host_key_or_none(r.url) == host)
 
     def url(self, url: str, host: str, fp: int) -> dict[str, Any]:
         seen = False
@@ -275,7 +275,7 @@ class SQLiteInspector:
         if self.history is not None:
             row = self.history.execute("SELECT data FROM pages WHERE fp = ?", (fp,)).fetchone()
             if row is not None:
-                record = PageRecord.from_json(fp, row[0])
+                record = readable_record(fp, row[0])
         return shapes.url(url, host, seen, queued, record, self.config.recrawl.predictor)
 
     def due(self, limit: int) -> list[dict[str, Any]]:
@@ -285,4 +285,5 @@ class SQLiteInspector:
             "SELECT fp, data FROM pages WHERE retired = 0 ORDER BY eligible, fp LIMIT ?",
             (limit,)).fetchall()
         now = time.time()
-        return [shapes.due_row(PageRecord.from_json(fp, data), now) for fp, data in rows]
+        records = (readable_record(fp, data) for fp, data in rows)
+        return [shapes.due_row(r, now) for r in records if r is not None]

@@ -86,3 +86,23 @@ def due(rows: list[dict[str, Any]]) -> str:
     return table(["url", "due in", "interval", "visits", "changes"],
                  [[r["url"], "now" if r["due_in_s"] <= 0 else seconds(r["due_in_s"]),
                    seconds(r["interval_s"]), r["visits"], r["changes"]] for r in rows])
+
+
+def quarantine(data: dict[str, Any]) -> str:
+    total = data["total"]
+    parts = [f"requests set aside: {total['requests']}"]
+    if data["requests"]:
+        parts.append(table(["url", "host", "level", "set aside", "why"],
+                           [[r["url"] or "(not readable)", r["host"], r["level"], r["at"],
+                             r["error"]] for r in data["requests"]]))
+    parts.append(f"page records set aside: {total['records']}")
+    if data["records"]:
+        parts.append(table(["url", "fingerprint", "set aside", "why"],
+                           [[r["url"] or "(not readable)", r["fp"], r["at"], r["error"]]
+                            for r in data["records"]]))
+    if data["action"] != "list":
+        parts.append(f"{data['action']}: {data['applied']}")
+    elif any(total.values()):
+        parts.append("Once the spider (or the release) can read them, scrapy frontier "
+                     "quarantine --requeue puts them back; --drop clears them.")
+    return "\n".join(parts)

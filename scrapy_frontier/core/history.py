@@ -20,6 +20,7 @@ import base64
 import binascii
 import json
 import math
+import re
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -138,6 +139,48 @@ class PageRecord:
             raise ValueError(f"page record is damaged ({type(exc).__name__}: {exc})") from None
 
 
+_URL_IN_RECORD = re.compile(r'"u"\s*:\s*"((?:[^"\\]|\\.){1,2000})"')
+
+#: Unreadable page records logged one by one by a store; later ones are only counted.
+QUARANTINE_LOGGED = 10
+
+
+def record_url(raw: str | bytes) -> str | None:
+    """The URL in a page record that cannot be read as a whole, if it still shows."""
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    found = _URL_IN_RECORD.search(text)
+    if found is None:
+        return None
+    try:
+        url = json.loads(f'"{found.group(1)}"')
+    except ValueError:
+        return None
+    return url if isinstance(url, str) else None
+
+
+def readable_record(fp: int, raw: str | bytes) -> PageRecord | None:
+    """The record, or None if it cannot be read (a reader that only looks skips it; the
+    crawl sets it aside when it meets it)."""
+    try:
+        return PageRecord.from_json(fp, raw.decode() if isinstance(raw, bytes) else raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def quarantine_message(where: str, fp: int, raw: str | bytes, error: str, count: int,
+                       stat: str) -> str:
+    """The ERROR a store logs for the ``count``-th page record it sets aside."""
+    url = record_url(raw)
+    page = f"page {url} (fingerprint {fp})" if url else f"page of fingerprint {fp}"
+    last = (f" Further records set aside are only counted ({stat})."
+            if count == QUARANTINE_LOGGED else "")
+    return (f"{where}: the history record of the {page} cannot be read ({error}). It is "
+            "set aside in the history's quarantine (scrapy frontier quarantine lists it; "
+            "--requeue puts it back for a release that reads it), and the crawl goes on. "
+            "The page stays seen but has no recrawl schedule until it is fetched again (a "
+            f"start request with meta['frontier_force'] = True fetches it).{last}")
+
+
 def make_due(record: PageRecord) -> None:
     """Due at once, whatever its schedule (``scrapy frontier recrawl``): a retired page
     named this way comes back too. Its next visit sets its schedule again."""
@@ -147,7 +190,15 @@ def make_due(record: PageRecord) -> None:
 
 
 class HistoryStore(Protocol):
-    """Page records by fingerprint, with the due order of pages not retired."""
+    """Page records by fingerprint, with the due order of pages not retired.
+
+    A record that cannot be read is set aside in the store's quarantine when it is met
+    (``get`` answers None, ``due`` and ``scan`` skip it), never raised: one bad record
+    must not stop every run.
+    """
+
+    #: Records this process set aside (frontier/history/quarantined).
+    quarantined: int
 
     def get(self, fp: int) -> PageRecord | None: ...
 
@@ -177,6 +228,10 @@ class HistoryStore(Protocol):
         ...
 
     def flush(self) -> None: ...
+
+    def quarantine_size(self) -> int:
+        """Records set aside because they could not be read (this run and earlier ones)."""
+        ...
 
     def sync(self) -> None:
         """Flush, and make what was flushed survive a power loss (a no-op in memory)."""
@@ -278,6 +333,8 @@ class MemoryHistoryStore:
         self._weight_key: dict[int, tuple[float, int]] = {}
         self._due = SortedKeys()
         self._weights = SortedKeys()
+        #: Nothing is ever set aside: the store holds only the records it wrote.
+        self.quarantined = 0
 
     def get(self, fp: int) -> PageRecord | None:
         # A copy, as a durable store would give: callers change what they get.
@@ -355,6 +412,9 @@ class MemoryHistoryStore:
 
     def flush(self) -> None:
         return None
+
+    def quarantine_size(self) -> int:
+        return 0
 
     def sync(self) -> None:
         return None

@@ -40,6 +40,22 @@ def frontier_line(config: FrontierConfig, location: str) -> str:
     return "Frontier: " + "; ".join(parts)
 
 
+def quarantine_line(requests: int, records: int) -> str | None:
+    """What earlier runs set aside, and how to get it back; None if nothing."""
+    if not requests and not records:
+        return None
+    held = []
+    if requests:
+        held.append(f"{requests} request{'s' if requests != 1 else ''} that could not be "
+                    "rebuilt")
+    if records:
+        held.append(f"{records} page record{'s' if records != 1 else ''} that could not be "
+                    "read")
+    return ("Quarantine: " + " and ".join(held) + " are set aside and not crawled. "
+            "scrapy frontier quarantine lists them; once the spider (or the release) can "
+            "read them, scrapy frontier quarantine --requeue puts them back")
+
+
 def history_line(pages: int, due: int | None, next_due: float | None, now: float, *,
                  refetch_all: bool, shared: bool) -> str:
     """Pages known, due now, when the next one comes due, and what becomes of start

@@ -29,7 +29,7 @@ from scrapy_frontier.fingerprint import Fingerprinter64
 from scrapy_frontier.hostkey import HostlessURL, host_key
 from scrapy_frontier.meta import LEASE_META
 from scrapy_frontier.observe.observer import Observer
-from scrapy_frontier.observe.opening import frontier_line, history_line
+from scrapy_frontier.observe.opening import frontier_line, history_line, quarantine_line
 from scrapy_frontier.scheduler.admission import Admission
 from scrapy_frontier.scheduler.drivers import DriverContext, load_driver
 from scrapy_frontier.scheduler.engine import EngineAdapter
@@ -183,6 +183,16 @@ class FrontierScheduler:
         """What this run is: the frontier in force, then what the history will recrawl."""
         logger.info("%s", frontier_line(self.config, getattr(self.driver, "location",
                                                               self.driver.name)))
+        try:
+            requests = getattr(self.driver, "quarantine_size", lambda: 0)()
+            records = (self.recrawl.recrawler.store.quarantine_size()
+                       if self.recrawl is not None else 0)
+        except StoreError as exc:  # the crawl itself says so when it next writes
+            logger.debug("No quarantine count at open: %s", exc)
+        else:
+            held = quarantine_line(requests, records)
+            if held is not None:
+                logger.warning("%s", held)
         if self.recrawl is None:
             return
         recrawler = self.recrawl.recrawler

@@ -121,6 +121,9 @@ class RecrawlHooks:
             if delta:
                 stats.inc_value(f"frontier/{key}", delta)
                 self._published[key] = value
+        quarantined = self.recrawler.store.quarantined
+        if quarantined:
+            stats.set_value("frontier/history/quarantined", quarantined)
 
 
 def select_records(store: HistoryStore, requests: list[tuple[int | None, str | None]]

@@ -47,6 +47,8 @@ put the name in ``{...}`` to keep every key in one Redis Cluster slot)::
     P leases          HASH   host -> "<id>|<level>|<handed_at>|<ready_at>|<item>" (one per host)
     P deadlines       ZSET   host -> lease deadline
     P dropped         LIST   host NUL item: URLs of retired hosts dropped from front queues
+    P quarantine      LIST   host NUL level NUL at NUL error NUL item: claimed items that
+                             cannot be rebuilt, set aside (scrapy frontier quarantine)
     P seq             STRING lease id counter
     P stats           HASH   pushed, popped, completed, expired, activations, releases, ...
 
@@ -99,6 +101,27 @@ class RedisLease:
     """Server time after which the lease may be expired and the item returned."""
     ready_at: float
     """Server time at which the host became contactable."""
+
+
+class Quarantined(NamedTuple):
+    """A claimed item that cannot be rebuilt, kept in ``P quarantine``."""
+
+    host: str
+    level: int
+    at: str
+    """When it was set aside (UTC, ISO 8601)."""
+    error: str
+    item: bytes
+
+    def encode(self) -> bytes:
+        head = [self.host, str(self.level), self.at, self.error.replace("\0", " ")]
+        return "\0".join(head).encode() + b"\0" + self.item
+
+    @classmethod
+    def decode(cls, entry: bytes) -> Quarantined:
+        host, level, at, error, item = bytes(entry).split(b"\0", 4)
+        return cls(host.decode(), int(level), at.decode(), error.decode("utf-8", "replace"),
+                   item)
 
 
 class SharedCensus(NamedTuple):
@@ -605,6 +628,29 @@ class RedisFrontier:
     def stats(self) -> dict[str, int]:
         raw = self._call("reading stats", lambda: self.client.hgetall(self.key("stats")))
         return {text(k): int(v) for k, v in raw.items()}
+
+    # -- the quarantine -------------------------------------------------------------
+
+    def quarantine(self, entries: list[Quarantined]) -> None:
+        """Keep items that cannot be rebuilt, to list and requeue later (newest last)."""
+        if entries:
+            self._call("setting requests aside", lambda: self.client.rpush(
+                self.key("quarantine"), *(e.encode() for e in entries)))
+
+    def quarantine_size(self) -> int:
+        return int(self._call("counting the quarantine",
+                              lambda: self.client.llen(self.key("quarantine"))))
+
+    def quarantined(self, start: int = 0, stop: int = -1) -> list[tuple[bytes, Quarantined]]:
+        """Entries ``start..stop`` (inclusive) of the quarantine, raw and decoded."""
+        raw = self._call("reading the quarantine", lambda: self.client.lrange(
+            self.key("quarantine"), start, stop))
+        return [(bytes(e), Quarantined.decode(e)) for e in raw]
+
+    def unquarantine(self, raw: bytes) -> bool:
+        """Remove one entry (as :meth:`quarantined` gave it); False if it was gone."""
+        return bool(self._call("clearing the quarantine", lambda: self.client.lrem(
+            self.key("quarantine"), 1, raw)))
 
     def iter_queued(self) -> Iterator[tuple[str, int, bytes]]:
         """Every queued (host, level, item): front queues, then back queues (not atomic)."""

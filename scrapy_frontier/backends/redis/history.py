@@ -6,6 +6,8 @@ Keys under one prefix ``H`` (default ``<spider>:history:``)::
     H pages    HASH   fingerprint -> the page record as JSON (PageRecord.to_json)
     H due      ZSET   fingerprint -> eligible time (pages not retired)
     H weight   ZSET   fingerprint -> quality, for eviction
+    H quarantine HASH fingerprint -> JSON {"data", "error", "at"}: records that cannot be
+                      read, set aside when met (scrapy frontier quarantine)
 
 The ``due`` score is the authority on when a page may be recrawled: claiming due
 pages (:meth:`RedisHistoryStore.claim_due`) is one Lua script that moves their
@@ -19,13 +21,18 @@ scheduler calls every method from its I/O thread only.
 
 from __future__ import annotations
 
+import json
+import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from scrapy_frontier.backends.redis.connection import guard, text
 from scrapy_frontier.backends.redis.lua import lua_source
-from scrapy_frontier.core.history import PageRecord
+from scrapy_frontier.core.history import QUARANTINE_LOGGED, PageRecord, quarantine_message
 from scrapy_frontier.errors import RedisFrontierDataError
+
+logger = logging.getLogger("scrapy_frontier.history")
 
 FORMAT = "scrapy-frontier/redis-history"
 VERSION = "1"
@@ -40,6 +47,9 @@ class RedisHistoryStore:
         self.prefix = prefix
         self._pending: dict[int, PageRecord] = {}
         self._claim = client.register_script(lua_source("history_claim_due"))
+        self._set_aside = client.register_script(lua_source("history_quarantine"))
+        #: Records this process moved to the quarantine (frontier/history/quarantined).
+        self.quarantined = 0
         self.guard("opening the page history", self._check_meta)
 
     def key(self, name: str) -> str:
@@ -66,15 +76,33 @@ class RedisHistoryStore:
                 "FRONTIER_REDIS_HISTORY_KEY; nothing was changed under this one."
             )
 
-    def _decode(self, fp: int, raw: Any) -> PageRecord:
+    def _decode(self, fp: int, raw: Any) -> PageRecord | None:
+        """The record, or None for one that cannot be read (set aside, see the module)."""
         try:
             return PageRecord.from_json(fp, text(raw))
         except ValueError as exc:
-            raise RedisFrontierDataError(
-                f"{self.key('pages')!r} field {fp}: {exc}. A newer scrapy-frontier may have "
-                "written it: finish the crawl with that version, or copy the field away "
-                "(HGET) and look at it."
-            ) from None
+            self._quarantine(fp, raw, str(exc))
+            return None
+
+    def _quarantine(self, fp: int, raw: Any, error: str) -> None:
+        data = raw if isinstance(raw, bytes) else str(raw).encode()
+        entry = json.dumps({"data": data.decode("utf-8", "replace"), "error": error,
+                            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        keys = [self.key("pages"), self.key("due"), self.key("weight"), self.key("quarantine")]
+        moved = self.guard("setting an unreadable page record aside",
+                           lambda: self._set_aside(keys=keys, args=[fp, data, entry]))
+        if not moved:
+            return  # rewritten by a worker since it was read, or set aside by another
+        self.quarantined += 1
+        if self.quarantined <= QUARANTINE_LOGGED:
+            logger.error("%s", quarantine_message(
+                f"Redis {self.key('pages')!r}", fp, data, error, self.quarantined,
+                "frontier/history/quarantined"))
+
+    def quarantine_size(self) -> int:
+        """Records in the quarantine, from this run and earlier ones."""
+        return int(self.guard("counting the history's quarantine",
+                              lambda: self.client.hlen(self.key("quarantine"))))
 
     # -- the store -------------------------------------------------------------------------
 
@@ -93,6 +121,8 @@ class RedisHistoryStore:
         if raw is None:
             return None
         record = self._decode(fp, raw)
+        if record is None:
+            return None
         if score is not None and float(score) > record.eligible:
             record.claimed_until = float(score)  # claimed by a worker
         return record
@@ -111,8 +141,8 @@ class RedisHistoryStore:
         out = []
         for i in range(0, len(reply), 2):
             fp, raw = int(reply[i]), reply[i + 1]
-            if raw:
-                record = self._decode(fp, raw)
+            record = self._decode(fp, raw) if raw else None
+            if record is not None:
                 record.claimed_until = hold_until
                 out.append(record)
         return out
@@ -169,10 +199,17 @@ class RedisHistoryStore:
 
     def scan(self) -> Iterator[PageRecord]:
         self.flush()
+        bad: list[tuple[int, Any, str]] = []
         for field, raw in self.client.hscan_iter(self.key("pages"), count=1000):
-            record = self._decode(int(field), raw)
+            try:
+                record = PageRecord.from_json(int(field), text(raw))
+            except ValueError as exc:
+                bad.append((int(field), raw, str(exc)))  # set aside once the scan is done
+                continue
             if record.retired is None:
                 yield record
+        for fp, raw, error in bad:
+            self._quarantine(fp, raw, error)
 
     def __len__(self) -> int:
         self.flush()

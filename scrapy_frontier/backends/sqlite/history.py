@@ -2,7 +2,9 @@
 
 One table, ``pages(fp INTEGER PRIMARY KEY, eligible REAL, weight REAL, retired
 INTEGER, data TEXT) WITHOUT ROWID``, with an index on ``(retired, eligible, fp)``
-for the due order and one on ``weight`` for eviction. Writes are buffered and
+for the due order and one on ``weight`` for eviction. A record that cannot be read
+is moved to ``quarantine(fp, data, error, at)`` when it is met (the table is created
+with the first one): one bad record must not stop every later run. Writes are buffered and
 committed together (every ``batch_size`` records, every ``flush_interval``
 seconds, and at close); reads see the buffer. A crash loses at most the buffered
 updates: those pages keep their previous due time and are simply visited again.
@@ -16,6 +18,7 @@ to do; nothing is reset.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 import time
@@ -23,8 +26,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from scrapy_frontier.backends.sqlite.files import SQLiteFile, WALFileStore
-from scrapy_frontier.core.history import PageRecord
+from scrapy_frontier.core.history import QUARANTINE_LOGGED, PageRecord, quarantine_message
 from scrapy_frontier.errors import HistoryStoreError
+
+logger = logging.getLogger("scrapy_frontier.history")
 
 FORMAT = "scrapy-frontier/history"
 VERSION = 1
@@ -37,6 +42,9 @@ DUE_QUERY = (
 COUNT_DUE_QUERY = ("SELECT COUNT(*) FROM (SELECT 1 FROM pages WHERE retired = 0 AND "
                    "eligible <= ? LIMIT ?)")
 NEXT_DUE_QUERY = "SELECT MIN(eligible) FROM pages WHERE retired = 0"
+# Not in the schema: created with the first record set aside.
+QUARANTINE_SCHEMA = ("CREATE TABLE IF NOT EXISTS quarantine(fp INTEGER PRIMARY KEY, data, "
+                     "error TEXT NOT NULL, at TEXT NOT NULL) WITHOUT ROWID")
 
 
 class SQLiteHistoryStore(WALFileStore):
@@ -59,6 +67,8 @@ class SQLiteHistoryStore(WALFileStore):
         self._pending: dict[int, PageRecord] = {}
         self._flush_at = 0.0
         self._closed = False
+        #: Records this process moved to the quarantine (frontier/history/quarantined).
+        self.quarantined = 0
         self._open()
 
     def _setup(self, *, fresh: bool) -> None:
@@ -91,14 +101,52 @@ class SQLiteHistoryStore(WALFileStore):
         assert isinstance(error, HistoryStoreError)
         return error
 
-    def _decode(self, fp: int, text: str) -> PageRecord:
+    def _decode(self, fp: int, text: str, bad: list[tuple[int, str, str]] | None = None,
+                ) -> PageRecord | None:
+        """The record, or None for one that cannot be read: set aside now, or added to
+        ``bad`` for the caller to set aside once its cursor is done."""
         try:
             return PageRecord.from_json(fp, text)
         except ValueError as exc:
-            raise HistoryStoreError(
-                self.path, f"the record of fingerprint {fp} cannot be read ({exc})",
-                "Restore the file from a backup, or move it away to start a new history.",
-            ) from None
+            if bad is None:
+                self._set_aside([(fp, text, str(exc))])
+            else:
+                bad.append((fp, text, str(exc)))
+            return None
+
+    def _set_aside(self, bad: list[tuple[int, str, str]]) -> None:
+        """Move unreadable records to the quarantine table, in one transaction."""
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(QUARANTINE_SCHEMA)
+            conn.executemany("INSERT OR REPLACE INTO quarantine VALUES (?, ?, ?, ?)",
+                             [(fp, data, error, at) for fp, data, error in bad])
+            # Only the bad version: a record written meanwhile is kept.
+            conn.executemany("DELETE FROM pages WHERE fp = ? AND data IS ?",
+                             [(fp, data) for fp, data, _ in bad])
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise self._error(exc, "setting an unreadable page record aside failed") from exc
+        for fp, data, error in bad:
+            self.quarantined += 1
+            if self.quarantined <= QUARANTINE_LOGGED:
+                logger.error("%s", quarantine_message(str(self.path), fp, data, error,
+                                                      self.quarantined,
+                                                      "frontier/history/quarantined"))
+
+    def quarantine_size(self) -> int:
+        """Records in the quarantine, from this run and earlier ones."""
+        try:
+            row = self._conn.execute(
+                "SELECT COUNT(*) FROM sqlite_master WHERE name = 'quarantine'").fetchone()
+            if not row[0]:
+                return 0
+            return int(self._conn.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0])
+        except sqlite3.Error as exc:
+            raise self._error(exc, "counting the quarantine failed") from exc
 
     # -- the store -------------------------------------------------------------------------
 
@@ -131,7 +179,8 @@ class SQLiteHistoryStore(WALFileStore):
             rows = self._conn.execute(DUE_QUERY, (due, fp, until, limit)).fetchall()
         except sqlite3.Error as exc:
             raise self._error(exc, "due query failed") from exc
-        return [self._decode(fp, data) for fp, data in rows]
+        records = [self._decode(fp, data) for fp, data in rows]
+        return [r for r in records if r is not None]
 
     def count_due(self, until: float, limit: int | None = None) -> int:
         """Pages not retired with an eligible time <= ``until`` (on the pages_due index),
@@ -171,13 +220,18 @@ class SQLiteHistoryStore(WALFileStore):
 
     def scan(self) -> Iterator[PageRecord]:
         self.flush()
+        bad: list[tuple[int, str, str]] = []
         try:
             cursor = self._conn.execute("SELECT fp, data FROM pages WHERE retired = 0")
             while rows := cursor.fetchmany(1000):
                 for fp, data in rows:
-                    yield self._decode(fp, data)
+                    record = self._decode(fp, data, bad)
+                    if record is not None:
+                        yield record
         except sqlite3.Error as exc:
             raise self._error(exc, "scan failed") from exc
+        if bad:
+            self._set_aside(bad)
 
     def __len__(self) -> int:
         self.flush()

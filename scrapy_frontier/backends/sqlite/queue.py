@@ -591,12 +591,12 @@ class SQLiteStore(Generic[T]):
             url = saved_url(data)
             logger.error(
                 "%s: the queued request %s cannot be rebuilt (%s). It is not crawled: it is "
-                "kept in the quarantine table of that file (see it with: sqlite3 %s "
-                "\"SELECT * FROM quarantine\"), and the crawl goes on without it.%s",
+                "kept in the quarantine of that file, and the crawl goes on without it. "
+                "scrapy frontier quarantine lists what is there; once the spider can "
+                "rebuild it, scrapy frontier quarantine --requeue puts it back.%s",
                 self.path,
                 url if url is not None else f"in row {row} (host {host!r})",
                 error,
-                self.path,
                 " Further rows set aside are only counted (frontier/store/undecodable)."
                 if self.undecodable == QUARANTINE_LOGGED
                 else "",
@@ -731,6 +731,15 @@ class SQLiteStore(Generic[T]):
                 self._db.close()
             finally:
                 self._unlock()
+
+    def quarantine_size(self) -> int:
+        """Rows in the quarantine table (from this run and earlier ones), written or not."""
+        with self._sql("counting the quarantine"):
+            exists = self._db.execute(
+                "SELECT COUNT(*) FROM sqlite_master WHERE name = 'quarantine'").fetchone()[0]
+            written = (self._db.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
+                       if exists else 0)
+        return int(written) + len(self._quarantine)
 
     def disk_bytes(self) -> int:
         total = 0

@@ -140,6 +140,11 @@ class Driver(Protocol):
     def take_due(self, limit: int) -> list[PageRecord]:
         """Pages of the history due for a recrawl (claimed), at most ``limit``."""
 
+    def quarantine_size(self) -> int:
+        """Requests set aside because they could not be rebuilt (any run), for the
+        opening line; optional (a driver without it reports none)."""
+        ...
+
     def __len__(self) -> int:
         """Requests queued (here and, for a shared frontier, everywhere), not in flight."""
 

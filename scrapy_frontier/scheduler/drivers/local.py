@@ -312,6 +312,11 @@ class LocalDriver:
 
     # -- sizes and time ---------------------------------------------------------------
 
+    def quarantine_size(self) -> int:
+        """Requests set aside in the state file's quarantine (0 in memory: nothing there
+        needs rebuilding)."""
+        return self.store.quarantine_size() if self.store is not None else 0
+
     def __len__(self) -> int:
         return len(self.frontier)
 

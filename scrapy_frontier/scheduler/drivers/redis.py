@@ -34,6 +34,7 @@ import contextlib
 import logging
 import random
 import threading
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -44,11 +45,12 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from scrapy_frontier.backends.redis.connection import describe, redis_from_settings
-from scrapy_frontier.backends.redis.frontier import RedisFrontier, RedisLease
+from scrapy_frontier.backends.redis.frontier import Quarantined, RedisFrontier, RedisLease
 from scrapy_frontier.backends.redis.history import RedisHistoryStore
 from scrapy_frontier.backends.redis.seen import RedisSeenSet
-from scrapy_frontier.codec import request_codec
+from scrapy_frontier.codec import request_codec, saved_url
 from scrapy_frontier.core.frontier import Frontier
+from scrapy_frontier.core.history import QUARANTINE_LOGGED
 from scrapy_frontier.errors import (
     RedisFrontierError,
     RedisFrontierUnavailable,
@@ -286,10 +288,7 @@ class RedisDriver:
             try:
                 request: Request = self._codec.decode(lease.item[8:])
             except StoreError as exc:
-                self._count("redis/undecodable")
-                logger.error("A request claimed from Redis cannot be rebuilt (%s); it is "
-                             "completed without being fetched", exc)
-                self._next.completions.append(Completion(lease, 0.0, 0.0, None))
+                self._set_aside(lease, exc)
                 continue
             self._held[lease.ticket] = lease
             validators = self._validators.pop(lease.ticket, None)
@@ -303,6 +302,33 @@ class RedisDriver:
             # Negative tickets: never a Redis lease id.
             return Handout(-local.ticket, local.host, local.item)
         return None
+
+    def _set_aside(self, lease: RedisLease, exc: StoreError) -> None:
+        """A claimed request that cannot be rebuilt goes to the quarantine key, and its
+        lease completes unfetched (its host is free for the next URL)."""
+        self._count("redis/undecodable")
+        error = str(exc.__cause__ or exc)
+        self._next.quarantine.append(Quarantined(
+            lease.host, lease.level, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            error, lease.item))
+        self._next.completions.append(Completion(lease, 0.0, 0.0, None))
+        count = self.counters["redis/undecodable"]
+        assert self.remote is not None  # claimed from it
+        if count <= QUARANTINE_LOGGED:
+            url = saved_url(lease.item[8:])
+            logger.error(
+                "The request %s claimed from Redis cannot be rebuilt (%s). It is not crawled: "
+                "it is kept in %s, and the crawl goes on without it. scrapy frontier "
+                "quarantine lists what is there; once the spider can rebuild it, scrapy "
+                "frontier quarantine --requeue puts it back.%s",
+                url if url is not None else f"of host {lease.host!r}", error,
+                self.remote.key("quarantine"),
+                " Further requests set aside are only counted (frontier/redis/undecodable)."
+                if count == QUARANTINE_LOGGED else "")
+
+    def quarantine_size(self) -> int:
+        """Requests in the crawl's quarantine key (set aside by any worker, any run)."""
+        return self.remote.quarantine_size() if self.remote is not None else 0
 
     def release(self, ticket: int, seconds: float, rest: float, ended_at: float | None = None,
                 ) -> object:
@@ -365,7 +391,7 @@ class RedisDriver:
         if self._buffer or self._held or self._unacked or len(self.local) or self._due:
             return True
         for rnd in (self._next, self._sending):
-            if rnd is not None and (rnd.pushes or rnd.completions):
+            if rnd is not None and (rnd.pushes or rnd.completions or rnd.quarantine):
                 return True
         if self._outage.since is not None:
             return True  # cannot tell: keep waiting for Redis

@@ -12,7 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
-from scrapy_frontier.backends.redis.frontier import RedisFrontier, RedisLease, SharedCensus
+from scrapy_frontier.backends.redis.frontier import (
+    Quarantined,
+    RedisFrontier,
+    RedisLease,
+    SharedCensus,
+)
 from scrapy_frontier.backends.redis.seen import RedisSeenSet
 
 if TYPE_CHECKING:
@@ -64,6 +69,8 @@ class Round:
 
     pushes: list[Pushed] = field(default_factory=list)
     completions: list[Completion] = field(default_factory=list)
+    #: Claimed items that cannot be rebuilt: kept before their leases complete.
+    quarantine: list[Quarantined] = field(default_factory=list)
     min_rests: list[tuple[str, float]] = field(default_factory=list)
     retire: list[str] = field(default_factory=list)
     #: Page history updates: (fingerprint, URL, the visit, or None for a download error).
@@ -75,13 +82,14 @@ class Round:
     """Read the whole frontier's census (see RedisDriver.census); when it was asked for."""
 
     def has_writes(self) -> bool:
-        return bool(self.pushes or self.completions or self.min_rests or self.retire
-                    or self.visits)
+        return bool(self.pushes or self.completions or self.quarantine or self.min_rests
+                    or self.retire or self.visits)
 
     def merged(self, later: Round) -> Round:
         return Round(
             pushes=self.pushes + later.pushes,
             completions=self.completions + later.completions,
+            quarantine=self.quarantine + later.quarantine,
             min_rests=self.min_rests + later.min_rests,
             retire=self.retire + later.retire,
             visits=self.visits + later.visits,
@@ -192,6 +200,9 @@ class RoundRunner:
             # Before the completions: a worker killed between the two then fetches the
             # page again instead of losing its visit.
             recrawler.store.flush()
+        # Before the completions: a worker killed between the two leaves the item both
+        # set aside and queued (its lease expires), never neither.
+        remote.quarantine(rnd.quarantine)
         budget_for = self.budget_for
         clock = self.clock
         for done, seconds, rest, ended_at in rnd.completions:

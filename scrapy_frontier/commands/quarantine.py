@@ -1,0 +1,293 @@
+"""``scrapy frontier quarantine``: what a crawl set aside, put back, or cleared.
+
+A crawl sets aside a queued request it cannot rebuild (its meta no longer unpickles, its
+callback is gone) and a page record it cannot read, so that one bad entry never stops a
+run. This lists them (``quarantine``), puts them back once the spider or the release can
+read them (``--requeue``: requests go back to the front queues, bypassing the dupe filter;
+page records go back to the history, due at once), or clears them (``--drop``).
+
+SQLite: the crawl's files are written by the crawl alone, so ``--requeue`` and ``--drop``
+take the files' locks and refuse while a crawl runs. Redis: every change is one command on
+the shared keys, safe beside running workers; an entry is removed only after it is queued
+again, so a failure in between leaves a duplicate, never a loss.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from scrapy_frontier.backends.sqlite.history import STORE_NAME as HISTORY_FILE
+from scrapy_frontier.backends.sqlite.lock import FileLock
+from scrapy_frontier.codec import saved_url
+from scrapy_frontier.core.history import record_url
+from scrapy_frontier.errors import FrontierCommandError
+
+ACTIONS = ("list", "requeue", "drop")
+
+
+def _refused(path: Path, problem: str, advice: str) -> Exception:
+    return FrontierCommandError(f"{path} {problem}. {advice}")
+
+
+def _request_row(url: str | None, host: str, level: int, error: str, at: str) -> dict[str, Any]:
+    return {"url": url, "host": host, "level": level, "error": error, "at": at}
+
+
+def _record_row(fp: int, data: Any, error: str, at: str) -> dict[str, Any]:
+    return {"fp": fp, "url": record_url(data if isinstance(data, str | bytes) else str(data)),
+            "error": error, "at": at}
+
+
+def result(action: str, requests: list[dict[str, Any]], records: list[dict[str, Any]],
+           counts: tuple[int, int], done: str) -> dict[str, Any]:
+    return {"action": action, "requests": requests, "records": records,
+            "total": {"requests": counts[0], "records": counts[1]}, "applied": done}
+
+
+# -- SQLite -------------------------------------------------------------------------------
+
+
+def _has_table(conn: sqlite3.Connection) -> bool:
+    return bool(conn.execute(
+        "SELECT COUNT(*) FROM sqlite_master WHERE name = 'quarantine'").fetchone()[0])
+
+
+def sqlite_quarantine(inspector: Any, action: str, limit: int) -> dict[str, Any]:
+    if action == "list":
+        return _sqlite_list(inspector, limit)
+    if inspector.running:
+        raise FrontierCommandError(
+            f"the crawl in {inspector.directory} is running: its files are written by it "
+            f"alone. Stop it (Ctrl-C once), then run scrapy frontier quarantine --{action} "
+            "again. Nothing was changed.")
+    paths = [inspector.path]
+    if inspector.history is not None:
+        paths.append(inspector.directory / HISTORY_FILE)
+    listed = _sqlite_list(inspector, limit)
+    with ExitStack() as stack:
+        for path in paths:  # a crawl that starts meanwhile waits for them
+            stack.callback(FileLock(path, _refused).release)
+        requests = _sqlite_move_requests(inspector.path, action)
+        records, kept = (_sqlite_move_records(paths[1], action) if len(paths) > 1
+                         else (0, 0))
+    if action == "drop":
+        done = f"{requests} requests and {records} page records dropped"
+    else:
+        done = (f"{requests} requests queued again and {records} page records back in the "
+                "history (due now), for the next run of the crawl")
+        if kept:
+            done += (f"; {kept} page records stay in the quarantine: the page was fetched "
+                     "again since, and its new record is kept")
+    return result(action, listed["requests"], listed["records"],
+                  (listed["total"]["requests"], listed["total"]["records"]), done)
+
+
+def _sqlite_list(inspector: Any, limit: int) -> dict[str, Any]:
+    requests: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
+    counts = [0, 0]
+    if _has_table(inspector.db):
+        counts[0] = inspector.db.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
+        for host, level, data, error, at in inspector.db.execute(
+                "SELECT host, level, data, error, at FROM quarantine ORDER BY rowid LIMIT ?",
+                (limit,)):
+            url = None if data is None else saved_url(bytes(data))
+            requests.append(_request_row(url, host, level, error, at))
+    history = inspector.history
+    if history is not None and _has_table(history):
+        counts[1] = history.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
+        for fp, data, error, at in history.execute(
+                "SELECT fp, data, error, at FROM quarantine ORDER BY at, fp LIMIT ?", (limit,)):
+            records.append(_record_row(fp, data, error, at))
+    return result("list", requests, records, (counts[0], counts[1]),
+                  "nothing changed" if any(counts) else "the quarantine is empty")
+
+
+def _write(path: Path) -> sqlite3.Connection:
+    try:
+        conn = sqlite3.connect(path, isolation_level=None, timeout=5.0)
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:
+        raise FrontierCommandError(
+            f"cannot write {path} ({type(exc).__name__}: {exc}): the crawl's directory must "
+            "be writable by this user. Nothing was changed.") from None
+    return conn
+
+
+def _sqlite_move_requests(path: Path, action: str) -> int:
+    conn = _write(path)
+    try:
+        if not _has_table(conn):
+            conn.execute("ROLLBACK")
+            return 0
+        moved = 0
+        if action == "requeue":
+            # New ids after every row the file holds: each goes to the back of its level.
+            next_id = 1 + max(
+                conn.execute(f"SELECT COALESCE(MAX(id), 0) FROM {table}").fetchone()[0]
+                for table in ("front", "back"))
+            rows = conn.execute(
+                "SELECT rowid, level, host, data FROM quarantine ORDER BY rowid").fetchall()
+            conn.executemany("INSERT INTO front(id, level, host, data) VALUES (?, ?, ?, ?)",
+                             [(next_id + i, level, host, data)
+                              for i, (_, level, host, data) in enumerate(rows)])
+            moved = len(rows)
+        else:
+            moved = conn.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
+        conn.execute("DELETE FROM quarantine")
+        conn.execute("COMMIT")
+        return int(moved)
+    except sqlite3.Error as exc:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise FrontierCommandError(f"cannot change {path} ({type(exc).__name__}: {exc}). "
+                                   "Nothing was changed.") from None
+    finally:
+        conn.close()
+
+
+def _sqlite_move_records(path: Path, action: str) -> tuple[int, int]:
+    """(records moved or dropped, records kept because the page has a newer one)."""
+    conn = _write(path)
+    try:
+        if not _has_table(conn):
+            conn.execute("ROLLBACK")
+            return 0, 0
+        kept = 0
+        if action == "requeue":
+            before = conn.total_changes
+            conn.execute("INSERT OR IGNORE INTO pages(fp, eligible, weight, retired, data) "
+                         "SELECT fp, 0, 1.0, 0, data FROM quarantine")
+            moved = conn.total_changes - before
+            conn.execute("DELETE FROM quarantine WHERE fp IN (SELECT q.fp FROM quarantine q "
+                         "JOIN pages p ON p.fp = q.fp AND p.data IS q.data)")
+            kept = conn.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
+        else:
+            moved = conn.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
+            conn.execute("DELETE FROM quarantine")
+        conn.execute("COMMIT")
+        return int(moved), int(kept)
+    except sqlite3.Error as exc:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise FrontierCommandError(f"cannot change {path} ({type(exc).__name__}: {exc}). "
+                                   "Nothing was changed.") from None
+    finally:
+        conn.close()
+
+
+# -- Redis --------------------------------------------------------------------------------
+
+
+def redis_quarantine(inspector: Any, action: str, limit: int) -> dict[str, Any]:
+    from scrapy_frontier.backends.redis.connection import text
+    from scrapy_frontier.backends.redis.frontier import Quarantined
+
+    client = inspector.client
+    queue_key = inspector.k("quarantine")
+    history_key = inspector.history_prefix + "quarantine"
+
+    def read() -> list[Any]:
+        pipe = client.pipeline(transaction=True)
+        pipe.llen(queue_key)
+        pipe.hlen(history_key)
+        pipe.lrange(queue_key, 0, max(limit, 1) - 1)
+        pipe.hscan(history_key, 0, count=max(limit, 1))
+        return pipe.execute()  # type: ignore[no-any-return]
+
+    n_requests, n_records, entries, (_, fields) = inspector._read("reading the quarantine",
+                                                                  read)
+    requests = []
+    for entry in entries[:limit]:
+        q = Quarantined.decode(bytes(entry))
+        requests.append(_request_row(saved_url(q.item[8:]), q.host, q.level, q.error, q.at))
+    records = []
+    for fp, raw in list(fields.items())[:limit]:
+        info = json.loads(text(raw))
+        records.append(_record_row(int(fp), info.get("data", ""), info.get("error", ""),
+                                   info.get("at", "")))
+    counts = (int(n_requests), int(n_records))
+    if action == "list":
+        return result(action, requests, records, counts,
+                      "nothing changed" if any(counts) else "the quarantine is empty")
+    if action == "requeue":
+        moved, refused = _redis_requeue_requests(inspector)
+        back, kept = _redis_requeue_records(inspector)
+        done = (f"{moved} requests queued again and {back} page records back in the history "
+                "(due now); the workers take them at once")
+        if refused:
+            done += (f"; {refused} requests stay in the quarantine: their hosts are retired "
+                     "(scrapy frontier unretire HOST, then --requeue again)")
+        if kept:
+            done += (f"; {kept} page records stay in the quarantine: the page was fetched "
+                     "again since, and its new record is kept")
+    else:
+        def delete() -> list[Any]:
+            pipe = client.pipeline(transaction=True)
+            pipe.llen(queue_key)
+            pipe.hlen(history_key)
+            pipe.delete(queue_key, history_key)
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        gone_requests, gone_records, _ = inspector._read("clearing the quarantine", delete)
+        done = f"{gone_requests} requests and {gone_records} page records dropped"
+    return result(action, requests, records, counts, done)
+
+
+def _redis_frontier(inspector: Any) -> Any:
+    from scrapy_frontier.backends.redis.frontier import RedisFrontier
+
+    config = inspector.config
+    return RedisFrontier(
+        inspector.client, inspector.prefix, front_queues=inspector.levels,
+        back_queues=config.back_queues, back_queues_max=config.back_queues_max,
+        policy=config.policy, lease_timeout=config.lease_timeout)
+
+
+def _redis_requeue_requests(inspector: Any) -> tuple[int, int]:
+    remote = _redis_frontier(inspector)
+    moved = refused = 0
+    total = remote.quarantine_size()
+    start = 0
+    while start < total:  # bounded: entries set aside meanwhile wait for the next call
+        chunk = remote.quarantined(start, min(total, start + 500) - 1)
+        if not chunk:
+            break
+        kept = 0
+        for raw, q in chunk:
+            if remote.push(q.host, q.level, q.item):
+                remote.unquarantine(raw)  # only once queued: a failure leaves a duplicate
+                moved += 1
+            else:
+                refused += 1
+                kept += 1
+        start += kept  # the entries removed shift the rest down
+        total -= len(chunk) - kept
+    return moved, refused
+
+
+def _redis_requeue_records(inspector: Any) -> tuple[int, int]:
+    """(records put back, records kept because the page has a newer one)."""
+    client = inspector.client
+    h = inspector.history_prefix
+
+    def run() -> tuple[int, int]:
+        back = kept = 0
+        for fp, raw in client.hscan_iter(h + "quarantine", count=500):
+            data = json.loads(raw).get("data", "")
+            if not client.hsetnx(h + "pages", fp, data):
+                kept += 1
+                continue
+            pipe = client.pipeline(transaction=True)
+            pipe.zadd(h + "due", {fp: 0.0})
+            pipe.zadd(h + "weight", {fp: 1.0})
+            pipe.hdel(h + "quarantine", fp)  # only once back: a failure leaves a copy
+            pipe.execute()
+            back += 1
+        return back, kept
+
+    return inspector._read("putting page records back", run)  # type: ignore[no-any-return]
