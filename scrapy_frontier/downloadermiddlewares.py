@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
+from twisted.internet.defer import Deferred
 
 from scrapy_frontier.meta import LEASE_META, ROBOTS_START_META
 from scrapy_frontier.scheduler.engine import running_scheduler
+from scrapy_frontier.scheduler.timer import call_later
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -26,7 +29,9 @@ class FetchTimingMiddleware:
     that request holds the host's lease) are timed too: the request that
     waited for them is sent only after the host's rest from the robots.txt
     fetch, so a site sees its robots.txt and its first page as polite as any
-    two pages.
+    two pages. A robots.txt fetch sent again (RetryMiddleware, after a 500 or a
+    timeout) waits for the rest owed after the attempt before it: RetryMiddleware
+    would send it at once, since these fetches never pass through the scheduler.
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -36,7 +41,8 @@ class FetchTimingMiddleware:
     def from_crawler(cls, crawler: Crawler) -> FetchTimingMiddleware:
         return cls(crawler)
 
-    def process_request(self, request: Request, spider: Any = None) -> Request | None:
+    def process_request(self, request: Request, spider: Any = None
+                        ) -> Request | Deferred[None] | None:
         meta = request.meta
         if LEASE_META in meta:
             scheduler = running_scheduler(self.crawler)
@@ -48,6 +54,9 @@ class FetchTimingMiddleware:
         elif meta.get("dont_obey_robotstxt") and _is_robots_txt(request.url):
             scheduler = running_scheduler(self.crawler)
             if scheduler is not None:  # timed on the scheduler's clock, as every fetch
+                wait = scheduler.robots_wait(request)
+                if wait > 0:
+                    return _after(wait, lambda: _stamp(meta, scheduler.clock()))
                 meta[ROBOTS_START_META] = scheduler.clock()
         return None
 
@@ -79,6 +88,23 @@ class FetchTimingMiddleware:
         finished = getattr(scheduler, "fetch_finished", None)
         if finished is not None:
             finished(request, response=response, exception=exception)
+
+
+def _stamp(meta: dict[str, Any], now: float) -> None:
+    meta[ROBOTS_START_META] = now
+
+
+def _after(seconds: float, then: Callable[[], None]) -> Deferred[None]:
+    """A Deferred that fires with None ``seconds`` from now, once ``then`` ran; the download
+    goes on then (the reactor is never blocked)."""
+    d: Deferred[None] = Deferred()
+
+    def fire() -> None:
+        then()
+        d.callback(None)
+
+    call_later(seconds, fire)
+    return d
 
 
 def _is_robots_txt(url: str) -> bool:

@@ -88,6 +88,36 @@ def test_robots_txt_and_max_delay_clamp(tmp_path: Path) -> None:
     assert result.stats.get("frontier/lease_expired") is None
 
 
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+def test_robots_txt_sent_again_after_a_500_rests_like_any_page(
+        tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    # Every robots.txt answers 500 twice: RetryMiddleware sends it again at once unless the
+    # frontier makes it wait, since robots.txt fetches never pass through the scheduler.
+    web = ["--shape", "wide", "--hosts", "3", "--pages", "3", "--latency", "0.005", "0.01",
+           "--robots-failures", "2"]
+    settings: dict[str, Any] = {"ADDONS": FRONTIER_ADDON, "ROBOTSTXT_OBEY": True,
+                                "FRONTIER_MIN_DELAY": 0.3, "RETRY_ENABLED": True,
+                                "RETRY_TIMES": 2}
+    if backend == "redis":
+        server = request.getfixturevalue("redis_server")
+        settings.update(FRONTIER_BACKEND="redis", REDIS_URL=server.url,
+                        FRONTIER_REDIS_KEY="robots:frontier:",
+                        FRONTIER_REDIS_SEEN_KEY="robots:seen:",
+                        FRONTIER_REDIS_HISTORY_KEY="robots:history:",
+                        FRONTIER_REDIS_IDLE_GRACE=0.5)
+    log = tmp_path / "server.jsonl"
+    with ServerProcess(web, log_path=str(log)) as served:
+        result = run_crawl(served.start_urls, settings, workdir=tmp_path / "crawl")
+    assert result.returncode == 0, result.output[-3000:]
+    entries = read_log(log)
+    robots = [e for e in entries if e.path == "/robots.txt"]
+    assert len(robots) == 9 and sorted(e.status for e in robots) == [200] * 3 + [500] * 6
+    assert result.stats["frontier/robots/paced"] == 6
+    report = audit(entries, expected=served.expected, min_delay=0.3, include_robots=True)
+    assert report.coverage == 1.0, report.summary()
+    assert report.overlaps == 0 and report.short_gaps == 0, report.summary()
+
+
 def test_held_request_leaves_when_host_is_ready_not_at_heartbeat(tmp_path: Path) -> None:
     # One host, 1 s minimum rest. Scrapy's engine only re-polls a scheduler
     # that returned None on its 5 s heartbeat; the frontier's own timer must

@@ -435,6 +435,22 @@ class FrontierScheduler:
             return
         self.rules.robots_fetched(host, seconds)
 
+    def robots_wait(self, request: Request) -> float:
+        """Seconds a robots.txt request waits before it is sent: 0 for a first attempt; a
+        retry (RetryMiddleware sends it again at once) waits for the rest owed after the
+        attempt before it, by the same rule as any page."""
+        try:
+            host = host_key(request)
+        except HostlessURL:
+            return 0.0
+        until = self.rules.robots_rest_end(host, take=False)
+        wait = 0.0 if until is None else until - self.clock()
+        if wait <= 0:
+            return 0.0
+        self.stats.inc_value("frontier/robots/paced")
+        politeness_log.debug("host %r: robots.txt sent again in %.3f s", host, wait)
+        return wait
+
     def robots_hold(self, request: Request) -> Request | None:
         """If the leased ``request`` follows its host's robots.txt fetch too soon,
         a copy to queue again (the host rests until the gap is kept); else None.

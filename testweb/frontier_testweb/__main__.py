@@ -122,6 +122,7 @@ def serve(args: argparse.Namespace) -> int:
         robots_txt=robots,
         crawl_delays={int(i): float(d) for i, d in args.crawl_delay or ()},
         failing_hosts=args.failing_host or (),
+        robots_failures=args.robots_failures,
         changes=changes,
         trap_hosts=args.trap_host or (),
     )
@@ -211,6 +212,13 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         metavar="HOST",
         help="host number HOST answers 503 to everything but robots.txt (repeatable)",
+    )
+    s.add_argument(
+        "--robots-failures",
+        type=int,
+        default=0,
+        metavar="N",
+        help="every host's robots.txt answers 500 to its first N requests",
     )
     s.add_argument(
         "--trap-host",

@@ -169,6 +169,7 @@ class TestWebServer:
         failing_hosts: Iterable[int] = (),
         changes: ChangeOptions | None = None,
         trap_hosts: Iterable[int] = (),
+        robots_failures: int = 0,
     ) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port out of range: {port}")
@@ -183,6 +184,9 @@ class TestWebServer:
         #: Host indexes that are a spider trap: an infinite calendar, every page linking to
         #: the next two days (budget tests).
         self.trap_hosts = frozenset(trap_hosts)
+        #: Every host's robots.txt answers 500 to its first this many requests.
+        self.robots_failures = robots_failures
+        self._robots_hits: dict[int, int] = {}
         for index in [*self.crawl_delays, *self.failing_hosts, *self.trap_hosts]:
             if not 0 <= index < len(spec.hosts):
                 raise ValueError(f"no host with index {index}")
@@ -321,7 +325,11 @@ class TestWebServer:
         if method not in (b"GET", b"HEAD"):
             status, ctype, body = 405, "text/plain", b"method not allowed\n"
         elif raw_path == "/robots.txt" and not query:
-            status, ctype, body = 200, "text/plain", self._robots(index).encode("utf-8")
+            hits = self._robots_hits[index] = self._robots_hits.get(index, 0) + 1
+            if hits <= self.robots_failures:
+                status, ctype, body = 500, "text/plain", b"robots.txt is failing\n"
+            else:
+                status, ctype, body = 200, "text/plain", self._robots(index).encode("utf-8")
         elif index in self.failing_hosts:
             status, ctype, body = 503, "text/plain", b"down\n"
         elif index in self.trap_hosts:
