@@ -555,3 +555,26 @@ def test_a_misspelled_setting_is_named_with_the_nearest_one(
         "FRONTIER_MIN_DELAY?",
         "FRONTIER_NO_SUCH is not a scrapy-frontier setting and is ignored "
         "(see docs/settings.rst)"]
+
+
+def test_slot_keys_bind_each_hostname_to_its_first_key() -> None:
+    from scrapy_frontier.scheduler.slots import SlotKeys
+
+    slots = SlotKeys()
+    key = slots.key
+    # No slot met yet: the hostname, as Scrapy's downloader has it.
+    assert key(Request("http://A.example:81/")) == "a.example"
+    # A slot groups hosts met with it first...
+    assert key(Request("http://b.example/", meta={"download_slot": "group"})) == "group"
+    assert key(Request("http://c.example/", meta={"download_slot": "group"})) == "group"
+    # ...and keeps them, with no slot, another slot or an empty one.
+    assert key(Request("http://b.example/x")) == "group"
+    assert key(Request("http://b.example/y", meta={"download_slot": "other"})) == "group"
+    assert key(Request("http://c.example/z", meta={"download_slot": ""})) == "group"
+    # A host queued under its own name stays there.
+    assert key(Request("http://a.example/x", meta={"download_slot": "group"})) == "a.example"
+    # An empty slot names no host: the hostname.
+    assert key(Request("http://d.example/", meta={"download_slot": " "})) == "d.example"
+    assert key(Request("http://d.example/2", meta={"download_slot": "group"})) == "d.example"
+    with pytest.raises(HostlessURL):
+        key(Request("http://e.example/", meta={"download_slot": "a\0b"}))

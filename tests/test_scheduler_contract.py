@@ -43,6 +43,7 @@ from tests.contract_helpers import (
     Driver,
     Run,
     driver_settings,
+    sleep,
     spider_named,
     urls,
 )
@@ -281,6 +282,51 @@ def test_empty_download_slot_is_accepted(driver: Driver) -> Gen:
         assert sorted(urls(out)) == sorted(urls(requests))
     finally:
         yield run.close()
+
+
+@inline_callbacks
+def test_a_download_slot_groups_hosts_but_never_splits_one(driver: Driver,
+                                                          caplog: pytest.LogCaptureFixture,
+                                                          ) -> Gen:
+    """a.example comes with an empty slot, with none and with the group's slot: one key
+    (its own name, where it was queued first); b.example joins the group."""
+    requests = [Request("http://a.example/1", meta={"download_slot": ""}),
+                Request("http://a.example/2"),
+                Request("http://a.example/3", meta={"download_slot": "group"}),
+                Request("http://b.example/1", meta={"download_slot": "group"}),
+                Request("http://c.example/1", meta={"download_slot": "group"})]
+    run = Run(driver)
+    try:
+        yield run.open()
+        with caplog.at_level(logging.WARNING, "scrapy_frontier"):
+            run.enqueue(*requests)
+        out: list[Request] = []
+        # Nothing is fetched: every host key hands out one request, then waits. Bounded:
+        # the two keys answer within a few I/O rounds; the extra calls must add nothing.
+        for _ in range(400):
+            request = run.scheduler.next_request()
+            if request is not None:
+                out.append(request)
+            elif len(out) >= 2:
+                break
+            else:
+                yield sleep(0.005)
+        for _ in range(20):
+            request = run.scheduler.next_request()
+            if request is not None:
+                out.append(request)
+            yield sleep(0.005)
+        hosts = sorted(r.url.split("/")[2] for r in out)
+        assert hosts.count("a.example") == 1 and len(hosts) == 2, hosts
+        for request in out:
+            run.fetcher.fetch(request)
+        rest = yield run.drain(expect=len(requests) - 2, timeout=30.0)
+        assert sorted(urls(out + rest)) == sorted(urls(requests))
+    finally:
+        yield run.close()
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("an empty slot names no host" in m for m in messages) == 1, messages
+    assert sum("'a.example' is queued under the key 'a.example'" in m for m in messages) == 1
 
 
 # -- 8. len() and has_pending_requests() ---------------------------------------------------

@@ -26,7 +26,7 @@ from scrapy_frontier.errors import (
     StoreError,
 )
 from scrapy_frontier.fingerprint import Fingerprinter64
-from scrapy_frontier.hostkey import HostlessURL, host_key
+from scrapy_frontier.hostkey import HostlessURL
 from scrapy_frontier.meta import LEASE_META
 from scrapy_frontier.observe.observer import Observer
 from scrapy_frontier.observe.opening import frontier_line, history_line, quarantine_line
@@ -38,6 +38,7 @@ from scrapy_frontier.scheduler.inflight import InFlight, LeaseKeeper
 from scrapy_frontier.scheduler.recrawl import RecrawlHooks
 from scrapy_frontier.scheduler.run_state import RunState
 from scrapy_frontier.scheduler.site_rules import SiteRules
+from scrapy_frontier.scheduler.slots import SlotKeys
 from scrapy_frontier.scheduler.timer import EngineWaker, call_later
 from scrapy_frontier.settings import FrontierConfig, unknown_settings
 
@@ -89,6 +90,7 @@ class FrontierScheduler:
                                  counted=partial(self.stats.inc_value, "frontier/engine_wakeups"))
         self.inflight = InFlight(config.lease_timeout)
         self.rules = SiteRules(config, self.stats, clock)
+        self.slots = SlotKeys()
         self.timing = FetchTiming(clock=clock, tcp_timing=config.tcp_timing,
                                   stall_discount=config.stall_discount)
         self.recrawl: RecrawlHooks | None = None
@@ -261,7 +263,7 @@ class FrontierScheduler:
             # the fetch that held this lease is over whatever happened to it.
             ticket = meta.pop(LEASE_META, None)
             try:
-                host = host_key(request)
+                host = self.slots.key(request)
             except HostlessURL as exc:
                 self.stats.inc_value(f"frontier/rejected/{exc.reason}")
                 logger.warning("Dropped %s: %s", request, exc)
@@ -418,7 +420,7 @@ class FrontierScheduler:
 
     def _on_robots_parsed(self, robotparser: Any, request: Request) -> None:
         try:
-            host = host_key(request)
+            host = self.slots.key(request)
         except HostlessURL:
             return
         settings = self.crawler.settings
@@ -430,7 +432,7 @@ class FrontierScheduler:
     def robots_fetched(self, request: Request, seconds: float) -> None:
         """A robots.txt fetch of ``request``'s host ended now after ``seconds``."""
         try:
-            host = host_key(request)
+            host = self.slots.key(request)
         except HostlessURL:
             return
         self.rules.robots_fetched(host, seconds)
@@ -440,7 +442,7 @@ class FrontierScheduler:
         retry (RetryMiddleware sends it again at once) waits for the rest owed after the
         attempt before it, by the same rule as any page."""
         try:
-            host = host_key(request)
+            host = self.slots.key(request)
         except HostlessURL:
             return 0.0
         until = self.rules.robots_rest_end(host, take=False)
