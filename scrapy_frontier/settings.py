@@ -464,8 +464,12 @@ def _priority_rules(settings: BaseSettings) -> dict[str, int]:
             "FRONTIER_PRIORITY_RULES must map host suffixes to integer priority boosts, "
             f'e.g. {{"example.com": 2}}, got {raw!r}'
         ) from None
-    if any(isinstance(b, bool) for b in rules.values()):
-        raise FrontierConfigError(f"FRONTIER_PRIORITY_RULES boosts must be integers: {raw!r}")
+    # A fraction would be cut off silently by int(): priorities are whole numbers.
+    if any(isinstance(b, bool) or (isinstance(b, float) and not b.is_integer())
+           for b in rules.values()):
+        raise FrontierConfigError(
+            "FRONTIER_PRIORITY_RULES boosts must be whole numbers (Scrapy priorities are "
+            f"integers), got {raw!r}")
     return out
 
 

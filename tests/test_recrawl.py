@@ -501,6 +501,8 @@ def test_priority_rules_and_meta_boost_pick_the_front_queue(tmp_path: Path) -> N
         ("FRONTIER_RECRAWL_PREDICTOR", "magic", "FRONTIER_RECRAWL_PREDICTOR must be one of"),
         ("FRONTIER_RECRAWL_MIN", -1, "FRONTIER_RECRAWL_MIN must be >="),
         ("FRONTIER_PRIORITY_RULES", "not a dict", "FRONTIER_PRIORITY_RULES must map"),
+        ("FRONTIER_PRIORITY_RULES", {"a.example": 1.7}, "boosts must be whole numbers"),
+        ("FRONTIER_PRIORITY_RULES", {"a.example": True}, "boosts must be whole numbers"),
         ("FRONTIER_HISTORY_MAX_PAGES", -5, "FRONTIER_HISTORY_MAX_PAGES must be >="),
         ("FRONTIER_QUALITY", 3, "FRONTIER_QUALITY must be"),
     ],

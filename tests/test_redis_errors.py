@@ -171,6 +171,16 @@ def http_port() -> Iterator[int]:
     server.server_close()
 
 
+@pytest.mark.parametrize("url", ["localhost:6379", "127.0.0.1:6379/0", "http://localhost/"])
+def test_redis_url_without_a_redis_scheme_names_the_forms_it_takes(url: str) -> None:
+    with pytest.raises(RedisFrontierSettingsError) as info:
+        _client(url)
+    message = str(info.value)
+    assert f"REDIS_URL = {url!r} is not a Redis URL" in message
+    assert "redis://localhost:6379/0" in message
+    _safe(message)
+
+
 def test_redis_url_at_an_http_server_says_it_is_not_redis(http_port: int) -> None:
     client = _client(f"redis://127.0.0.1:{http_port}/0")
     with pytest.raises(RedisFrontierSettingsError) as info:
@@ -236,6 +246,31 @@ def test_wrong_type_keys_advise_another_prefix_not_deletion(redis_client: redis.
     assert "WRONGTYPE" in message and redis_prefix in message
     assert "Pick another FRONTIER_REDIS_KEY prefix, or move the other data away" in message
     _safe(message)
+
+
+@pytest.mark.parametrize(("call", "field"), [("push", "front"), ("push", "back"),
+                                             ("census", "front"), ("census", "back"),
+                                             ("pop", "back")])
+def test_garbage_in_the_count_hash_names_the_key_and_the_field(
+        redis_client: redis.Redis, redis_prefix: str, field: str, call: str) -> None:
+    frontier = RedisFrontier(redis_client, redis_prefix, front_queues=4, back_queues=1)
+    frontier.push("a.example", 1, b"x")
+    frontier.push("b.example", 1, b"y")
+    redis_client.hset(redis_prefix + "count", field, "garbage")
+    with pytest.raises(RedisFrontierDataError) as info:
+        if call == "push":
+            frontier.push("c.example" if field == "front" else "a.example", 1, b"z")
+        elif call == "census":
+            frontier.census()
+        else:
+            frontier.pop()
+            frontier.pop()
+    message = str(info.value)
+    assert f"{redis_prefix}count" in message, message
+    assert "whole numbers" in message and "HSET" in message
+    _safe(message)
+    assert redis_client.llen(redis_prefix + "f:1") + sum(
+        redis_client.llen(k) for k in redis_client.keys(redis_prefix + "b:*")) >= 1
 
 
 # -- the driver: retry an outage, stop on everything else --------------------------------------

@@ -96,6 +96,15 @@ def frontier_error(client: redis.Redis, prefix: str, doing: str,
             f"{prefix!r} (and its seen set and page history): grant them with ACL SETUSER or "
             "connect as another user (REDIS_URL, REDIS_PARAMS), then run the same command again."
         )
+    if "FRONTIER_DAMAGED" in message or "hash value is not an integer" in message:
+        return RedisFrontierDataError(
+            f"{where} found a damaged value under {prefix!r} while {doing}: "
+            f"{message.split('FRONTIER_DAMAGED ', 1)[-1]}. The frontier keeps counts there as "
+            f"whole numbers: in {prefix}count, 'front' is the total length of the lists "
+            f"{prefix}f:<level> and 'back' the sum of the values of {prefix}active. Set the "
+            "field back to that number (HSET), then run the same command again; the URLs "
+            "queued there are kept."
+        )
     if "WRONGTYPE" in message:
         return RedisFrontierDataError(
             f"{where} refused an operation on keys under {prefix!r} while {doing}: {exc}. A "
@@ -200,12 +209,27 @@ def text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+REDIS_URL_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def check_redis_url(url: Any) -> None:
+    """Refuse a REDIS_URL that redis-py cannot read, naming the forms it can."""
+    if url is None or url == "":
+        return
+    if not isinstance(url, str) or not url.lower().startswith(REDIS_URL_SCHEMES):
+        raise RedisFrontierSettingsError(
+            f"REDIS_URL = {url!r} is not a Redis URL: it must start with redis://, rediss:// "
+            "(TLS) or unix://, for example 'redis://localhost:6379/0' or "
+            "'redis://:password@redis.example:6379/1'.")
+
+
 def redis_from_settings(settings: Any) -> redis.Redis:
     """A Redis client from scrapy-redis's settings (REDIS_URL, REDIS_HOST, REDIS_PORT,
     REDIS_DB, REDIS_PARAMS...), with scrapy-redis's defaults when it is installed.
 
     Responses are always bytes (``decode_responses=False``): the frontier stores binary.
     """
+    check_redis_url(settings.get("REDIS_URL"))
     params = settings.getdict("REDIS_PARAMS")
     params["decode_responses"] = False
     copy = settings.copy()

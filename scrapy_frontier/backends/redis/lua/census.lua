@@ -9,7 +9,7 @@ for _, host in ipairs(redis.call('ZRANGEBYSCORE', K_BLOCKED, '(' .. fmt(now), '+
   if at and tonumber(at) > now then blocked = blocked + 1 end
 end
 return {
-  n(counts[1]), n(counts[2]),
+  number_at(K_COUNT, 'front', counts[1]), number_at(K_COUNT, 'back', counts[2]),
   redis.call('HLEN', K_LEASES),
   redis.call('HLEN', K_ACTIVE),
   redis.call('ZCARD', K_READY),

@@ -28,6 +28,17 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local function fmt(x) return string.format('%.6f', x) end
+-- A field the frontier keeps as a number holds something else: say which key and field
+-- (the client turns FRONTIER_DAMAGED into an error that names them).
+local function damaged(key, field, raw)
+  error({err = 'FRONTIER_DAMAGED ' .. key .. ' field ' .. field .. ' holds '
+    .. string.format('%q', tostring(raw)) .. ', not a number'})
+end
+local function number_at(key, field, raw)
+  local n = tonumber(raw or '0')
+  if n == nil then damaged(key, field, raw) end
+  return n
+end
 local K_COUNT, K_ACTIVE, K_READY = P .. 'count', P .. 'active', P .. 'ready'
 local K_REST, K_FETCH, K_MINREST = P .. 'rest', P .. 'fetch', P .. 'minrest'
 local K_RETIRED, K_LEASES, K_DEADLINES = P .. 'retired', P .. 'leases', P .. 'deadlines'
@@ -162,7 +173,7 @@ local function activate_one()
 end
 
 local function front_len()
-  return tonumber(redis.call('HGET', K_COUNT, 'front') or '0')
+  return number_at(K_COUNT, 'front', redis.call('HGET', K_COUNT, 'front'))
 end
 
 local function fill_to_floor()
