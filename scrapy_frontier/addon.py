@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 from scrapy.settings import BaseSettings, Settings
 from scrapy.utils.misc import load_object
@@ -57,6 +58,10 @@ def check_startup(settings: Settings) -> None:
 
     try:
         config = FrontierConfig.from_settings(settings)
+        if settings.get("JOBDIR"):
+            check_state_dir(str(settings.get("JOBDIR")), "JOBDIR")
+        if config.state_dir and config.state_dir != settings.get("JOBDIR"):
+            check_state_dir(config.state_dir, "FRONTIER_PATH")
         load_driver(config.driver_path)  # imports the backend: a missing extra is named
         if config.backend == "redis":
             from scrapy_frontier.backends.redis.connection import (
@@ -72,6 +77,34 @@ def check_startup(settings: Settings) -> None:
     except FrontierError as exc:
         logger.error("scrapy-frontier cannot start: %s", exc)
         raise FrontierConfigError(str(exc)) from None
+
+
+def check_state_dir(path: str, setting: str) -> None:
+    """Refuse a state directory that cannot be written, before Scrapy's own components try
+    (SpiderState and the dupe filter create it with a bare OSError). Nothing is created."""
+    from scrapy_frontier.errors import FrontierConfigError
+
+    target = os.path.abspath(path)
+    existing = target
+    for _ in range(256):  # bounded: up to the file system's root
+        if os.path.lexists(existing):
+            break
+        existing = os.path.dirname(existing)
+    problem = None
+    if not os.path.isdir(existing):
+        problem = f"{existing} is not a directory"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        try:
+            readonly = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
+        except OSError:
+            readonly = False
+        problem = (f"{existing} is on a read-only file system" if readonly
+                   else f"this user may not write in {existing}")
+    if problem is not None:
+        raise FrontierConfigError(
+            f"{setting} = {path!r} cannot be used: {problem}, so the crawl's state cannot be "
+            f"kept there. Point {setting} at a writable directory (or make this one "
+            "writable), then run the crawl again. Nothing was created or changed.")
 
 
 #: How long the add-on waits for Redis to answer before the crawl starts (a server that

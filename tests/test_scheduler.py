@@ -578,3 +578,16 @@ def test_slot_keys_bind_each_hostname_to_its_first_key() -> None:
     assert key(Request("http://d.example/2", meta={"download_slot": "group"})) == "d.example"
     with pytest.raises(HostlessURL):
         key(Request("http://e.example/", meta={"download_slot": "a\0b"}))
+
+
+@pytest.mark.parametrize(("extra", "warned"), [({}, True),
+                                               ({"FRONTIER_HISTORY_MAX_PAGES": 5000}, False)])
+def test_continuous_recrawl_in_memory_says_its_history_grows_without_a_cap(
+        extra: dict[str, Any], warned: bool, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, "scrapy_frontier"):
+        sched, _, _ = make_scheduler({"FRONTIER_RECRAWL": "continuous", **extra})
+    sched.close("finished")
+    said = [r.getMessage() for r in caplog.records if "kept in memory" in r.getMessage()]
+    assert bool(said) is warned, said
+    if warned:
+        assert "FRONTIER_HISTORY_MAX_PAGES" in said[0] and "JOBDIR" in said[0]

@@ -549,6 +549,7 @@ def test_full_disk_is_a_clear_error_and_keeps_what_was_written(tmp_path: Path) -
     with pytest.raises(SeenStoreError, match="disk is full") as info:
         store.add_many(range(10_000, 12_000))
     assert "Free some space" in str(info.value)
+    assert "Free at least 48 MB more" in str(info.value)
     store._pending.clear()
     store.close()
     with SQLiteFingerprintStore(path) as again:

@@ -8,9 +8,12 @@ engine's own failures after it.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,6 +33,7 @@ SPIDER = textwrap.dedent("""
 
 
 def _crawl(tmp_path: Path, *settings: str) -> subprocess.CompletedProcess[str]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "scrapy.cfg").write_text("[settings]\ndefault = proj.settings\n")
     spiders = tmp_path / "proj" / "spiders"
     spiders.mkdir(parents=True)
@@ -72,3 +76,39 @@ def test_a_redis_that_does_not_answer_names_redis_url(tmp_path: Path) -> None:
     assert "REDIS_URL" in output
     assert output.count("Traceback") <= 2, output[-3000:]
     assert "Spider opened" not in output
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Iterator[Path]:
+    """A directory on a read-only file system (a tmpfs mounted ro): needs root."""
+    target = tmp_path / "ro"
+    target.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a read-only file system needs root and mount(8)")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(target)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield target
+    finally:
+        subprocess.run(["umount", str(target)], check=False)
+
+
+@pytest.mark.parametrize("where", ["a file", "read-only"])
+def test_a_state_directory_that_cannot_be_written_is_refused_by_name(
+        tmp_path: Path, where: str, request: pytest.FixtureRequest) -> None:
+    if where == "a file":
+        (tmp_path / "state").write_text("not a directory")
+        jobdir, problem = tmp_path / "state" / "job", "is not a directory"
+    else:
+        jobdir = request.getfixturevalue("read_only_dir") / "job"
+        problem = "is on a read-only file system"
+    result = _crawl(tmp_path / "project", f"JOBDIR={jobdir}")
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output[-3000:]
+    assert f"JOBDIR = {str(jobdir)!r} cannot be used" in output and problem in output, \
+        output[-3000:]
+    assert "Nothing was created" in output
+    assert "OSError" not in output and "Spider opened" not in output, output[-3000:]
+    assert not jobdir.exists()

@@ -164,6 +164,13 @@ class FrontierScheduler:
                     "recrawl incrementally.", self.driver.name,
                 )
             elif mode != "off":
+                if not self.driver.persistent and not self.config.recrawl.max_pages:
+                    # The history lives in memory and grows with every page fetched.
+                    logger.warning(
+                        "The page history of this continuous recrawl is kept in memory, about "
+                        "2 KB per page, with no cap: FRONTIER_HISTORY_MAX_PAGES sets one (the "
+                        "lowest-quality pages go first), and JOBDIR or FRONTIER_PATH keeps it "
+                        "on disk instead.")
                 self.recrawl = RecrawlHooks.with_store(self.config.recrawl,
                                                        self.driver.open_history())
         except FrontierError as exc:

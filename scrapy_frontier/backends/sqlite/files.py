@@ -30,6 +30,11 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+#: Room the three state files' write-ahead logs take before a checkpoint folds them back:
+#: frontier.sqlite checkpoints every 8192 pages (32 MiB), the others every 1000 (4 MiB).
+DISK_FULL_HEADROOM_MB = 48
+
+
 class SQLiteFile:
     """The checks for one file; ``what`` names its contents in messages ("seen-set")."""
 
@@ -154,7 +159,10 @@ class SQLiteFile:
         if "disk is full" in text or code == getattr(sqlite3, "SQLITE_FULL", 13):
             return self.error(
                 path, f"{doing}: the disk is full ({describe(exc)})",
-                f"Free some space and run the crawl again; {kept}.",
+                f"Free some space and run the crawl again; {kept}. Free at least "
+                f"{DISK_FULL_HEADROOM_MB} MB more than the crawl will add: each state file's "
+                "write-ahead log grows to a few MB (frontier.sqlite's to 32 MB) before SQLite "
+                "folds it back into the file, so a few freed MB fill up again at once.",
             )
         if ("readonly" in text or "read-only" in text
                 or (("disk i/o" in text or "unable to open" in text) and not self._writable())):
