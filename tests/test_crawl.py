@@ -88,7 +88,7 @@ def test_robots_txt_and_max_delay_clamp(tmp_path: Path) -> None:
     assert result.stats.get("frontier/lease_expired") is None
 
 
-@pytest.mark.parametrize("backend", ["memory", "redis"])
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "redis"])
 def test_robots_txt_sent_again_after_a_500_rests_like_any_page(
         tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
     # Every robots.txt answers 500 twice: RetryMiddleware sends it again at once unless the
@@ -98,6 +98,8 @@ def test_robots_txt_sent_again_after_a_500_rests_like_any_page(
     settings: dict[str, Any] = {"ADDONS": FRONTIER_ADDON, "ROBOTSTXT_OBEY": True,
                                 "FRONTIER_MIN_DELAY": 0.3, "RETRY_ENABLED": True,
                                 "RETRY_TIMES": 2}
+    if backend == "sqlite":
+        settings["JOBDIR"] = str(tmp_path / "job")
     if backend == "redis":
         server = request.getfixturevalue("redis_server")
         settings.update(FRONTIER_BACKEND="redis", REDIS_URL=server.url,
