@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,9 @@ def _sqlite_list(inspector: Any, limit: int) -> dict[str, Any]:
                   "nothing changed" if any(counts) else "the quarantine is empty")
 
 
-def _write(path: Path) -> sqlite3.Connection:
+@contextmanager
+def _transaction(path: Path) -> Iterator[sqlite3.Connection]:
+    """One write transaction on ``path``: committed whole, or rolled back with a message."""
     try:
         conn = sqlite3.connect(path, isolation_level=None, timeout=5.0)
         conn.execute("BEGIN IMMEDIATE")
@@ -115,16 +118,22 @@ def _write(path: Path) -> sqlite3.Connection:
         raise FrontierCommandError(
             f"cannot write {path} ({type(exc).__name__}: {exc}): the crawl's directory must "
             "be writable by this user. Nothing was changed.") from None
-    return conn
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise FrontierCommandError(f"cannot change {path} ({type(exc).__name__}: {exc}). "
+                                   "Nothing was changed.") from None
+    finally:
+        conn.close()
 
 
 def _sqlite_move_requests(path: Path, action: str) -> int:
-    conn = _write(path)
-    try:
+    with _transaction(path) as conn:
         if not _has_table(conn):
-            conn.execute("ROLLBACK")
             return 0
-        moved = 0
         if action == "requeue":
             # New ids after every row the file holds: each goes to the back of its level.
             next_id = 1 + max(
@@ -139,23 +148,13 @@ def _sqlite_move_requests(path: Path, action: str) -> int:
         else:
             moved = conn.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
         conn.execute("DELETE FROM quarantine")
-        conn.execute("COMMIT")
-        return int(moved)
-    except sqlite3.Error as exc:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise FrontierCommandError(f"cannot change {path} ({type(exc).__name__}: {exc}). "
-                                   "Nothing was changed.") from None
-    finally:
-        conn.close()
+    return int(moved)
 
 
 def _sqlite_move_records(path: Path, action: str) -> tuple[int, int]:
     """(records moved or dropped, records kept because the page has a newer one)."""
-    conn = _write(path)
-    try:
+    with _transaction(path) as conn:
         if not _has_table(conn):
-            conn.execute("ROLLBACK")
             return 0, 0
         kept = 0
         if action == "requeue":
@@ -169,15 +168,7 @@ def _sqlite_move_records(path: Path, action: str) -> tuple[int, int]:
         else:
             moved = conn.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
             conn.execute("DELETE FROM quarantine")
-        conn.execute("COMMIT")
-        return int(moved), int(kept)
-    except sqlite3.Error as exc:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise FrontierCommandError(f"cannot change {path} ({type(exc).__name__}: {exc}). "
-                                   "Nothing was changed.") from None
-    finally:
-        conn.close()
+    return int(moved), int(kept)
 
 
 # -- Redis --------------------------------------------------------------------------------
@@ -197,9 +188,9 @@ def redis_quarantine(inspector: Any, action: str, limit: int) -> dict[str, Any]:
         pipe.hlen(history_key)
         pipe.lrange(queue_key, 0, max(limit, 1) - 1)
         pipe.hscan(history_key, 0, count=max(limit, 1))
-        return pipe.execute()  # type: ignore[no-any-return]
+        return pipe.execute()
 
-    n_requests, n_records, entries, (_, fields) = inspector._read("reading the quarantine",
+    n_requests, n_records, entries, (_, fields) = _guard(inspector, "reading the quarantine",
                                                                   read)
     requests = []
     for entry in entries[:limit]:
@@ -231,11 +222,17 @@ def redis_quarantine(inspector: Any, action: str, limit: int) -> dict[str, Any]:
             pipe.llen(queue_key)
             pipe.hlen(history_key)
             pipe.delete(queue_key, history_key)
-            return pipe.execute()  # type: ignore[no-any-return]
+            return pipe.execute()
 
-        gone_requests, gone_records, _ = inspector._read("clearing the quarantine", delete)
+        gone_requests, gone_records, _ = _guard(inspector, "clearing the quarantine", delete)
         done = f"{gone_requests} requests and {gone_records} page records dropped"
     return result(action, requests, records, counts, done)
+
+
+def _guard(inspector: Any, doing: str, fn: Any) -> Any:
+    from scrapy_frontier.backends.redis.connection import guard
+
+    return guard(inspector.client, inspector.prefix, doing, fn)
 
 
 def _redis_frontier(inspector: Any) -> Any:
@@ -290,4 +287,4 @@ def _redis_requeue_records(inspector: Any) -> tuple[int, int]:
             back += 1
         return back, kept
 
-    return inspector._read("putting page records back", run)  # type: ignore[no-any-return]
+    return _guard(inspector, "putting page records back", run)
