@@ -44,6 +44,7 @@ from frontier_testweb.changes import ChangeOptions
 from frontier_testweb.docs import doc_tree_hosts
 from frontier_testweb.log import read_log
 from frontier_testweb.server import TestWebServer
+from frontier_testweb.signals import host_kind
 from frontier_testweb.spec import WebSpec, skewed_web, wide_web
 
 
@@ -123,6 +124,7 @@ def serve(args: argparse.Namespace) -> int:
         crawl_delays={int(i): float(d) for i, d in args.crawl_delay or ()},
         failing_hosts=args.failing_host or (),
         robots_failures=args.robots_failures,
+        signals=args.signals,
         changes=changes,
         trap_hosts=args.trap_host or (),
     )
@@ -138,8 +140,9 @@ def serve(args: argparse.Namespace) -> int:
         "started_wall": server.started_wall,
         "changes": None if changes is None else changes.as_dict(),
         "hosts": [
-            {"address": h.address, "pages": h.pages, "latency": h.latency, "doc_root": h.doc_root}
-            for h in spec.hosts
+            {"address": h.address, "pages": h.pages, "latency": h.latency, "doc_root": h.doc_root,
+             **({"signals": host_kind(i)} if args.signals and not h.doc_root else {})}
+            for i, h in enumerate(spec.hosts)
         ],
     }
     sys.stdout.write(json.dumps(announcement) + "\n")
@@ -219,6 +222,12 @@ def parser() -> argparse.ArgumentParser:
         default=0,
         metavar="N",
         help="every host's robots.txt answers 500 to its first N requests",
+    )
+    s.add_argument(
+        "--signals",
+        action="store_true",
+        help="hosts publish sitemaps and an Atom feed, by host number modulo 4: truthful, "
+        "liar (lastmod never moves), noisy (lastmod always now), silent",
     )
     s.add_argument(
         "--trap-host",

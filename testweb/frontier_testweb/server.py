@@ -39,6 +39,14 @@ from frontier_testweb.changes import (
 )
 from frontier_testweb.docs import html_files
 from frontier_testweb.log import CLIENT_CLOSED, LogEntry, LogWriter
+from frontier_testweb.signals import (
+    SITEMAP_PATHS,
+    atom_feed,
+    claimed,
+    host_kind,
+    sitemap_index,
+    urlset,
+)
 from frontier_testweb.spec import PAGE_PREFIX, WebSpec
 
 if TYPE_CHECKING:
@@ -170,6 +178,7 @@ class TestWebServer:
         changes: ChangeOptions | None = None,
         trap_hosts: Iterable[int] = (),
         robots_failures: int = 0,
+        signals: bool = False,
     ) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port out of range: {port}")
@@ -186,6 +195,8 @@ class TestWebServer:
         self.trap_hosts = frozenset(trap_hosts)
         #: Every host's robots.txt answers 500 to its first this many requests.
         self.robots_failures = robots_failures
+        #: Hosts publish sitemaps and feeds, truthful or not (frontier_testweb.signals).
+        self.signals = signals
         self._robots_hits: dict[int, int] = {}
         for index in [*self.crawl_delays, *self.failing_hosts, *self.trap_hosts]:
             if not 0 <= index < len(spec.hosts):
@@ -358,6 +369,8 @@ class TestWebServer:
                 status, ctype, body = 503, "text/plain", b"come back later\n"
                 # Whole seconds only: the next full second plus one, so more than 1 s ahead.
                 retry_after = formatdate(math.floor(time.time()) + 2, usegmt=True)
+        elif self.signals and raw_path in SITEMAP_PATHS and not query:
+            status, ctype, body = self._signals_response(index, raw_path, start)
         elif index in self._doc_roots:
             status, ctype, body = self._doc_response(self._doc_roots[index], raw_path)
         elif raw_path.startswith("/redirect/") and not query:
@@ -440,9 +453,49 @@ class TestWebServer:
 
     def _robots(self, index: int) -> str:
         delay = self.crawl_delays.get(index)
-        if delay is None:
-            return self.robots_txt
-        return f"User-agent: *\nCrawl-delay: {delay:g}\nDisallow:\n"
+        text = (self.robots_txt if delay is None
+                else f"User-agent: *\nCrawl-delay: {delay:g}\nDisallow:\n")
+        if self._publishes(index):
+            text += f"\nSitemap: {self.spec.url(index, '/sitemap.xml', self.port_of)}\n"
+        return text
+
+    def _publishes(self, index: int) -> bool:
+        host = self.spec.hosts[index]
+        return self.signals and host_kind(index) != "silent" and not host.doc_root
+
+    def _claims(self, index: int, now: float) -> list[tuple[str, float, str]]:
+        """(URL, claimed change time, changefreq) of every page of a publishing host."""
+        assert self.started is not None and self.started_wall is not None
+        kind = host_kind(index)
+        model = self.changes
+        wall_now = self.started_wall + (now - self.started)
+        out = []
+        for page in range(self.spec.hosts[index].pages):
+            changing = model is not None and model.is_changing(index, page)
+            last = self.started_wall + (model.last_change(index, page, now - self.started)
+                                        if model is not None else 0.0)
+            freq = "hourly" if changing and kind != "liar" else "never"
+            out.append((self.spec.url(index, f"{PAGE_PREFIX}{page}", self.port_of),
+                        claimed(kind, last, self.started_wall, wall_now), freq))
+        return out
+
+    def _signals_response(self, index: int, path: str, now: float) -> tuple[int, str, bytes]:
+        if not self._publishes(index):
+            return _not_found()
+        claims = self._claims(index, now)
+        half = (len(claims) + 1) // 2
+        parts = {"/sitemap-1.xml.gz": claims[:half], "/sitemap-2.xml": claims[half:]}
+        if path == "/sitemap.xml":
+            children = [(self.spec.url(index, child, self.port_of),
+                         max((c[1] for c in entries), default=self.started_wall or 0.0))
+                        for child, entries in parts.items()]
+            return 200, "application/xml", sitemap_index(children)
+        if path == "/feed.atom":
+            base = self.spec.url(index, "", self.port_of)
+            return 200, "application/atom+xml", atom_feed(base, [(u, t) for u, t, _ in claims])
+        compress = path.endswith(".gz")
+        return (200, "application/gzip" if compress else "application/xml",
+                urlset(parts[path], compress=compress))
 
     def _record(self, entry: LogEntry) -> None:
         self.log.append(entry)
