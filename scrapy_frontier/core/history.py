@@ -65,6 +65,9 @@ class PageRecord:
     request: bytes | None = None
     """The request the spider made for this page, encoded like the queue's requests, that a
     recrawl replays; None in records written before requests were kept (or too large)."""
+    claimed_change: float | None = None
+    """The change time its site last claimed for it (a sitemap's lastmod, a feed's
+    updated), wall clock; None if the site never said."""
     history: PageHistory = field(default_factory=PageHistory)
 
     @property
@@ -95,6 +98,7 @@ class PageRecord:
             ("w", self.weight),
             ("cl", self.claimed_until or None),
             ("rq", None if self.request is None else base64.b64encode(self.request).decode()),
+            ("cc", self.claimed_change),
         ):
             if value is not None:
                 out[key] = value
@@ -133,6 +137,7 @@ class PageRecord:
                 claimed_until=float(data.get("cl", 0.0)),
                 request=None if data.get("rq") is None else base64.b64decode(
                     data["rq"], validate=True),
+                claimed_change=None if data.get("cc") is None else float(data["cc"]),
                 history=PageHistory.from_dict(data["h"]),
             )
         except (KeyError, TypeError, ValueError, binascii.Error) as exc:

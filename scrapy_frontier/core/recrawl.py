@@ -29,7 +29,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.parse import urlsplit
 
+from scrapy_frontier.core.claim_trust import ClaimTrust
 from scrapy_frontier.core.history import HistoryStore, PageRecord, make_due
 from scrapy_frontier.core.recrawl_priority import (
     change_term,
@@ -123,6 +125,10 @@ class Visit:
     """The encoded request to replay on a recrawl (opaque here; see the scheduler)."""
 
 
+#: Seconds a claimed change time may be past a visit and still be that visit's content
+#: (clocks, and sitemaps written to the second).
+CLAIM_SLACK = 1.0
+
 #: A census counts due pages up to this many: past it, a count on an SQLite index
 #: would hold the crawl for tens of milliseconds (about 7 ms per 100 000 pages).
 DUE_COUNT_CAP = 100_000
@@ -156,6 +162,8 @@ class Recrawler:
         # Nothing due at the start of a "due" run: the feed has nothing to hand out.
         self._exhausted = first_due is None or first_due > self._due_until
         self._inlinks: dict[int, int] = {}
+        #: How far each host's change claims agree with what fetches find.
+        self.trust = ClaimTrust()
         self._puts = 0
         self._calibrated_at = -math.inf
         self.maybe_calibrate()
@@ -296,6 +304,54 @@ class Recrawler:
         changes = sum(1 for _, changed in samples if changed)
         return change_term(changes, len(samples)) + quality_term(self.quality(record)) + boost
 
+    # -- change claims (sitemaps, feeds) ---------------------------------------------------
+
+    def claim(self, fp: int, url: str, changed_at: float | None) -> str:
+        """A site claims page ``fp`` last changed at ``changed_at`` (wall clock).
+
+        A claim past the last visit makes the page due now, unless the host's claims have
+        proved wrong; one that did not move defers the next visit to the verification
+        interval (``FRONTIER_RECRAWL_MAX`` after the last visit), once the host's claims
+        have proved right. Returns what became of it: ``due``, ``deferred``, ``kept``,
+        ``ignored`` (a distrusted host), ``unknown`` (never fetched) or ``retired``.
+        """
+        record = self.store.get(fp)
+        if record is None or changed_at is None:
+            self._count("signals/unknown")
+            return "unknown"
+        if record.retired is not None:
+            return "retired"
+        record.claimed_change = changed_at
+        state = self.trust.state(_hostname(url))
+        outcome = "kept"
+        if state == "distrusted":
+            outcome = "ignored"
+        elif changed_at > record.fetched_at + CLAIM_SLACK:
+            # Handed out for a recrawl already: it is on its way, not to be handed twice.
+            if record.claimed_until <= self.clock() and record.eligible > 0.0:
+                make_due(record)
+                self.reset_feed()
+            outcome = "due"
+        elif state == "trusted":
+            verify = record.fetched_at + self.settings.refresh.max_interval
+            if record.history.next_due < verify:
+                record.history.next_due = verify
+                outcome = "deferred"
+        self._count(f"signals/{outcome}")
+        self._put(record)
+        return outcome
+
+    def _check_claim(self, record: PageRecord, changed: bool) -> None:
+        """A visit found whether the page changed: was its site's claim right?"""
+        claimed = record.claimed_change
+        if claimed is None or not record.history.visits:
+            return
+        record.claimed_change = None  # one claim, one check
+        said = claimed > record.fetched_at + CLAIM_SLACK
+        if not self.trust.check(_hostname(record.url), said, changed):
+            self._count("signals/wrong")
+        self._count("signals/checked")
+
     # -- visits ----------------------------------------------------------------------------
 
     def note_inlink(self, fp: int) -> None:
@@ -324,6 +380,7 @@ class Recrawler:
             threshold=self.settings.simhash_threshold,
             exact=self.settings.exact,
         )
+        self._check_claim(record, changed)
         if first:
             self._count("recrawl/pages_new")
         elif changed:
@@ -363,6 +420,7 @@ class Recrawler:
     def not_modified(self, fp: int, url: str, visit: Visit) -> PageRecord:
         """A 304: a visit that saw no change; the body it saved is counted."""
         record = self._record(fp, url)
+        self._check_claim(record, False)
         self._count("recrawl/not_modified")
         self._count("recrawl/bytes_saved", record.size)
         self.refresher.visited(record.history, False, None)
@@ -437,6 +495,10 @@ def _builtin_quality(name: str) -> Callable[[PageRecord], float]:
     if name == "inlinks":
         return lambda record: inlinks_quality(record.inlinks)
     raise ValueError(f"unknown quality {name!r}: use 'depth', 'inlinks' or a callable's path")
+
+
+def _hostname(url: str) -> str:
+    return (urlsplit(url).hostname or "").lower()
 
 
 def _http_date(value: str | None) -> float | None:

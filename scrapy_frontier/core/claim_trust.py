@@ -1,0 +1,70 @@
+"""How far each host's change claims (sitemap lastmod, feed updated) can be believed.
+
+A claim is checked whenever a fetch of a page whose site made one finds out whether the page
+really changed since the visit before: the claim said "changed" (its time is past the
+previous visit) or "not changed", and the fetch found a change (digest or simhash) or none.
+A host's score is its share of claims that agreed, with a prior of ``PRIOR`` agreements and
+as many disagreements, so that a few lucky checks do not make a host trusted.
+
+``trusted``: the claims decide (a page whose claim did not move waits for its verification
+visit). ``distrusted``: the claims are ignored, and the host's pages are recrawled on their
+fetch-based schedule as if it published nothing. In between (too few checks): a claim that
+moved makes the page due (which also checks it), one that did not move changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PRIOR = 1.0
+#: Checks a host needs before its claims decide anything alone.
+MIN_CHECKS = 3
+#: Scores at or above this are trusted; at or below DISTRUST, distrusted.
+TRUST = 0.8
+DISTRUST = 0.5
+
+
+@dataclass(slots=True)
+class HostClaims:
+    agreed: int = 0
+    disagreed: int = 0
+
+    @property
+    def checks(self) -> int:
+        return self.agreed + self.disagreed
+
+    @property
+    def score(self) -> float:
+        return (self.agreed + PRIOR) / (self.checks + 2 * PRIOR)
+
+
+class ClaimTrust:
+    """Per-host agreement between claimed and found changes (in memory, for one run)."""
+
+    __slots__ = ("hosts",)
+
+    def __init__(self) -> None:
+        self.hosts: dict[str, HostClaims] = {}
+
+    def check(self, host: str, claimed_changed: bool, found_changed: bool) -> bool:
+        """Record one check; return whether the claim agreed with the fetch."""
+        entry = self.hosts.get(host)
+        if entry is None:
+            entry = self.hosts[host] = HostClaims()
+        agreed = claimed_changed == found_changed
+        if agreed:
+            entry.agreed += 1
+        else:
+            entry.disagreed += 1
+        return agreed
+
+    def state(self, host: str) -> str:
+        """``trusted``, ``distrusted`` or ``unknown``."""
+        entry = self.hosts.get(host)
+        if entry is None or entry.checks < MIN_CHECKS:
+            return "unknown"
+        if entry.score >= TRUST:
+            return "trusted"
+        if entry.score <= DISTRUST:
+            return "distrusted"
+        return "unknown"

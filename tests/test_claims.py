@@ -1,0 +1,97 @@
+"""Change claims in the recrawl: a truthful host's claims decide, a liar's and a noisy
+host's are found out and ignored (on the fake clock, one Recrawler)."""
+
+from __future__ import annotations
+
+from scrapy_frontier.core import FakeClock
+from scrapy_frontier.core.claim_trust import MIN_CHECKS, ClaimTrust
+from scrapy_frontier.core.recrawl import Recrawler
+from scrapy_frontier.core.refresh import DAY
+from tests.test_recrawl import make_recrawler, page
+
+TEXT = " ".join(f"word{i}" for i in range(300))
+NEW = " ".join(f"other{i}" for i in range(300))
+
+
+def _visit(rc: Recrawler, fp: int, host: str, text: str) -> None:
+    rc.visited(fp, f"http://{host}/{fp}", page(text))
+
+
+def test_a_claim_past_the_last_visit_makes_the_page_due_now() -> None:
+    rc, clock = make_recrawler()
+    _visit(rc, 1, "a.example", TEXT)
+    _visit(rc, 2, "a.example", TEXT)
+    clock.advance(3600)
+    assert rc.claim(1, "http://a.example/1", clock.now - 60) == "due"
+    assert rc.claim(2, "http://a.example/2", clock.now - 7200) == "kept"  # before the visit
+    due = rc.take_due(10)
+    assert [r.fp for r in due] == [1]
+    assert rc.claim(99, "http://a.example/99", clock.now) == "unknown"
+    assert rc.counters["signals/due"] == 1 and rc.counters["signals/kept"] == 1
+
+
+def _check_many(rc: Recrawler, clock: FakeClock, host: str, *, claims_move: bool,
+                pages_change: bool, rounds: int, first: int = 0) -> list[str]:
+    """Visit pages, claim, visit again: ``rounds`` checks of the host's claims."""
+    outcomes = []
+    pages = range(first, first + rounds)
+    for fp in pages:
+        _visit(rc, fp, host, TEXT)
+    clock.advance(3600)
+    for fp in pages:
+        when = clock.now - 10 if claims_move else clock.now - 7200
+        outcomes.append(rc.claim(fp, f"http://{host}/{fp}", when))
+        _visit(rc, fp, host, NEW if pages_change else TEXT)
+    return outcomes
+
+
+def test_a_truthful_host_becomes_trusted_and_its_unmoved_claims_defer_the_visit() -> None:
+    rc, clock = make_recrawler()
+    _check_many(rc, clock, "true.example", claims_move=True, pages_change=True,
+                rounds=MIN_CHECKS + 2)
+    assert rc.trust.state("true.example") == "trusted"
+    record = rc.store.get(0)
+    assert record is not None
+    clock.advance(60)
+    assert rc.claim(0, "http://true.example/0", record.fetched_at - 5) == "deferred"
+    again = rc.store.get(0)
+    assert again is not None and again.next_due == record.fetched_at + 10 * DAY
+
+
+def test_a_liar_and_a_noisy_host_are_distrusted_and_then_ignored() -> None:
+    rc, clock = make_recrawler()
+    # The liar's lastmod never moves although its pages change.
+    _check_many(rc, clock, "liar.example", claims_move=False, pages_change=True, rounds=6)
+    # The noisy host's lastmod always moves although nothing changed.
+    _check_many(rc, clock, "noisy.example", claims_move=True, pages_change=False, rounds=6,
+                first=100)
+    assert rc.trust.state("liar.example") == "distrusted"
+    assert rc.trust.state("noisy.example") == "distrusted"
+    assert rc.counters["signals/wrong"] >= 2 * MIN_CHECKS
+    clock.advance(3600)
+    assert rc.claim(100, "http://noisy.example/100", clock.now) == "ignored"
+    before = rc.store.get(0)
+    assert rc.claim(0, "http://liar.example/0", 0.0) == "ignored"
+    after = rc.store.get(0)
+    assert before is not None and after is not None and after.next_due == before.next_due
+
+
+def test_trust_needs_checks_and_a_clear_majority() -> None:
+    trust = ClaimTrust()
+    assert trust.state("a") == "unknown"
+    for _ in range(MIN_CHECKS - 1):
+        trust.check("a", True, True)
+    assert trust.state("a") == "unknown"
+    trust.check("a", False, False)
+    assert trust.state("a") == "trusted"
+    for _ in range(4):
+        trust.check("a", True, False)
+    assert trust.state("a") in ("unknown", "distrusted")
+
+
+def test_a_claim_survives_the_store_as_json() -> None:
+    from scrapy_frontier.core.history import PageRecord
+
+    record = PageRecord(fp=1, url="http://a.example/", claimed_change=1234.5)
+    assert PageRecord.from_json(1, record.to_json()).claimed_change == 1234.5
+    assert PageRecord.from_json(1, PageRecord(fp=1, url="u").to_json()).claimed_change is None
