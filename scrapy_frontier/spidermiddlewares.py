@@ -90,6 +90,8 @@ class RecrawlMiddleware:
         if request is None:
             return
         record(request, visit_of(response, request))
+        if 200 <= response.status < 300:
+            scheduler.signals_received(request.url, response.body)
         if response.status == 304 and not scheduler.recrawler.settings.pass_304:
             raise NotModified(response, "Not modified since the last visit")
 

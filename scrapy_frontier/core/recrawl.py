@@ -341,6 +341,18 @@ class Recrawler:
         self._put(record)
         return outcome
 
+    def signal_source(self, fp: int) -> None:
+        """Page ``fp`` is a sitemap or a feed: due again after ``FRONTIER_RECRAWL_MIN``, so
+        that every run reads the claims afresh (its content is what the claims are)."""
+        record = self.store.get(fp)
+        if record is None or record.retired is not None:
+            return
+        soon = record.fetched_at + self.settings.refresh.min_interval
+        if record.history.next_due > soon:
+            record.history.next_due = soon
+            record.history.interval = self.settings.refresh.min_interval
+            self._put(record)
+
     def _check_claim(self, record: PageRecord, changed: bool) -> None:
         """A visit found whether the page changed: was its site's claim right?"""
         claimed = record.claimed_change

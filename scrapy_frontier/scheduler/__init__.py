@@ -31,6 +31,11 @@ from scrapy_frontier.meta import LEASE_META
 from scrapy_frontier.observe.observer import Observer
 from scrapy_frontier.observe.opening import frontier_line, history_line, quarantine_line
 from scrapy_frontier.scheduler.admission import Admission
+from scrapy_frontier.scheduler.change_signals import (
+    SignalReader,
+    looks_like_signals,
+    names_sitemaps,
+)
 from scrapy_frontier.scheduler.drivers import DriverContext, load_driver
 from scrapy_frontier.scheduler.engine import EngineAdapter
 from scrapy_frontier.scheduler.fetch_timing import FetchTiming
@@ -94,6 +99,8 @@ class FrontierScheduler:
         self.timing = FetchTiming(clock=clock, tcp_timing=config.tcp_timing,
                                   stall_discount=config.stall_discount)
         self.recrawl: RecrawlHooks | None = None
+        #: Reads sitemaps and feeds the spider fetches, with a page history only.
+        self.signals: SignalReader | None = None
         self.spider: Spider | None = None
         context = DriverContext(
             crawler=crawler, config=config, stats=self.stats, clock=clock,
@@ -180,6 +187,8 @@ class FrontierScheduler:
         self.admission.spider, self.admission.recrawl = spider, self.recrawl
         if self.recrawl is not None:
             self.driver.attach_recrawler(self.recrawl.recrawler)
+            self.signals = SignalReader(self.admission.fp64, self._record_claim,
+                                        self._record_source, self._count_recrawl)
             if mode == "continuous":
                 self.crawler.signals.connect(self._on_spider_idle, signal=signals.spider_idle)
         self._log_opening()
@@ -218,6 +227,8 @@ class FrontierScheduler:
     def close(self, reason: str) -> Deferred[None] | None:
         self.run.closed = True
         self.waker.close()
+        if self.signals is not None:
+            self.signals.close()
         self.timing.close()
         out, ended = self.inflight.take_all()
         # The engine has processed every response by now.
@@ -494,6 +505,36 @@ class FrontierScheduler:
             self.driver.record_visit(self.admission.fp64(request), request.url, visit)
         except StoreError as exc:
             self.run.state_failed(exc)
+
+    def signals_received(self, url: str, body: bytes) -> None:
+        """A response that may be a sitemap or a feed (from the recrawl spider middleware)."""
+        if self.signals is None or self.run.closed:
+            return
+        if looks_like_signals(url, body):
+            self.signals.received(url, body)
+        elif names_sitemaps(url, body):
+            self.signals.names_sitemaps(url)
+
+    def _record_claim(self, fp: int, url: str, changed_at: float) -> None:
+        if self.run.closed:
+            return
+        try:
+            self.driver.record_claim(fp, url, changed_at)
+        except StoreError as exc:
+            self.run.state_failed(exc)
+
+    def _record_source(self, fp: int) -> None:
+        if self.run.closed:
+            return
+        try:
+            self.driver.record_signal_source(fp)
+        except StoreError as exc:
+            self.run.state_failed(exc)
+
+    def _count_recrawl(self, key: str, n: int) -> None:
+        if self.recrawl is not None:
+            counters = self.recrawl.recrawler.counters
+            counters[key] = counters.get(key, 0) + n
 
     def _feed_due(self, now: float) -> None:
         """Queue pages of the history that are due (bypassing the seen test)."""

@@ -137,6 +137,12 @@ class Driver(Protocol):
     def record_visit(self, fp: int, url: str, visit: Visit | None) -> None:
         """Record a page visit (None: a download error) in the page history."""
 
+    def record_claim(self, fp: int, url: str, changed_at: float) -> None:
+        """A site claims page ``fp`` changed at ``changed_at`` (see Recrawler.claim)."""
+
+    def record_signal_source(self, fp: int) -> None:
+        """Page ``fp`` is a sitemap or a feed (see Recrawler.signal_source)."""
+
     def take_due(self, limit: int) -> list[PageRecord]:
         """Pages of the history due for a recrawl (claimed), at most ``limit``."""
 

@@ -307,6 +307,14 @@ class LocalDriver:
         if self.recrawler is not None:
             self.recrawler.record(fp, url, visit)
 
+    def record_claim(self, fp: int, url: str, changed_at: float) -> None:
+        if self.recrawler is not None:
+            self.recrawler.claim(fp, url, changed_at)
+
+    def record_signal_source(self, fp: int) -> None:
+        if self.recrawler is not None:
+            self.recrawler.signal_source(fp)
+
     def take_due(self, limit: int) -> list[PageRecord]:
         return [] if self.recrawler is None else self.recrawler.take_due(limit)
 

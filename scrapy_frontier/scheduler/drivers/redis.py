@@ -377,6 +377,15 @@ class RedisDriver:
         if self.recrawler is not None and not self._closed:
             self._next.visits.append((fp, url, visit))
 
+    def record_claim(self, fp: int, url: str, changed_at: float) -> None:
+        if self.recrawler is not None and not self._closed:
+            self._next.claims.append((fp, url, changed_at))
+            self._kick()
+
+    def record_signal_source(self, fp: int) -> None:
+        if self.recrawler is not None and not self._closed:
+            self._next.sources.append(fp)
+
     def take_due(self, limit: int) -> list[PageRecord]:
         """Due pages claimed by the last rounds; the next poll round claims more."""
         self._want_due = limit

@@ -75,6 +75,10 @@ class Round:
     retire: list[str] = field(default_factory=list)
     #: Page history updates: (fingerprint, URL, the visit, or None for a download error).
     visits: list[tuple[int, str, Visit | None]] = field(default_factory=list)
+    #: Change claims of sitemaps and feeds: (fingerprint, URL, claimed change time).
+    claims: list[tuple[int, str, float]] = field(default_factory=list)
+    #: Fingerprints of the sitemaps and feeds those claims came from.
+    sources: list[int] = field(default_factory=list)
     want: int = 0
     feed: int = 0
     """How many due pages of the history to claim for recrawling."""
@@ -83,7 +87,7 @@ class Round:
 
     def has_writes(self) -> bool:
         return bool(self.pushes or self.completions or self.quarantine or self.min_rests
-                    or self.retire or self.visits)
+                    or self.retire or self.visits or self.claims or self.sources)
 
     def merged(self, later: Round) -> Round:
         return Round(
@@ -93,6 +97,8 @@ class Round:
             min_rests=self.min_rests + later.min_rests,
             retire=self.retire + later.retire,
             visits=self.visits + later.visits,
+            claims=self.claims + later.claims,
+            sources=self.sources + later.sources,
         )
 
 
@@ -197,6 +203,10 @@ class RoundRunner:
         if recrawler is not None:
             for fp, url, visit in rnd.visits:
                 recrawler.record(fp, url, visit)
+            for fp in rnd.sources:
+                recrawler.signal_source(fp)
+            for fp, url, changed_at in rnd.claims:
+                recrawler.claim(fp, url, changed_at)
             # Before the completions: a worker killed between the two then fetches the
             # page again instead of losing its visit.
             recrawler.store.flush()

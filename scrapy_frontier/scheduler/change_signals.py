@@ -1,0 +1,97 @@
+"""Sitemaps and feeds a spider fetches, read for the change claims they carry.
+
+The recrawl middleware hands over the body of each response that looks like a sitemap, a
+sitemap index or a feed. :class:`SignalReader` parses it in a thread (a 50,000-URL sitemap
+takes a fraction of a second), then, back on the reactor, fingerprints its URLs a slice at a
+time (so no turn of the reactor holds more than ``SLICE`` of them) and gives each claim to the
+driver, which records it in the page history (:meth:`Recrawler.claim`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from scrapy import Request
+from twisted.internet.threads import deferToThread
+
+from scrapy_frontier.core.signals import Claim, Signals, read_signals
+from scrapy_frontier.scheduler.timer import call_later
+
+logger = logging.getLogger("scrapy_frontier.scheduler")
+
+#: Claims fingerprinted and recorded per turn of the reactor.
+SLICE = 2000
+_XML_START = (b"<?xml", b"<urlset", b"<sitemapindex", b"<rss", b"<feed")
+
+
+def names_sitemaps(url: str, body: bytes) -> bool:
+    """A robots.txt with ``Sitemap:`` lines (what SitemapSpider may start from)."""
+    return url.partition("?")[0].endswith("/robots.txt") and b"sitemap:" in body.lower()
+
+
+def looks_like_signals(url: str, body: bytes) -> bool:
+    """A cheap look at a response: XML whose root may be a sitemap or a feed, or gzip at a
+    ``.gz`` URL (a compressed sitemap, which Scrapy does not decompress)."""
+    if body[:2] == b"\x1f\x8b":
+        return url.partition("?")[0].endswith(".gz")
+    head = body[:512].lstrip(b"\xef\xbb\xbf \t\r\n")
+    if not head.startswith(_XML_START):
+        return False
+    return any(tag in body[:4096] for tag in (b"<urlset", b"<sitemapindex", b"<rss", b"<feed"))
+
+
+class SignalReader:
+    """Reads the documents it is given and records their claims (one per page URL)."""
+
+    def __init__(self, fp64: Callable[[Request], int],
+                 record: Callable[[int, str, float], None],
+                 source: Callable[[int], None],
+                 count: Callable[[str, int], None]) -> None:
+        self.fp64 = fp64
+        self.record = record
+        self.source = source
+        self.count = count
+        self.closed = False
+
+    def names_sitemaps(self, url: str) -> None:
+        """A robots.txt naming sitemaps: read again as often as they are."""
+        self.source(self.fp64(Request(url)))
+
+    def received(self, url: str, body: bytes) -> None:
+        d = deferToThread(read_signals, body)
+        d.addCallback(self._read, url)
+        d.addErrback(lambda failure: logger.warning(
+            "Could not read the change signals of %s: %s", url, failure.getErrorMessage()))
+
+    def _read(self, signals: Signals, url: str) -> None:
+        if self.closed or signals.kind == "other":
+            return
+        self.count(f"signals/documents/{signals.kind}", 1)
+        self.source(self.fp64(Request(url)))  # a response's URL: always a valid request
+        if signals.truncated:
+            logger.info("%s: read up to the sitemap limits (50,000 URLs, 50 MB) or to where it "
+                        "stops being valid XML; the rest is not used", url)
+        self._record_slice(signals.claims, 0)
+
+    def _record_slice(self, claims: list[Claim], start: int) -> None:
+        if self.closed:
+            return
+        for claim in claims[start:start + SLICE]:
+            if claim.changed_at is None:
+                continue
+            try:
+                fp = self.fp64(Request(claim.url))
+            except (ValueError, TypeError):
+                continue  # not a URL Scrapy can request
+            self.record(fp, claim.url, claim.changed_at)
+        if start + SLICE < len(claims):
+            call_later(0, lambda: self._record_slice(claims, start + SLICE))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+__all__ = ["SignalReader", "looks_like_signals", "names_sitemaps"]
+
+

@@ -1,0 +1,108 @@
+"""Sitemaps as change signals in a recrawl, on every backend that keeps a page history.
+
+A SitemapSpider crawls the test web twice. Its hosts publish sitemaps (robots.txt names an
+index; one child is gzip): host 0 tells the truth, host 1 lies (its lastmod never moves),
+host 2 is noisy (its lastmod is always now), host 3 publishes nothing. Between the runs some
+pages change. Pages are due again only after a day (FRONTIER_RECRAWL_INITIAL), sitemaps
+after half a second, so the second run fetches a page only because a claim said it changed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from frontier_testweb import GroundTruth, ServerProcess, read_log
+from frontier_testweb.crawl import FRONTIER_ADDON
+from tests.redis_server import RedisServer
+
+pytestmark = pytest.mark.crawl
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = 16
+WEB = ["--shape", "wide", "--hosts", "4", "--pages", str(PAGES), "--latency", "0.002", "0.005",
+       "--cross-links", "0", "--signals", "--change-rate", "0.4", "--changing-fraction", "0.5",
+       "--seed", "11"]
+_names = itertools.count()
+
+
+def _settings(backend: str, tmp: Path, redis_server: RedisServer) -> dict[str, Any]:
+    settings: dict[str, Any] = {
+        "ADDONS": FRONTIER_ADDON, "LOG_LEVEL": "INFO", "TELNETCONSOLE_ENABLED": False,
+        "ROBOTSTXT_OBEY": False, "FRONTIER_MIN_DELAY": 0.0,
+        "FRONTIER_RECRAWL_INITIAL": 86400.0, "FRONTIER_RECRAWL_MIN": 0.5}
+    if backend == "sqlite":
+        settings["JOBDIR"] = str(tmp / "job")
+    else:
+        n = next(_names)
+        settings.update(FRONTIER_BACKEND="redis", REDIS_URL=redis_server.url,
+                        FRONTIER_REDIS_KEY=f"sig{n}:frontier:",
+                        FRONTIER_REDIS_SEEN_KEY=f"sig{n}:seen:",
+                        FRONTIER_REDIS_HISTORY_KEY=f"sig{n}:history:",
+                        FRONTIER_REDIS_IDLE_GRACE=0.5)
+    return settings
+
+
+def _crawl(settings: dict[str, Any], robots: list[str], workdir: Path) -> tuple[dict[str, Any],
+                                                                                 str]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    stats = workdir / "stats.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.signals_spider", json.dumps(settings), str(stats),
+         *robots], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-3000:]
+    return json.loads(stats.read_text()), output
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_a_recrawl_fetches_what_the_sitemaps_say_changed(backend: str, tmp_path: Path,
+                                                         redis_server: RedisServer) -> None:
+    settings = _settings(backend, tmp_path, redis_server)
+    log = tmp_path / "server.jsonl"
+    with ServerProcess(WEB, log_path=str(log)) as web:
+        truth = GroundTruth.from_announcement(web.info)
+        hosts = [h["address"] for h in web.info["hosts"]]
+        port = web.info["port"]
+        robots = [f"http://{h}:{port}/robots.txt" for h in hosts]
+        first, out1 = _crawl(settings, robots, tmp_path / "run1")
+        assert first.get("finish_reason") == "finished", out1[-3000:]
+        run1 = read_log(log)
+        fetched1 = {(e.host, e.path): e.start for e in run1 if e.path.startswith("/p/")}
+        # Host 3 publishes no sitemap: SitemapSpider finds none of its pages.
+        assert {h for h, _ in fetched1} == set(hosts[:3]), sorted(fetched1)
+        time.sleep(3.0)  # pages change meanwhile (0.4 changes per second, half the pages)
+        second, out2 = _crawl(settings, robots, tmp_path / "run2")
+        assert second.get("finish_reason") == "finished", out2[-3000:]
+        run2 = read_log(log)[len(run1):]
+    pages2 = [e for e in run2 if e.path.startswith("/p/")]
+    fetched2 = {(e.host, e.path) for e in pages2}
+    sitemaps2 = [e for e in run2 if e.path.startswith("/sitemap")]
+    assert sitemaps2, "the second run read no sitemap"
+    read_at = {e.host: e.start for e in sitemaps2 if e.path != "/sitemap.xml"}
+
+    def changed_before_read(host: str, path: str) -> bool:
+        return bool(truth.change_times(host, path, fetched1[(host, path)] + 1.5,
+                                       read_at[host] - 0.5))
+
+    truthful, liar, noisy = hosts[:3]
+    changed = {(truthful, p) for h, p in fetched1 if h == truthful
+               and changed_before_read(truthful, p)}
+    got = {(h, p) for h, p in fetched2 if h == truthful}
+    assert changed, "no page of the truthful host changed between the runs: slow the test web"
+    assert changed <= got, (sorted(changed - got), sorted(got))
+    for host, path in got:  # nothing fetched that its claim did not say changed
+        assert truth.change_times(host, path, fetched1[(host, path)], time.monotonic()), path
+    # The liar's claims never move: none of its pages is fetched (they are not due).
+    assert not {p for h, p in fetched2 if h == liar}
+    # The noisy host claims every page changed: all are fetched (and found unchanged).
+    assert {p for h, p in fetched2 if h == noisy} == {p for h, p in fetched1 if h == noisy}
+    assert second.get("frontier/signals/due", 0) >= len(changed) + PAGES
+    assert second.get("frontier/signals/documents/urlset", 0) >= 6
