@@ -95,3 +95,14 @@ def test_a_claim_survives_the_store_as_json() -> None:
     record = PageRecord(fp=1, url="http://a.example/", claimed_change=1234.5)
     assert PageRecord.from_json(1, record.to_json()).claimed_change == 1234.5
     assert PageRecord.from_json(1, PageRecord(fp=1, url="u").to_json()).claimed_change is None
+
+
+def test_a_host_found_out_stays_found_out_in_the_next_run() -> None:
+    rc, clock = make_recrawler()
+    _check_many(rc, clock, "noisy.example", claims_move=True, pages_change=False, rounds=6)
+    assert rc.trust.state("noisy.example") == "distrusted"
+    rc.store.flush()
+    again = Recrawler(rc.settings, rc.store, clock=clock)
+    assert again.trust.state("noisy.example") == "distrusted"
+    clock.advance(3600)
+    assert again.claim(0, "http://noisy.example/0", clock.now) == "ignored"

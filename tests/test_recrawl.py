@@ -122,6 +122,23 @@ def test_a_record_found_bad_during_a_scan_is_set_aside_after_it(store: Any) -> N
     assert store.quarantine_size() == 1 and store.get(1200) is None and len(store) == 2498
 
 
+def test_claim_checks_add_up_across_flushes_and_reopens(store: Any, tmp_path: Path) -> None:
+    assert store.load_trust() == {}
+    store.add_trust("a.example", 1, 0)
+    store.add_trust("a.example", 2, 1)
+    store.add_trust("b.example", 0, 3)
+    store.put(record(1, 1.0))
+    store.flush()
+    store.add_trust("a.example", 1, 0)
+    store.flush()  # counts alone, no record
+    assert store.load_trust() == {"a.example": (4, 1), "b.example": (0, 3)}
+    if isinstance(store, SQLiteHistoryStore):
+        store.close()
+        again = SQLiteHistoryStore(store.path)
+        assert again.load_trust() == {"a.example": (4, 1), "b.example": (0, 3)}
+        again.close()
+
+
 def test_sqlite_store_survives_close_and_reopen(tmp_path: Path) -> None:
     path = tmp_path / "history.sqlite"
     s = SQLiteHistoryStore(path)

@@ -1,5 +1,8 @@
 """How far each host's change claims (sitemap lastmod, feed updated) can be believed.
 
+The counts are kept with the page history (``HistoryStore.add_trust``), so a host found out
+in one run stays found out in the next, and on Redis every worker adds to the same counts.
+
 A claim is checked whenever a fetch of a page whose site made one finds out whether the page
 really changed since the visit before: the claim said "changed" (its time is past the
 previous visit) or "not changed", and the fetch found a change (digest or simhash) or none.
@@ -43,8 +46,11 @@ class ClaimTrust:
 
     __slots__ = ("hosts",)
 
-    def __init__(self) -> None:
-        self.hosts: dict[str, HostClaims] = {}
+    def __init__(self, known: dict[str, tuple[int, int]] | None = None) -> None:
+        """``known``: (agreed, disagreed) per host from earlier runs."""
+        self.hosts: dict[str, HostClaims] = {
+            host: HostClaims(agreed, disagreed) for host, (agreed, disagreed)
+            in (known or {}).items()}
 
     def check(self, host: str, claimed_changed: bool, found_changed: bool) -> bool:
         """Record one check; return whether the claim agreed with the fetch."""

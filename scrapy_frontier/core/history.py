@@ -238,6 +238,14 @@ class HistoryStore(Protocol):
         """Records set aside because they could not be read (this run and earlier ones)."""
         ...
 
+    def load_trust(self) -> dict[str, tuple[int, int]]:
+        """Each host's checked change claims: (agreed, disagreed), over every run."""
+        ...
+
+    def add_trust(self, host: str, agreed: int, disagreed: int) -> None:
+        """Count checks of ``host``'s claims (written with the next flush)."""
+        ...
+
     def sync(self) -> None:
         """Flush, and make what was flushed survive a power loss (a no-op in memory)."""
         ...
@@ -340,6 +348,7 @@ class MemoryHistoryStore:
         self._weights = SortedKeys()
         #: Nothing is ever set aside: the store holds only the records it wrote.
         self.quarantined = 0
+        self._trust: dict[str, tuple[int, int]] = {}
 
     def get(self, fp: int) -> PageRecord | None:
         # A copy, as a durable store would give: callers change what they get.
@@ -420,6 +429,13 @@ class MemoryHistoryStore:
 
     def quarantine_size(self) -> int:
         return 0
+
+    def load_trust(self) -> dict[str, tuple[int, int]]:
+        return dict(self._trust)
+
+    def add_trust(self, host: str, agreed: int, disagreed: int) -> None:
+        a, d = self._trust.get(host, (0, 0))
+        self._trust[host] = (a + agreed, d + disagreed)
 
     def sync(self) -> None:
         return None

@@ -163,7 +163,7 @@ class Recrawler:
         self._exhausted = first_due is None or first_due > self._due_until
         self._inlinks: dict[int, int] = {}
         #: How far each host's change claims agree with what fetches find.
-        self.trust = ClaimTrust()
+        self.trust = ClaimTrust(store.load_trust())
         self._puts = 0
         self._calibrated_at = -math.inf
         self.maybe_calibrate()
@@ -360,7 +360,10 @@ class Recrawler:
             return
         record.claimed_change = None  # one claim, one check
         said = claimed > record.fetched_at + CLAIM_SLACK
-        if not self.trust.check(_hostname(record.url), said, changed):
+        host = _hostname(record.url)
+        agreed = self.trust.check(host, said, changed)
+        self.store.add_trust(host, int(agreed), int(not agreed))
+        if not agreed:
             self._count("signals/wrong")
         self._count("signals/checked")
 

@@ -6,6 +6,7 @@ Keys under one prefix ``H`` (default ``<spider>:history:``)::
     H pages    HASH   fingerprint -> the page record as JSON (PageRecord.to_json)
     H due      ZSET   fingerprint -> eligible time (pages not retired)
     H weight   ZSET   fingerprint -> quality, for eviction
+    H trust    HASH   "<host>|agreed", "<host>|disagreed" -> checks of its change claims
     H quarantine HASH fingerprint -> JSON {"data", "error", "at"}: records that cannot be
                       read, set aside when met (scrapy frontier quarantine)
 
@@ -46,6 +47,7 @@ class RedisHistoryStore:
         self.client = client
         self.prefix = prefix
         self._pending: dict[int, PageRecord] = {}
+        self._trust: dict[str, tuple[int, int]] = {}
         self._claim = client.register_script(lua_source("history_claim_due"))
         self._set_aside = client.register_script(lua_source("history_quarantine"))
         #: Records this process moved to the quarantine (frontier/history/quarantined).
@@ -219,20 +221,40 @@ class RedisHistoryStore:
     def unsaved(self) -> int:
         return len(self._pending)
 
+    def load_trust(self) -> dict[str, tuple[int, int]]:
+        raw = self.guard("reading the hosts' claim checks",
+                         lambda: self.client.hgetall(self.key("trust")))
+        out: dict[str, list[int]] = {}
+        for field, value in raw.items():
+            host, _, which = text(field).rpartition("|")
+            counts = out.setdefault(host, [0, 0])
+            counts[which == "disagreed"] += int(value)
+        return {host: (a, d) for host, (a, d) in out.items()}
+
+    def add_trust(self, host: str, agreed: int, disagreed: int) -> None:
+        a, d = self._trust.get(host, (0, 0))
+        self._trust[host] = (a + agreed, d + disagreed)
+
     def sync(self) -> None:
         """Flush; what Redis keeps across a failure is its persistence setting's business."""
         self.flush()
 
     def flush(self) -> None:
-        if not self._pending:
+        if not self._pending and not self._trust:
             return
         # Taken whole in one step: a record put meanwhile (from another thread) goes to
         # the next flush instead of being cleared unwritten.
         taken, self._pending = self._pending, {}
+        trust, self._trust = self._trust, {}
         batch = list(taken.values())
 
         def write() -> Any:
             pipe = self.client.pipeline(transaction=False)
+            for host, (a, d) in trust.items():
+                if a:
+                    pipe.hincrby(self.key("trust"), f"{host}|agreed", a)
+                if d:
+                    pipe.hincrby(self.key("trust"), f"{host}|disagreed", d)
             for r in batch:
                 pipe.hset(self.key("pages"), r.fp, r.to_json())
                 if r.retired is None:
@@ -247,6 +269,8 @@ class RedisHistoryStore:
         except BaseException:
             for fp, record in taken.items():  # kept for the next try; newer ones win
                 self._pending.setdefault(fp, record)
+            for host, (a, d) in trust.items():
+                self.add_trust(host, a, d)
             raise
 
     def marks(self) -> int:

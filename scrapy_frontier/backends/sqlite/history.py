@@ -42,6 +42,12 @@ DUE_QUERY = (
 COUNT_DUE_QUERY = ("SELECT COUNT(*) FROM (SELECT 1 FROM pages WHERE retired = 0 AND "
                    "eligible <= ? LIMIT ?)")
 NEXT_DUE_QUERY = "SELECT MIN(eligible) FROM pages WHERE retired = 0"
+#: Each host's checked change claims (core/claim_trust.py), added to at every flush.
+TRUST_SCHEMA = ("CREATE TABLE IF NOT EXISTS claim_trust(host TEXT PRIMARY KEY, "
+                "agreed INTEGER NOT NULL, disagreed INTEGER NOT NULL) WITHOUT ROWID")
+TRUST_UPSERT = ("INSERT INTO claim_trust(host, agreed, disagreed) VALUES (?, ?, ?) "
+                "ON CONFLICT(host) DO UPDATE SET agreed = agreed + excluded.agreed, "
+                "disagreed = disagreed + excluded.disagreed")
 # Not in the schema: created with the first record set aside.
 QUARANTINE_SCHEMA = ("CREATE TABLE IF NOT EXISTS quarantine(fp INTEGER PRIMARY KEY, data, "
                      "error TEXT NOT NULL, at TEXT NOT NULL) WITHOUT ROWID")
@@ -65,6 +71,7 @@ class SQLiteHistoryStore(WALFileStore):
         self.flush_interval = flush_interval
         self._clock = clock
         self._pending: dict[int, PageRecord] = {}
+        self._trust: dict[str, tuple[int, int]] = {}
         self._flush_at = 0.0
         self._closed = False
         #: Records this process moved to the quarantine (frontier/history/quarantined).
@@ -244,25 +251,45 @@ class SQLiteHistoryStore(WALFileStore):
     def unsaved(self) -> int:
         return len(self._pending)
 
+    def load_trust(self) -> dict[str, tuple[int, int]]:
+        try:
+            if not self._conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = "
+                                      "'claim_trust'").fetchone()[0]:
+                return {}
+            rows = self._conn.execute(
+                "SELECT host, agreed, disagreed FROM claim_trust").fetchall()
+        except sqlite3.Error as exc:
+            raise self._error(exc, "reading the hosts' claim checks failed") from exc
+        return {str(host): (int(a), int(d)) for host, a, d in rows}
+
+    def add_trust(self, host: str, agreed: int, disagreed: int) -> None:
+        a, d = self._trust.get(host, (0, 0))
+        self._trust[host] = (a + agreed, d + disagreed)
+
     def flush(self) -> None:
-        if not self._pending:
+        if not self._pending and not self._trust:
             return
         self._check_open()
         batch = [
             (r.fp, r.eligible, r.weight, 0 if r.retired is None else 1, r.to_json())
             for _, r in sorted(self._pending.items())
         ]
+        trust = [(host, a, d) for host, (a, d) in sorted(self._trust.items())]
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
             conn.executemany(
                 "INSERT OR REPLACE INTO pages(fp, eligible, weight, retired, data) "
                 "VALUES (?, ?, ?, ?, ?)", batch)
+            if trust:
+                conn.execute(TRUST_SCHEMA)
+                conn.executemany(TRUST_UPSERT, trust)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             self._rollback()
             raise self._error(exc, f"writing {len(batch)} page records failed") from exc
         self._pending.clear()
+        self._trust.clear()
 
     def _rollback(self) -> None:
         if self._conn.in_transaction:
