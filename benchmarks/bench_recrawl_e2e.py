@@ -10,7 +10,14 @@ also noisy: a line that differs on every fetch). Each is crawled in rounds, one
   fetches the pages that are due, conditionally;
 * ``everything`` -- the same frontier with ``FRONTIER_RECRAWL = "off"`` and no
   job directory: each run fetches every page again, as a crawl without a page
-  history does.
+  history does;
+* ``signals`` -- ``recrawl``, plus the sitemaps of the hosts that publish them as start
+  URLs: their claims make changed pages due and, once a host's claims have proved right,
+  let its unchanged pages wait (docs/signals.rst).
+
+Every server publishes sitemaps (``serve --signals``): by host number, truthful, liar (lastmod
+never moves), noisy (lastmod always now) or silent; the table breaks freshness and fetches
+down by kind. Sitemap fetches are counted apart and in the totals.
 
 From each server's log and the ground truth of its change model
 (:mod:`frontier_testweb.changes`), sampled every 0.25 s over the whole
@@ -41,15 +48,17 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "recrawl_e2e.json"
 PLOT = HERE.parent / "docs" / "_static" / "recrawl_e2e.png"
 
-WEB = ["--shape", "wide", "--hosts", "10", "--pages", "10", "--latency", "0.005", "0.02",
+WEB = ["--shape", "wide", "--hosts", "12", "--pages", "10", "--latency", "0.005", "0.02",
        "--cross-links", "0", "--seed", "3", "--change-rate", "0.05", "--rate-shape", "0.5",
-       "--noisy-fraction", "0.3"]
+       "--noisy-fraction", "0.3", "--signals"]
+NAMES = ("everything", "recrawl", "signals")
+KINDS = ("truthful", "liar", "noisy", "silent")
 COMMON: dict[str, Any] = {"ADDONS": FRONTIER_ADDON, "LOG_LEVEL": "WARNING",
                           "FRONTIER_MIN_DELAY": 0.0, "FRONTIER_DELAY_FACTOR": 2.0}
 
 
 def settings_for(name: str, job: Path, period: float) -> dict[str, Any]:
-    if name == "recrawl":
+    if name in ("recrawl", "signals"):
         return {**COMMON, "JOBDIR": str(job), "FRONTIER_RECRAWL": "due",
                 "FRONTIER_RECRAWL_INITIAL": period, "FRONTIER_RECRAWL_MIN": period / 2,
                 "FRONTIER_RECRAWL_MAX": 100 * period}
@@ -111,19 +120,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rounds = 3 if args.quick else args.rounds
     tmp = Path(tempfile.mkdtemp(prefix="bench-recrawl-"))
-    names = ("recrawl", "everything")
+    names = NAMES
     logs = {n: tmp / f"{n}.jsonl" for n in names}
     servers = {n: ServerProcess(WEB, log_path=str(logs[n])).start() for n in names}
     try:
         truths = {n: GroundTruth.from_announcement(servers[n].info) for n in names}
         pages = {n: {(h, p) for h, p in servers[n].expected} for n in names}
+        info = servers["signals"].info
+        kind_of = {h["address"]: h.get("signals", "silent") for h in info["hosts"]}
+        sitemaps = [f"http://{h['address']}:{info['port']}{path}" for h in info["hosts"]
+                    if h.get("signals", "silent") != "silent"
+                    for path in ("/sitemap-1.xml.gz", "/sitemap-2.xml")]
         begin = time.monotonic()
         for r in range(rounds):
             due = begin + r * args.period
             time.sleep(max(0.0, due - time.monotonic()))
             for n in names:
                 started = time.monotonic()
-                result = run_crawl(servers[n].start_urls, settings_for(n, tmp / f"job-{n}",
+                starts = servers[n].start_urls + (sitemaps if n == "signals" else [])
+                result = run_crawl(starts, settings_for(n, tmp / f"job-{n}",
                                    args.period), allowed_domains=servers[n].allowed_domains,
                                    workdir=tmp / f"crawl-{n}-{r}", timeout=120)
                 if result.returncode != 0:
@@ -137,27 +152,52 @@ def main(argv: list[str] | None = None) -> int:
         for s in servers.values():
             s.stop()
     rows: dict[str, Any] = {}
+    by_kind: dict[str, dict[str, Any]] = {}
     for n in names:
         entries = read_log(logs[n])
         first_done = min(e.end for e in entries if e.path.startswith("/p/"))
         # Measure from the end of the first round's first fetch to the end of the run.
-        rows[n] = measure(entries, truths[n], pages[n], max(first_done, begin), end)
+        t0 = max(first_done, begin)
+        rows[n] = measure(entries, truths[n], pages[n], t0, end)
+        signal_fetches = [e for e in entries if e.path.startswith("/sitemap")
+                          and e.start >= t0 - 1e-9]
+        rows[n]["sitemap_fetches"] = len(signal_fetches)
+        rows[n]["total_fetches"] = rows[n]["fetches"] + len(signal_fetches)
+        rows[n]["bytes"] += sum(e.bytes for e in signal_fetches)
+        by_kind[n] = {}
+        for kind in KINDS:
+            subset = {(h, p) for h, p in pages[n] if kind_of.get(h) == kind}
+            if subset:
+                row = measure(entries, truths[n], subset, t0, end)
+                by_kind[n][kind] = {k: v for k, v in row.items() if k != "series"}
     print()
     print(f"{'config':>11} {'freshness':>9} {'age s':>7} {'fetches':>7} {'200':>5} "
-          f"{'304':>5} {'bytes':>9}")
+          f"{'304':>5} {'sitemaps':>8} {'bytes':>9}")
     for n, row in rows.items():
-        print(f"{n:>11} {row['freshness']:9.3f} {row['age_s']:7.2f} {row['fetches']:7d} "
-              f"{row['full_responses']:5d} {row['not_modified']:5d} {row['bytes']:9d}")
-    rc, ev = rows["recrawl"], rows["everything"]
-    print(f"\nrecrawl: {rc['bytes'] / ev['bytes']:.2f} x the bytes and "
-          f"{rc['fetches'] / ev['fetches']:.2f} x the fetches of re-crawling everything, "
-          f"freshness {rc['freshness']:.3f} vs {ev['freshness']:.3f}")
+        print(f"{n:>11} {row['freshness']:9.3f} {row['age_s']:7.2f} {row['total_fetches']:7d} "
+              f"{row['full_responses']:5d} {row['not_modified']:5d} "
+              f"{row['sitemap_fetches']:8d} {row['bytes']:9d}")
+    print(f"\n{'by host kind':>14} " + " ".join(f"{n:>21}" for n in names))
+    for kind in KINDS:
+        cells = []
+        for n in names:
+            row = by_kind[n].get(kind)
+            cells.append("-".rjust(21) if row is None else
+                         f"{row['freshness']:.3f} / {row['fetches']:4d} fetches".rjust(21))
+        print(f"{kind:>14} " + " ".join(cells))
+    ev = rows["everything"]
+    for n in ("recrawl", "signals"):
+        rc = rows[n]
+        print(f"\n{n}: {rc['bytes'] / ev['bytes']:.2f} x the bytes and "
+              f"{rc['total_fetches'] / ev['total_fetches']:.2f} x the fetches of re-crawling "
+              f"everything, freshness {rc['freshness']:.3f} vs {ev['freshness']:.3f}")
     if args.quick:
         return 0
     results = {"generated": time.strftime("%Y-%m-%d %H:%M:%S"), "web": WEB,
                "rounds": rounds, "period": args.period,
                "rows": {n: {k: v for k, v in r.items() if k != "series"}
-                        for n, r in rows.items()}}
+                        for n, r in rows.items()},
+               "by_kind": by_kind}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2))
     print(f"wrote {RESULTS}")
