@@ -106,3 +106,23 @@ def test_a_host_found_out_stays_found_out_in_the_next_run() -> None:
     assert again.trust.state("noisy.example") == "distrusted"
     clock.advance(3600)
     assert again.claim(0, "http://noisy.example/0", clock.now) == "ignored"
+
+
+def test_a_trusted_claim_stands_in_for_a_missing_last_modified() -> None:
+    rc, clock = make_recrawler()
+    _check_many(rc, clock, "true.example", claims_move=True, pages_change=True, rounds=5)
+    assert rc.trust.state("true.example") == "trusted"
+    clock.advance(3600)
+    when = clock.now - 120
+    assert rc.claim(0, "http://true.example/0", when) == "due"
+    _visit(rc, 0, "true.example", TEXT + " changed")  # the visit sends no Last-Modified
+    record = rc.store.get(0)
+    assert record is not None and record.history.last_modified[-1] == when
+    # An untrusted host's claim is not used so.
+    rc2, clock2 = make_recrawler()
+    _visit(rc2, 1, "new.example", TEXT)
+    clock2.advance(3600)
+    rc2.claim(1, "http://new.example/1", clock2.now - 120)
+    _visit(rc2, 1, "new.example", NEW)
+    other = rc2.store.get(1)
+    assert other is not None and other.history.last_modified[-1] is None

@@ -395,6 +395,7 @@ class Recrawler:
             threshold=self.settings.simhash_threshold,
             exact=self.settings.exact,
         )
+        claimed = record.claimed_change
         self._check_claim(record, changed)
         if first:
             self._count("recrawl/pages_new")
@@ -402,7 +403,13 @@ class Recrawler:
             self._count("recrawl/pages_changed")
         else:
             self._count("recrawl/pages_unchanged")
-        self.refresher.visited(record.history, changed, _http_date(visit.last_modified))
+        last_modified = _http_date(visit.last_modified)
+        if (last_modified is None and claimed is not None and claimed <= self.clock()
+                and self.trust.state(_hostname(url)) == "trusted"):
+            # No Last-Modified: a trusted host's claim is the change time the
+            # Last-Modified estimator wants.
+            last_modified = claimed
+        self.refresher.visited(record.history, changed, last_modified)
         record.digest = visit.digest
         record.simhash = visit.simhash
         record.simhash_version = SIMHASH_VERSION if visit.simhash is not None else 0
