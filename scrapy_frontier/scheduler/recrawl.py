@@ -124,6 +124,11 @@ class RecrawlHooks:
         quarantined = self.recrawler.store.quarantined
         if quarantined:
             stats.set_value("frontier/history/quarantined", quarantined)
+        trust = self.recrawler.trust
+        if trust.hosts:
+            states = [trust.state(host) for host in list(trust.hosts)]
+            stats.set_value("frontier/signals/hosts_trusted", states.count("trusted"))
+            stats.set_value("frontier/signals/hosts_distrusted", states.count("distrusted"))
 
 
 def select_records(store: HistoryStore, requests: list[tuple[int | None, str | None]]
