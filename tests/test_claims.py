@@ -126,3 +126,20 @@ def test_a_trusted_claim_stands_in_for_a_missing_last_modified() -> None:
     _visit(rc2, 1, "new.example", NEW)
     other = rc2.store.get(1)
     assert other is not None and other.history.last_modified[-1] is None
+
+
+def test_a_sitemaps_changefreq_is_a_new_pages_first_interval() -> None:
+    rc, clock = make_recrawler()
+    assert rc.claim(7, "http://a.example/7", None, 3600.0) == "seeded"
+    assert rc.claim(8, "http://a.example/8", clock.now, float("inf")) == "unknown"  # never
+    _visit(rc, 7, "a.example", TEXT)
+    _visit(rc, 8, "a.example", TEXT)
+    seven, eight = rc.store.get(7), rc.store.get(8)
+    assert seven is not None and eight is not None
+    assert seven.history.interval == 3600.0 and seven.next_due == clock.now + 3600.0
+    assert eight.history.interval == DAY  # FRONTIER_RECRAWL_INITIAL
+    # Clamped like any interval: FRONTIER_RECRAWL_MIN is 60 s here.
+    rc.claim(9, "http://a.example/9", None, 1.0)
+    _visit(rc, 9, "a.example", TEXT)
+    nine = rc.store.get(9)
+    assert nine is not None and nine.history.interval == 60.0

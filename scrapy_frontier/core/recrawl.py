@@ -125,6 +125,10 @@ class Visit:
     """The encoded request to replay on a recrawl (opaque here; see the scheduler)."""
 
 
+#: Pages never fetched whose changefreq is kept for their first interval (about 100 bytes
+#: each).
+SEEDS_KEPT = 200_000
+
 #: Seconds a claimed change time may be past a visit and still be that visit's content
 #: (clocks, and sitemaps written to the second).
 CLAIM_SLACK = 1.0
@@ -164,6 +168,8 @@ class Recrawler:
         self._inlinks: dict[int, int] = {}
         #: How far each host's change claims agree with what fetches find.
         self.trust = ClaimTrust(store.load_trust())
+        #: First intervals of pages never fetched, from their sitemaps' changefreq.
+        self._seeds: dict[int, float] = {}
         self._puts = 0
         self._calibrated_at = -math.inf
         self.maybe_calibrate()
@@ -306,8 +312,13 @@ class Recrawler:
 
     # -- change claims (sitemaps, feeds) ---------------------------------------------------
 
-    def claim(self, fp: int, url: str, changed_at: float | None) -> str:
-        """A site claims page ``fp`` last changed at ``changed_at`` (wall clock).
+    def claim(self, fp: int, url: str, changed_at: float | None,
+              changefreq: float | None = None) -> str:
+        """A site claims page ``fp`` last changed at ``changed_at`` (wall clock), and
+        changes every ``changefreq`` seconds.
+
+        For a page never fetched, a finite ``changefreq`` is kept (at most SEEDS_KEPT of
+        them, in this process) to be its first interval after its first visit: ``seeded``.
 
         A claim past the last visit makes the page due now, unless the host's claims have
         proved wrong; one that did not move defers the next visit to the verification
@@ -316,6 +327,11 @@ class Recrawler:
         ``ignored`` (a distrusted host), ``unknown`` (never fetched) or ``retired``.
         """
         record = self.store.get(fp)
+        if record is None and changefreq is not None and math.isfinite(changefreq) \
+                and changefreq > 0 and len(self._seeds) < SEEDS_KEPT:
+            self._seeds[fp] = changefreq
+            self._count("signals/seeded")
+            return "seeded"
         if record is None or changed_at is None:
             self._count("signals/unknown")
             return "unknown"
@@ -409,7 +425,8 @@ class Recrawler:
             # No Last-Modified: a trusted host's claim is the change time the
             # Last-Modified estimator wants.
             last_modified = claimed
-        self.refresher.visited(record.history, changed, last_modified)
+        self.refresher.visited(record.history, changed, last_modified,
+                               self._seeds.pop(fp, None) if first else None)
         record.digest = visit.digest
         record.simhash = visit.simhash
         record.simhash_version = SIMHASH_VERSION if visit.simhash is not None else 0

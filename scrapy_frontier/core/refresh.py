@@ -575,14 +575,19 @@ class Refresher:
         self.clock: Clock = clock or time.time
 
     def visited(
-        self, history: PageHistory, changed: bool, last_modified: float | None = None
+        self, history: PageHistory, changed: bool, last_modified: float | None = None,
+        first_interval: float | None = None,
     ) -> float:
-        """Record a successful visit now; return the page's next due time."""
+        """Record a successful visit now; return the page's next due time.
+
+        ``first_interval``: the interval after a first visit, instead of the initial one
+        (a sitemap's changefreq for the page); clamped like any interval."""
         now = self.clock()
         first = not history.visits
         history.record_visit(now, changed, last_modified)
         if first:
-            interval = self.config.clamp(self.config.initial_interval)
+            interval = self.config.clamp(self.config.initial_interval if first_interval is None
+                                         else first_interval)
         else:
             interval = self.predictor.next_interval(history, history.changed[-1], now)
         history.interval = interval

@@ -515,11 +515,12 @@ class FrontierScheduler:
         elif names_sitemaps(url, body):
             self.signals.names_sitemaps(url)
 
-    def _record_claim(self, fp: int, url: str, changed_at: float) -> None:
+    def _record_claim(self, fp: int, url: str, changed_at: float | None,
+                      changefreq: float | None) -> None:
         if self.run.closed:
             return
         try:
-            self.driver.record_claim(fp, url, changed_at)
+            self.driver.record_claim(fp, url, changed_at, changefreq)
         except StoreError as exc:
             self.run.state_failed(exc)
 

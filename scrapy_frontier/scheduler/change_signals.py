@@ -45,7 +45,7 @@ class SignalReader:
     """Reads the documents it is given and records their claims (one per page URL)."""
 
     def __init__(self, fp64: Callable[[Request], int],
-                 record: Callable[[int, str, float], None],
+                 record: Callable[[int, str, float | None, float | None], None],
                  source: Callable[[int], None],
                  count: Callable[[str, int], None]) -> None:
         self.fp64 = fp64
@@ -78,13 +78,13 @@ class SignalReader:
         if self.closed:
             return
         for claim in claims[start:start + SLICE]:
-            if claim.changed_at is None:
+            if claim.changed_at is None and claim.changefreq is None:
                 continue
             try:
                 fp = self.fp64(Request(claim.url))
             except (ValueError, TypeError):
                 continue  # not a URL Scrapy can request
-            self.record(fp, claim.url, claim.changed_at)
+            self.record(fp, claim.url, claim.changed_at, claim.changefreq)
         if start + SLICE < len(claims):
             call_later(0, lambda: self._record_slice(claims, start + SLICE))
 

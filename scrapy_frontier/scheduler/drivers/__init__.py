@@ -137,8 +137,10 @@ class Driver(Protocol):
     def record_visit(self, fp: int, url: str, visit: Visit | None) -> None:
         """Record a page visit (None: a download error) in the page history."""
 
-    def record_claim(self, fp: int, url: str, changed_at: float) -> None:
-        """A site claims page ``fp`` changed at ``changed_at`` (see Recrawler.claim)."""
+    def record_claim(self, fp: int, url: str, changed_at: float | None,
+                     changefreq: float | None) -> None:
+        """A site claims page ``fp`` changed at ``changed_at``, and changes every
+        ``changefreq`` seconds (see Recrawler.claim)."""
 
     def record_signal_source(self, fp: int) -> None:
         """Page ``fp`` is a sitemap or a feed (see Recrawler.signal_source)."""

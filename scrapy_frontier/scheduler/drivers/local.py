@@ -307,9 +307,10 @@ class LocalDriver:
         if self.recrawler is not None:
             self.recrawler.record(fp, url, visit)
 
-    def record_claim(self, fp: int, url: str, changed_at: float) -> None:
+    def record_claim(self, fp: int, url: str, changed_at: float | None,
+                     changefreq: float | None) -> None:
         if self.recrawler is not None:
-            self.recrawler.claim(fp, url, changed_at)
+            self.recrawler.claim(fp, url, changed_at, changefreq)
 
     def record_signal_source(self, fp: int) -> None:
         if self.recrawler is not None:

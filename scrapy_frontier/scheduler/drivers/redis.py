@@ -377,9 +377,10 @@ class RedisDriver:
         if self.recrawler is not None and not self._closed:
             self._next.visits.append((fp, url, visit))
 
-    def record_claim(self, fp: int, url: str, changed_at: float) -> None:
+    def record_claim(self, fp: int, url: str, changed_at: float | None,
+                     changefreq: float | None) -> None:
         if self.recrawler is not None and not self._closed:
-            self._next.claims.append((fp, url, changed_at))
+            self._next.claims.append((fp, url, changed_at, changefreq))
             self._kick()
 
     def record_signal_source(self, fp: int) -> None:

@@ -75,8 +75,9 @@ class Round:
     retire: list[str] = field(default_factory=list)
     #: Page history updates: (fingerprint, URL, the visit, or None for a download error).
     visits: list[tuple[int, str, Visit | None]] = field(default_factory=list)
-    #: Change claims of sitemaps and feeds: (fingerprint, URL, claimed change time).
-    claims: list[tuple[int, str, float]] = field(default_factory=list)
+    #: Change claims of sitemaps and feeds: (fingerprint, URL, claimed change time,
+    #: changefreq in seconds).
+    claims: list[tuple[int, str, float | None, float | None]] = field(default_factory=list)
     #: Fingerprints of the sitemaps and feeds those claims came from.
     sources: list[int] = field(default_factory=list)
     want: int = 0
@@ -205,8 +206,8 @@ class RoundRunner:
                 recrawler.record(fp, url, visit)
             for fp in rnd.sources:
                 recrawler.signal_source(fp)
-            for fp, url, changed_at in rnd.claims:
-                recrawler.claim(fp, url, changed_at)
+            for fp, url, changed_at, changefreq in rnd.claims:
+                recrawler.claim(fp, url, changed_at, changefreq)
             # Before the completions: a worker killed between the two then fetches the
             # page again instead of losing its visit.
             recrawler.store.flush()
