@@ -15,3 +15,6 @@ FORCE_META = "frontier_force"
 BOOST_META = "frontier_priority_boost"
 #: Set by Scrapy 2.13+ (``StartSpiderMiddleware``) on start requests.
 START_META = "is_start_request"
+#: Set by the scheduler: a sitemap or feed the frontier requested itself (FRONTIER_SITEMAPS);
+#: its response is read for change claims and not passed to the spider.
+SITEMAP_META = "frontier_sitemap"

@@ -8,6 +8,7 @@ naming the setting, at startup.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ DEFAULTS: dict[str, Any] = {
     "FRONTIER_CHANGE_THRESHOLD": 3,
     "FRONTIER_CHANGE_EXACT": False,
     "FRONTIER_HISTORY_MAX_PAGES": 0,
+    "FRONTIER_SITEMAPS": None,  # off; "robots", or a list of sitemap / feed URLs
     "FRONTIER_HISTORY_RETIRE_AFTER": 5,
     "FRONTIER_QUALITY": "depth",
     "FRONTIER_REDIS_KEY": "%(spider)s:frontier:",
@@ -190,6 +192,9 @@ class FrontierConfig:
     """FRONTIER_HOST_BUDGET: pages fetched per host per crawl (0: unlimited)."""
     host_budgets: dict[str, int] = field(default_factory=dict)
     """FRONTIER_HOST_BUDGETS: host -> its own budget (0: unlimited)."""
+    sitemaps: tuple[str, ...] = ()
+    """FRONTIER_SITEMAPS: sitemap and feed URLs the frontier reads itself; "robots" among
+    them: also those robots.txt files name (see docs/signals.rst)."""
 
     def budget_for(self, host: str) -> int:
         return self.host_budgets.get(host, self.host_budget)
@@ -286,6 +291,7 @@ class FrontierConfig:
             observe=_observe(settings),
             host_budget=_int(settings, "FRONTIER_HOST_BUDGET", minimum=0),
             host_budgets=_host_budgets(settings),
+            sitemaps=_sitemaps(settings),
         )
 
 
@@ -471,6 +477,31 @@ def _priority_rules(settings: BaseSettings) -> dict[str, int]:
             "FRONTIER_PRIORITY_RULES boosts must be whole numbers (Scrapy priorities are "
             f"integers), got {raw!r}")
     return out
+
+
+def _sitemaps(settings: BaseSettings) -> tuple[str, ...]:
+    raw = _raw(settings, "FRONTIER_SITEMAPS", None)
+    if raw in (None, "", False, "off"):
+        return ()
+    values: Any
+    if isinstance(raw, str) and raw.lstrip().startswith("["):
+        try:
+            values = json.loads(raw)  # -s FRONTIER_SITEMAPS='["robots", ...]'
+        except ValueError:
+            values = None
+    elif isinstance(raw, str):
+        values = [v.strip() for v in raw.split(",") if v.strip()]
+    else:
+        values = raw
+    if not isinstance(values, list | tuple) or not all(isinstance(v, str) for v in values):
+        raise FrontierConfigError(
+            "FRONTIER_SITEMAPS must be 'robots' (read the Sitemap: lines of robots.txt), a "
+            f"list of sitemap or feed URLs (\"robots\" may be one of them), or None; got {raw!r}")
+    for value in values:
+        if value != "robots" and not value.startswith(("http://", "https://")):
+            raise FrontierConfigError(
+                f"FRONTIER_SITEMAPS: {value!r} is neither 'robots' nor an http(s) URL")
+    return tuple(values)
 
 
 def _host_budgets(settings: BaseSettings) -> dict[str, int]:

@@ -34,6 +34,7 @@ from scrapy.http import HtmlResponse, TextResponse
 from scrapy.spidermiddlewares.httperror import HttpError
 
 from scrapy_frontier.core.recrawl import Visit
+from scrapy_frontier.meta import SITEMAP_META
 from scrapy_frontier.scheduler.engine import running_scheduler
 
 if TYPE_CHECKING:
@@ -45,17 +46,30 @@ class NotModified(HttpError):
     """A 304 answer to a conditional recrawl: the page did not change."""
 
 
+class SitemapRead(HttpError):
+    """A sitemap or feed the frontier requested itself (FRONTIER_SITEMAPS): read for its
+    change claims, and not passed to the spider, which did not ask for it."""
+
+
 #: The logger of Scrapy's HttpErrorMiddleware ("Ignoring response <304 ...>").
 HTTPERROR_LOGGER = "scrapy.spidermiddlewares.httperror"
 
 
 class QuietNotModified(logging.Filter):
-    """Drops HttpErrorMiddleware's line for a 304 this middleware turned into NotModified."""
+    """Drops HttpErrorMiddleware's line for a 304 this middleware turned into NotModified
+    (unless 304s go to the callbacks), and for a sitemap the frontier read itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.not_modified = True
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
         response = args.get("response") if isinstance(args, dict) else None
-        return getattr(response, "status", None) != 304
+        if self.not_modified and getattr(response, "status", None) == 304:
+            return False
+        request = getattr(response, "request", None)
+        return not (request is not None and request.meta.get(SITEMAP_META))
 
 
 class RecrawlMiddleware:
@@ -75,7 +89,8 @@ class RecrawlMiddleware:
     def _opened(self, spider: Any) -> None:
         scheduler = running_scheduler(self.crawler)
         recrawler = getattr(scheduler, "recrawler", None)
-        if recrawler is not None and not recrawler.settings.pass_304:
+        if recrawler is not None:
+            self._quiet.not_modified = not recrawler.settings.pass_304
             logging.getLogger(HTTPERROR_LOGGER).addFilter(self._quiet)
 
     def _closed(self, spider: Any) -> None:
@@ -90,8 +105,11 @@ class RecrawlMiddleware:
         if request is None:
             return
         record(request, visit_of(response, request))
+        owned = bool(request.meta.get(SITEMAP_META))
         if 200 <= response.status < 300:
-            scheduler.signals_received(request.url, response.body)
+            scheduler.signals_received(request.url, response.body, owned=owned)
+        if owned:
+            raise SitemapRead(response, "Read by the frontier for its change claims")
         if response.status == 304 and not scheduler.recrawler.settings.pass_304:
             raise NotModified(response, "Not modified since the last visit")
 

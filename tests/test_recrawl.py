@@ -511,6 +511,21 @@ def test_priority_rules_and_meta_boost_pick_the_front_queue(tmp_path: Path) -> N
     sched.close("finished")
 
 
+def test_frontier_sitemaps_takes_robots_urls_or_lists() -> None:
+    from scrapy.settings import Settings
+
+    from scrapy_frontier.settings import FrontierConfig
+
+    def parsed(value: Any) -> tuple[str, ...]:
+        return FrontierConfig.from_settings(Settings({"FRONTIER_SITEMAPS": value})).sitemaps
+
+    assert parsed(None) == parsed("off") == ()
+    assert parsed("robots") == ("robots",)
+    assert parsed('["robots", "http://a.example/s.xml"]') == ("robots", "http://a.example/s.xml")
+    assert parsed("robots,http://a.example/s.xml") == ("robots", "http://a.example/s.xml")
+    assert parsed(["https://a.example/feed.atom"]) == ("https://a.example/feed.atom",)
+
+
 @pytest.mark.parametrize(
     ("name", "value", "match"),
     [
@@ -520,6 +535,8 @@ def test_priority_rules_and_meta_boost_pick_the_front_queue(tmp_path: Path) -> N
         ("FRONTIER_PRIORITY_RULES", "not a dict", "FRONTIER_PRIORITY_RULES must map"),
         ("FRONTIER_PRIORITY_RULES", {"a.example": 1.7}, "boosts must be whole numbers"),
         ("FRONTIER_PRIORITY_RULES", {"a.example": True}, "boosts must be whole numbers"),
+        ("FRONTIER_SITEMAPS", "ftp://a.example/s.xml", "neither 'robots' nor an http"),
+        ("FRONTIER_SITEMAPS", 5, "FRONTIER_SITEMAPS must be 'robots'"),
         ("FRONTIER_HISTORY_MAX_PAGES", -5, "FRONTIER_HISTORY_MAX_PAGES must be >="),
         ("FRONTIER_QUALITY", 3, "FRONTIER_QUALITY must be"),
     ],

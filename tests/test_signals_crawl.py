@@ -118,3 +118,42 @@ def test_a_recrawl_fetches_what_the_sitemaps_say_changed(backend: str, tmp_path:
     assert third["frontier/signals/ignored"] >= PAGES, third
     # ...and the next run, which knows it from the page history, ignores them.
     assert not {p for h, p in fetched3 if h == noisy}, sorted(fetched3)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_the_frontier_reads_the_sitemaps_robots_txt_names_for_a_plain_spider(
+        backend: str, tmp_path: Path, redis_server: RedisServer) -> None:
+    from frontier_testweb.crawl import run_crawl
+
+    settings = _settings(backend, tmp_path, redis_server)
+    settings.update(FRONTIER_SITEMAPS="robots", ROBOTSTXT_OBEY=True)
+    log = tmp_path / "server.jsonl"
+    with ServerProcess(WEB, log_path=str(log)) as web:
+        truth = GroundTruth.from_announcement(web.info)
+        truthful = web.info["hosts"][0]["address"]
+
+        def crawl(n: int) -> Any:
+            result = run_crawl(web.start_urls, settings, allowed_domains=web.allowed_domains,
+                               workdir=tmp_path / f"crawl{n}", timeout=180)
+            assert result.returncode == 0, result.output[-3000:]
+            assert result.stats["finish_reason"] == "finished", result.output[-3000:]
+            return result
+
+        first = crawl(1)
+        run1 = read_log(log)
+        # The link-follower never asks for a sitemap: the frontier reads them itself, and
+        # its spider never sees them (no callback error, no "Ignoring response" line).
+        assert {e.path for e in run1 if e.path.startswith("/sitemap")} == {
+            "/sitemap.xml", "/sitemap-1.xml.gz", "/sitemap-2.xml"}
+        assert first.stats.get("frontier/signals/documents/urlset", 0) >= 6
+        assert "Ignoring response" not in first.output and "Traceback" not in first.output
+        fetched1 = {(e.host, e.path): e.start for e in run1 if e.path.startswith("/p/")}
+        time.sleep(3.0)
+        second = crawl(2)
+        run2 = read_log(log)[len(run1):]
+    assert second.stats.get("frontier/signals/documents/urlset", 0) >= 6, second.stats
+    read_at = min(e.start for e in run2 if e.host == truthful and e.path.startswith("/sitemap-"))
+    changed = {p for (h, p), at in fetched1.items() if h == truthful
+               and truth.change_times(h, p, at + 1.5, read_at - 0.5)}
+    got = {e.path for e in run2 if e.host == truthful and e.path.startswith("/p/")}
+    assert changed and changed <= got, (sorted(changed - got), sorted(got))

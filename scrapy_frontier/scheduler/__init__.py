@@ -35,6 +35,8 @@ from scrapy_frontier.scheduler.change_signals import (
     SignalReader,
     looks_like_signals,
     names_sitemaps,
+    robots_sitemaps,
+    sitemap_request,
 )
 from scrapy_frontier.scheduler.drivers import DriverContext, load_driver
 from scrapy_frontier.scheduler.engine import EngineAdapter
@@ -188,10 +190,12 @@ class FrontierScheduler:
         if self.recrawl is not None:
             self.driver.attach_recrawler(self.recrawl.recrawler)
             self.signals = SignalReader(self.admission.fp64, self._record_claim,
-                                        self._record_source, self._count_recrawl)
+                                        self._record_source, self._count_recrawl,
+                                        self.enqueue_request)
             if mode == "continuous":
                 self.crawler.signals.connect(self._on_spider_idle, signal=signals.spider_idle)
         self._log_opening()
+        self._request_sitemaps()
         self.observer = observer
         observer.start_progress()
         self.df.open()
@@ -446,6 +450,9 @@ class FrontierScheduler:
         wanted = self.rules.crawl_delay(host, robotparser, str(agent))
         if wanted is not None:
             self.driver.set_min_rest(host, wanted)
+        if self.signals is not None and "robots" in self.config.sitemaps:
+            for url in robots_sitemaps(robotparser):
+                self.enqueue_request(sitemap_request(url))
 
     def robots_fetched(self, request: Request, seconds: float) -> None:
         """A robots.txt fetch of ``request``'s host ended now after ``seconds``."""
@@ -506,12 +513,13 @@ class FrontierScheduler:
         except StoreError as exc:
             self.run.state_failed(exc)
 
-    def signals_received(self, url: str, body: bytes) -> None:
-        """A response that may be a sitemap or a feed (from the recrawl spider middleware)."""
+    def signals_received(self, url: str, body: bytes, *, owned: bool = False) -> None:
+        """A response that may be a sitemap or a feed (from the recrawl spider middleware);
+        ``owned``: the frontier requested it itself."""
         if self.signals is None or self.run.closed:
             return
         if looks_like_signals(url, body):
-            self.signals.received(url, body)
+            self.signals.received(url, body, owned=owned)
         elif names_sitemaps(url, body):
             self.signals.names_sitemaps(url)
 
@@ -523,6 +531,26 @@ class FrontierScheduler:
             self.driver.record_claim(fp, url, changed_at, changefreq)
         except StoreError as exc:
             self.run.state_failed(exc)
+
+    def _request_sitemaps(self) -> None:
+        """FRONTIER_SITEMAPS: queue the sitemaps and feeds it lists (robots.txt's come as
+        each robots.txt is parsed)."""
+        wanted = self.config.sitemaps
+        if not wanted:
+            return
+        if self.signals is None:
+            logger.warning("FRONTIER_SITEMAPS is set but FRONTIER_RECRAWL=%r keeps no page "
+                           "history for the claims: no sitemap is read. Set JOBDIR (or use "
+                           "Redis) with FRONTIER_RECRAWL='due', or 'continuous'.",
+                           self.config.recrawl.mode)
+            return
+        if "robots" in wanted and not self.crawler.settings.getbool("ROBOTSTXT_OBEY"):
+            logger.warning("FRONTIER_SITEMAPS='robots' reads the Sitemap: lines of the "
+                           "robots.txt files Scrapy fetches, and ROBOTSTXT_OBEY is False: it "
+                           "fetches none. Set ROBOTSTXT_OBEY = True, or list the sitemaps.")
+        for url in wanted:
+            if url != "robots":
+                self.enqueue_request(sitemap_request(url))
 
     def _record_source(self, fp: int) -> None:
         if self.run.closed:

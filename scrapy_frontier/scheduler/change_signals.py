@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from scrapy import Request
 from twisted.internet.threads import deferToThread
 
 from scrapy_frontier.core.signals import Claim, Signals, read_signals
+from scrapy_frontier.meta import SITEMAP_META
 from scrapy_frontier.scheduler.timer import call_later
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
@@ -41,32 +43,55 @@ def looks_like_signals(url: str, body: bytes) -> bool:
     return any(tag in body[:4096] for tag in (b"<urlset", b"<sitemapindex", b"<rss", b"<feed"))
 
 
+def sitemap_request(url: str) -> Request:
+    """The request for a sitemap or feed the frontier reads itself (FRONTIER_SITEMAPS)."""
+    return Request(url, meta={SITEMAP_META: True})
+
+
+def robots_sitemaps(robotparser: Any) -> list[str]:
+    """The ``Sitemap:`` URLs of a robots.txt, as Scrapy's robots.txt parsers expose them
+    (Protego's ``sitemaps``, the standard library's ``site_maps()``)."""
+    parsed = getattr(robotparser, "rp", robotparser)
+    found = getattr(parsed, "sitemaps", None)
+    if found is None and callable(getattr(parsed, "site_maps", None)):
+        found = parsed.site_maps()
+    return [str(u) for u in (found or ()) if str(u).startswith(("http://", "https://"))]
+
+
 class SignalReader:
     """Reads the documents it is given and records their claims (one per page URL)."""
 
     def __init__(self, fp64: Callable[[Request], int],
                  record: Callable[[int, str, float | None, float | None], None],
                  source: Callable[[int], None],
-                 count: Callable[[str, int], None]) -> None:
+                 count: Callable[[str, int], None],
+                 follow: Callable[[Request], object]) -> None:
         self.fp64 = fp64
         self.record = record
         self.source = source
         self.count = count
+        #: Queues a sitemap an index the frontier requested names.
+        self.follow = follow
         self.closed = False
 
     def names_sitemaps(self, url: str) -> None:
         """A robots.txt naming sitemaps: read again as often as they are."""
         self.source(self.fp64(Request(url)))
 
-    def received(self, url: str, body: bytes) -> None:
+    def received(self, url: str, body: bytes, *, owned: bool = False) -> None:
+        """``owned``: the frontier requested it (the spider does not see it, so the frontier
+        follows the sitemaps an index names)."""
         d = deferToThread(read_signals, body)
-        d.addCallback(self._read, url)
+        d.addCallback(self._read, url, owned)
         d.addErrback(lambda failure: logger.warning(
             "Could not read the change signals of %s: %s", url, failure.getErrorMessage()))
 
-    def _read(self, signals: Signals, url: str) -> None:
+    def _read(self, signals: Signals, url: str, owned: bool) -> None:
         if self.closed or signals.kind == "other":
             return
+        if owned:
+            for child in signals.sitemaps:
+                self.follow(sitemap_request(child.url))
         self.count(f"signals/documents/{signals.kind}", 1)
         self.source(self.fp64(Request(url)))  # a response's URL: always a valid request
         if signals.truncated:
@@ -92,6 +117,7 @@ class SignalReader:
         self.closed = True
 
 
-__all__ = ["SignalReader", "looks_like_signals", "names_sitemaps"]
+__all__ = ["SignalReader", "looks_like_signals", "names_sitemaps", "robots_sitemaps",
+           "sitemap_request"]
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_frontier.codec import Codec, request_codec
 from scrapy_frontier.errors import StoreError
 from scrapy_frontier.hostkey import url_host_key_or_none
-from scrapy_frontier.meta import START_META, UNSAFE_META
+from scrapy_frontier.meta import SITEMAP_META, START_META, UNSAFE_META
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -69,8 +69,9 @@ class RequestReplay:
 
     def snapshot(self, request: Request) -> bytes | None:
         """The request as the spider made it, encoded; None if it cannot be kept."""
+        # A request the frontier made for a sitemap stays the frontier's when replayed.
         meta = {k: v for k, v in request.meta.items()
-                if not k.startswith("frontier_") or k == UNSAFE_META}
+                if not k.startswith("frontier_") or k in (UNSAFE_META, SITEMAP_META)}
         for key in TRANSIENT_META.intersection(meta):
             del meta[key]
         # Scrapy's downloader writes the slot it used; only one the spider chose is kept.
