@@ -164,13 +164,10 @@ class RedisInspector:
         return views, len(views), snap
 
     def _claim_checks(self) -> dict[str, tuple[int, int]]:
-        raw = self._read("reading the hosts' claim checks",
-                         lambda: self.client.hgetall(self.history_prefix + "trust"))
-        out: dict[str, list[int]] = {}
-        for field, value in raw.items():
-            host, _, which = text(field).rpartition("|")
-            out.setdefault(host, [0, 0])[which == "disagreed"] += int(value)
-        return {host: (a, d) for host, (a, d) in out.items()}
+        from scrapy_frontier.backends.redis.history import trust_counts
+
+        return trust_counts(self._read("reading the hosts' claim checks",
+                                       lambda: self.client.hgetall(self.history_prefix + "trust")))
 
     def notes(self, views: dict[str, HostView], snap: dict[str, Any]) -> dict[str, str]:
         notes: dict[str, str] = {}

@@ -40,6 +40,15 @@ VERSION = "1"
 
 
 
+def trust_counts(raw: dict[Any, Any]) -> dict[str, tuple[int, int]]:
+    """The ``H trust`` hash as (agreed, disagreed) per host."""
+    out: dict[str, list[int]] = {}
+    for field, value in raw.items():
+        host, _, which = text(field).rpartition("|")
+        out.setdefault(host, [0, 0])[which == "disagreed"] += int(value)
+    return {host: (a, d) for host, (a, d) in out.items()}
+
+
 class RedisHistoryStore:
     """A :class:`~scrapy_frontier.core.history.HistoryStore` in Redis."""
 
@@ -222,14 +231,8 @@ class RedisHistoryStore:
         return len(self._pending)
 
     def load_trust(self) -> dict[str, tuple[int, int]]:
-        raw = self.guard("reading the hosts' claim checks",
-                         lambda: self.client.hgetall(self.key("trust")))
-        out: dict[str, list[int]] = {}
-        for field, value in raw.items():
-            host, _, which = text(field).rpartition("|")
-            counts = out.setdefault(host, [0, 0])
-            counts[which == "disagreed"] += int(value)
-        return {host: (a, d) for host, (a, d) in out.items()}
+        return trust_counts(self.guard("reading the hosts' claim checks",
+                                       lambda: self.client.hgetall(self.key("trust"))))
 
     def add_trust(self, host: str, agreed: int, disagreed: int) -> None:
         a, d = self._trust.get(host, (0, 0))
