@@ -79,7 +79,7 @@ def _undecodable(stats: dict[str, Any], backend: str) -> int:
                          else "frontier/redis/undecodable", 0))
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("redis", marks=pytest.mark.slow)])
 def test_set_aside_listed_and_requeued_once_the_spider_is_fixed(
         backend: str, tmp_path: Path, redis_server: RedisServer) -> None:
     b = Backend(backend, tmp_path, redis_server)
