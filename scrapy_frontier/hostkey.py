@@ -13,8 +13,8 @@ from scrapy_frontier.errors import HostlessURL
 #: Schemes that never contact a host; each gets one pseudo-host key ("data:").
 HOSTLESS_SCHEMES = frozenset({"data", "file", "about"})
 
-__all__ = ["HOSTLESS_SCHEMES", "PLAIN_URL", "HostlessURL", "host_key", "url_host_key",
-           "url_host_key_or_none"]
+__all__ = ["HOSTLESS_SCHEMES", "PLAIN_URL", "HostlessURL", "download_slot", "host_key",
+           "url_host_key", "url_host_key_or_none"]
 
 
 # scheme://[userinfo@]host[:port] followed by /, ?, # or the end. Anything else
@@ -45,14 +45,24 @@ def host_key(request: Request) -> str:
     ``about:`` URLs share one key per scheme. Unlike Scrapy with
     ``CONCURRENT_REQUESTS_PER_IP``, the key is never an IP address, so it is
     stable before and after DNS resolution.
+
+    This is the downloader's key; the scheduler's adds one binding per hostname
+    (``scrapy_frontier.scheduler.slots.SlotKeys``), so that a slot never splits a host.
     """
+    slot = download_slot(request)
+    return slot if slot is not None else url_host_key(request.url)
+
+
+def download_slot(request: Request) -> str | None:
+    """``meta["download_slot"]`` as a string, or None if unset; HostlessURL for one with a
+    NUL (the shared frontier separates host and request with NUL)."""
     slot = request.meta.get("download_slot")
-    if slot is not None:
-        key = str(slot)
-        if "\0" in key:  # the shared frontier separates host and request with NUL
-            raise HostlessURL(request.url, "bad_download_slot")
-        return key
-    return url_host_key(request.url)
+    if slot is None:
+        return None
+    key = str(slot)
+    if "\0" in key:
+        raise HostlessURL(request.url, "bad_download_slot")
+    return key
 
 
 def url_host_key(url: str) -> str:

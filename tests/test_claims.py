@@ -143,3 +143,29 @@ def test_a_sitemaps_changefreq_is_a_new_pages_first_interval() -> None:
     _visit(rc, 9, "a.example", TEXT)
     nine = rc.store.get(9)
     assert nine is not None and nine.history.interval == 60.0
+
+
+def test_trust_counts_by_state_follow_every_check() -> None:
+    import random
+
+    rng = random.Random(5)
+    trust = ClaimTrust({"old.example": (9, 0)})
+    for _ in range(400):
+        host = f"h{rng.randrange(12)}.example"
+        trust.check(host, rng.random() < 0.5, rng.random() < 0.7)
+    truth = {"trusted": 0, "distrusted": 0, "unknown": 0}
+    for host in trust.hosts:
+        truth[trust.state(host)] += 1
+    assert trust.counts == truth and truth["trusted"] >= 1
+
+
+def test_a_claim_read_again_unchanged_writes_nothing() -> None:
+    rc, clock = make_recrawler()
+    _visit(rc, 1, "a.example", TEXT)
+    clock.advance(3600)
+    assert rc.claim(1, "http://a.example/1", clock.now - 7200) == "kept"
+    puts = rc._puts
+    assert rc.claim(1, "http://a.example/1", clock.now - 7200) == "kept"
+    assert rc._puts == puts
+    assert rc.claim(1, "http://a.example/1", clock.now - 10) == "due"
+    assert rc._puts == puts + 1

@@ -578,6 +578,10 @@ def test_slot_keys_bind_each_hostname_to_its_first_key() -> None:
     assert key(Request("http://d.example/2", meta={"download_slot": "group"})) == "d.example"
     with pytest.raises(HostlessURL):
         key(Request("http://e.example/", meta={"download_slot": "a\0b"}))
+    # A look-up for a request that is not queued (robots.txt) binds nothing.
+    assert key(Request("http://z.example/robots.txt"), remember=False) == "z.example"
+    assert key(Request("http://z.example/", meta={"download_slot": "group"})) == "group"
+    assert key(Request("http://z.example/robots.txt"), remember=False) == "group"
 
 
 @pytest.mark.parametrize(("extra", "warned"), [({}, True),

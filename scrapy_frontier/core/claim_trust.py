@@ -44,24 +44,34 @@ class HostClaims:
 class ClaimTrust:
     """Per-host agreement between claimed and found changes (in memory, for one run)."""
 
-    __slots__ = ("hosts",)
+    __slots__ = ("hosts", "counts")
 
     def __init__(self, known: dict[str, tuple[int, int]] | None = None) -> None:
         """``known``: (agreed, disagreed) per host from earlier runs."""
         self.hosts: dict[str, HostClaims] = {
             host: HostClaims(agreed, disagreed) for host, (agreed, disagreed)
             in (known or {}).items()}
+        #: Hosts in each state, kept up to date by :meth:`check` (for the stats).
+        self.counts = {"trusted": 0, "distrusted": 0, "unknown": 0}
+        for host in self.hosts:
+            self.counts[self.state(host)] += 1
 
     def check(self, host: str, claimed_changed: bool, found_changed: bool) -> bool:
         """Record one check; return whether the claim agreed with the fetch."""
         entry = self.hosts.get(host)
         if entry is None:
             entry = self.hosts[host] = HostClaims()
+            self.counts["unknown"] += 1
+        before = self.state(host)
         agreed = claimed_changed == found_changed
         if agreed:
             entry.agreed += 1
         else:
             entry.disagreed += 1
+        after = self.state(host)
+        if after != before:
+            self.counts[before] -= 1
+            self.counts[after] += 1
         return agreed
 
     def state(self, host: str) -> str:

@@ -337,6 +337,7 @@ class Recrawler:
             return "unknown"
         if record.retired is not None:
             return "retired"
+        unchanged = record.claimed_change == changed_at  # read again, nothing new
         record.claimed_change = changed_at
         state = self.trust.state(_hostname(url))
         outcome = "kept"
@@ -354,7 +355,8 @@ class Recrawler:
                 record.history.next_due = verify
                 outcome = "deferred"
         self._count(f"signals/{outcome}")
-        self._put(record)
+        if not (unchanged and outcome in ("kept", "ignored")):
+            self._put(record)  # each sitemap read would otherwise rewrite every record
         return outcome
 
     def signal_source(self, fp: int) -> None:

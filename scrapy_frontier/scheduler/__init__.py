@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
@@ -189,9 +190,11 @@ class FrontierScheduler:
         self.admission.spider, self.admission.recrawl = spider, self.recrawl
         if self.recrawl is not None:
             self.driver.attach_recrawler(self.recrawl.recrawler)
-            self.signals = SignalReader(self.admission.fp64, self._record_claim,
-                                        self._record_source, self._count_recrawl,
-                                        self.enqueue_request)
+            driver = self.driver
+            self.signals = SignalReader(
+                self.admission.fp64, partial(self._to_history, driver.record_claim),
+                partial(self._to_history, driver.record_signal_source), self._count_recrawl,
+                self.enqueue_request)
             if mode == "continuous":
                 self.crawler.signals.connect(self._on_spider_idle, signal=signals.spider_idle)
         self._log_opening()
@@ -442,7 +445,7 @@ class FrontierScheduler:
 
     def _on_robots_parsed(self, robotparser: Any, request: Request) -> None:
         try:
-            host = self.slots.key(request)
+            host = self.slots.key(request, remember=False)
         except HostlessURL:
             return
         settings = self.crawler.settings
@@ -457,7 +460,7 @@ class FrontierScheduler:
     def robots_fetched(self, request: Request, seconds: float) -> None:
         """A robots.txt fetch of ``request``'s host ended now after ``seconds``."""
         try:
-            host = self.slots.key(request)
+            host = self.slots.key(request, remember=False)
         except HostlessURL:
             return
         self.rules.robots_fetched(host, seconds)
@@ -467,7 +470,7 @@ class FrontierScheduler:
         retry (RetryMiddleware sends it again at once) waits for the rest owed after the
         attempt before it, by the same rule as any page."""
         try:
-            host = self.slots.key(request)
+            host = self.slots.key(request, remember=False)
         except HostlessURL:
             return 0.0
         until = self.rules.robots_rest_end(host, take=False)
@@ -521,14 +524,15 @@ class FrontierScheduler:
         if looks_like_signals(url, body):
             self.signals.received(url, body, owned=owned)
         elif names_sitemaps(url, body):
-            self.signals.names_sitemaps(url)
+            self.signals.robots_txt_read(url)
 
-    def _record_claim(self, fp: int, url: str, changed_at: float | None,
-                      changefreq: float | None) -> None:
+    def _to_history(self, write: Callable[..., None], *args: Any) -> None:
+        """A page-history write for the signal reader: none once closed, and a failed one
+        stops the crawl as a failed visit write does."""
         if self.run.closed:
             return
         try:
-            self.driver.record_claim(fp, url, changed_at, changefreq)
+            write(*args)
         except StoreError as exc:
             self.run.state_failed(exc)
 
@@ -551,14 +555,6 @@ class FrontierScheduler:
         for url in wanted:
             if url != "robots":
                 self.enqueue_request(sitemap_request(url))
-
-    def _record_source(self, fp: int) -> None:
-        if self.run.closed:
-            return
-        try:
-            self.driver.record_signal_source(fp)
-        except StoreError as exc:
-            self.run.state_failed(exc)
 
     def _count_recrawl(self, key: str, n: int) -> None:
         if self.recrawl is not None:

@@ -74,7 +74,7 @@ class SignalReader:
         self.follow = follow
         self.closed = False
 
-    def names_sitemaps(self, url: str) -> None:
+    def robots_txt_read(self, url: str) -> None:
         """A robots.txt naming sitemaps: read again as often as they are."""
         self.source(self.fp64(Request(url)))
 

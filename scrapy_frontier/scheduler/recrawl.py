@@ -126,9 +126,8 @@ class RecrawlHooks:
             stats.set_value("frontier/history/quarantined", quarantined)
         trust = self.recrawler.trust
         if trust.hosts:
-            states = [trust.state(host) for host in list(trust.hosts)]
-            stats.set_value("frontier/signals/hosts_trusted", states.count("trusted"))
-            stats.set_value("frontier/signals/hosts_distrusted", states.count("distrusted"))
+            stats.set_value("frontier/signals/hosts_trusted", trust.counts["trusted"])
+            stats.set_value("frontier/signals/hosts_distrusted", trust.counts["distrusted"])
 
 
 def select_records(store: HistoryStore, requests: list[tuple[int | None, str | None]]

@@ -17,8 +17,7 @@ import logging
 
 from scrapy import Request
 
-from scrapy_frontier.errors import HostlessURL
-from scrapy_frontier.hostkey import url_host_key
+from scrapy_frontier.hostkey import download_slot, url_host_key
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
 
@@ -39,23 +38,25 @@ class SlotKeys:
         self._warned_empty = False
         self._warned_hosts: set[str] = set()
 
-    def key(self, request: Request) -> str:
-        """The host key of ``request``; raises HostlessURL as ``hostkey.host_key`` does."""
-        slot = request.meta.get("download_slot")
+    def key(self, request: Request, *, remember: bool = True) -> str:
+        """The host key of ``request``; raises HostlessURL as ``hostkey.host_key`` does.
+
+        ``remember``: a request about to be queued binds its hostname; a look-up for a
+        request that is not queued (robots.txt) binds nothing."""
+        slot = download_slot(request)
         hostname = url_host_key(request.url)
-        if slot is not None:
-            slot = str(slot)
-            if "\0" in slot:  # the shared frontier separates host and request with NUL
-                raise HostlessURL(request.url, "bad_download_slot")
-            if not slot.strip():
-                self._warn_empty(request, slot)
-                slot = None
+        if slot is not None and not slot.strip():
+            self._warn_empty(request, slot)
+            slot = None
         if slot is None:
             key = self.bound.get(hostname) if self.bound else None
             if key is None:
-                self.own.add(hostname)
+                if remember:
+                    self.own.add(hostname)
                 return hostname
             return key
+        if not remember:
+            return self.bound.get(hostname, hostname if hostname in self.own else slot)
         key = hostname if hostname in self.own else self.bound.setdefault(hostname, slot)
         if key != slot:
             self._warn_override(hostname, slot, key)
