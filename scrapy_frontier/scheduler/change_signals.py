@@ -22,8 +22,9 @@ from scrapy_frontier.scheduler.timer import call_later
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
 
-#: Claims fingerprinted and recorded per turn of the reactor.
-SLICE = 2000
+#: Claims fingerprinted and recorded per turn of the reactor: each reads its page record,
+#: about 40 us on SQLite, so a slice holds the reactor some 20 ms.
+SLICE = 500
 _XML_START = (b"<?xml", b"<urlset", b"<sitemapindex", b"<rss", b"<feed")
 
 
