@@ -11,9 +11,13 @@ also noisy: a line that differs on every fetch). Each is crawled in rounds, one
 * ``everything`` -- the same frontier with ``FRONTIER_RECRAWL = "off"`` and no
   job directory: each run fetches every page again, as a crawl without a page
   history does;
-* ``signals`` -- ``recrawl``, plus the sitemaps of the hosts that publish them as start
-  URLs: their claims make changed pages due and, once a host's claims have proved right,
-  let its unchanged pages wait (docs/signals.rst).
+* ``signals`` -- ``recrawl``, plus ``FRONTIER_SITEMAPS`` naming the sitemap index of each
+  host that publishes one: the frontier reads them (and the sitemaps they name) every run,
+  their claims make changed pages due and, once a host's claims have proved right, let its
+  unchanged pages wait (docs/signals.rst).
+
+The three configs crawl at the same moments (their rounds run side by side), so that a slow
+round of one does not shift the others' schedule.
 
 Every server publishes sitemaps (``serve --signals``): by host number, truthful, liar (lastmod
 never moves), noisy (lastmod always now) or silent; the table breaks freshness and fetches
@@ -36,6 +40,7 @@ import json
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +53,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "recrawl_e2e.json"
 PLOT = HERE.parent / "docs" / "_static" / "recrawl_e2e.png"
 
-WEB = ["--shape", "wide", "--hosts", "12", "--pages", "10", "--latency", "0.005", "0.02",
+WEB = ["--shape", "wide", "--hosts", "12", "--pages", "40", "--latency", "0.005", "0.02",
        "--cross-links", "0", "--seed", "3", "--change-rate", "0.05", "--rate-shape", "0.5",
        "--noisy-fraction", "0.3", "--signals"]
 NAMES = ("everything", "recrawl", "signals")
@@ -57,11 +62,13 @@ COMMON: dict[str, Any] = {"ADDONS": FRONTIER_ADDON, "LOG_LEVEL": "WARNING",
                           "FRONTIER_MIN_DELAY": 0.0, "FRONTIER_DELAY_FACTOR": 2.0}
 
 
-def settings_for(name: str, job: Path, period: float) -> dict[str, Any]:
+def settings_for(name: str, job: Path, period: float,
+                 sitemaps: list[str]) -> dict[str, Any]:
     if name in ("recrawl", "signals"):
-        return {**COMMON, "JOBDIR": str(job), "FRONTIER_RECRAWL": "due",
-                "FRONTIER_RECRAWL_INITIAL": period, "FRONTIER_RECRAWL_MIN": period / 2,
-                "FRONTIER_RECRAWL_MAX": 100 * period}
+        recrawl = {**COMMON, "JOBDIR": str(job), "FRONTIER_RECRAWL": "due",
+                   "FRONTIER_RECRAWL_INITIAL": period, "FRONTIER_RECRAWL_MIN": period / 2,
+                   "FRONTIER_RECRAWL_MAX": 100 * period}
+        return {**recrawl, "FRONTIER_SITEMAPS": sitemaps} if name == "signals" else recrawl
     return {**COMMON, "FRONTIER_RECRAWL": "off"}
 
 
@@ -128,25 +135,32 @@ def main(argv: list[str] | None = None) -> int:
         pages = {n: {(h, p) for h, p in servers[n].expected} for n in names}
         info = servers["signals"].info
         kind_of = {h["address"]: h.get("signals", "silent") for h in info["hosts"]}
-        sitemaps = [f"http://{h['address']}:{info['port']}{path}" for h in info["hosts"]
-                    if h.get("signals", "silent") != "silent"
-                    for path in ("/sitemap-1.xml.gz", "/sitemap-2.xml")]
+        sitemaps = [f"http://{h['address']}:{info['port']}/sitemap.xml" for h in info["hosts"]
+                    if h.get("signals", "silent") != "silent"]
+
+        def crawl_round(n: str, r: int) -> str | None:
+            """One config's round: None, or the crawl's output if it failed."""
+            started = time.monotonic()
+            result = run_crawl(servers[n].start_urls,
+                               settings_for(n, tmp / f"job-{n}", args.period, sitemaps),
+                               allowed_domains=servers[n].allowed_domains,
+                               workdir=tmp / f"crawl-{n}-{r}", timeout=120)
+            if result.returncode != 0:
+                return result.output[-3000:]
+            got = result.stats.get("downloader/response_count", 0)
+            print(f"round {r + 1}/{rounds} {n:>10}: {got} responses "
+                  f"in {time.monotonic() - started:.1f} s", flush=True)
+            return None
+
         begin = time.monotonic()
-        for r in range(rounds):
-            due = begin + r * args.period
-            time.sleep(max(0.0, due - time.monotonic()))
-            for n in names:
-                started = time.monotonic()
-                starts = servers[n].start_urls + (sitemaps if n == "signals" else [])
-                result = run_crawl(starts, settings_for(n, tmp / f"job-{n}",
-                                   args.period), allowed_domains=servers[n].allowed_domains,
-                                   workdir=tmp / f"crawl-{n}-{r}", timeout=120)
-                if result.returncode != 0:
-                    print(result.output[-3000:], file=sys.stderr)
+        with ThreadPoolExecutor(max_workers=len(names)) as pool:
+            for r in range(rounds):
+                time.sleep(max(0.0, begin + r * args.period - time.monotonic()))
+                failures = [out for out in pool.map(crawl_round, names, [r] * len(names))
+                            if out is not None]
+                if failures:
+                    print(failures[0], file=sys.stderr)
                     return 2
-                got = result.stats.get("downloader/response_count", 0)
-                print(f"round {r + 1}/{rounds} {n:>10}: {got} responses "
-                      f"in {time.monotonic() - started:.1f} s", flush=True)
         end = time.monotonic()
     finally:
         for s in servers.values():

@@ -169,3 +169,34 @@ def test_a_claim_read_again_unchanged_writes_nothing() -> None:
     assert rc._puts == puts
     assert rc.claim(1, "http://a.example/1", clock.now - 10) == "due"
     assert rc._puts == puts + 1
+
+
+def test_claims_read_together_end_as_claims_read_one_by_one() -> None:
+    """claim_many (one read of the page records) against claim (one read each), on the
+    same history: same outcomes, same records, a page claimed twice in one batch too."""
+    results = []
+    for together in (False, True):
+        rc, clock = make_recrawler()
+        _check_many(rc, clock, "true.example", claims_move=True, pages_change=True,
+                    rounds=MIN_CHECKS + 2)  # trusted: unmoved claims defer
+        for fp in (20, 21, 22):
+            _visit(rc, fp, "true.example", TEXT)
+        clock.advance(600)
+        claims = [(20, "http://true.example/20", clock.now - 30, None),       # moved
+                  (21, "http://true.example/21", clock.now - 7200, None),     # unmoved
+                  (21, "http://true.example/21", clock.now - 7200, None),     # again
+                  (22, "http://true.example/22", clock.now - 30, None),
+                  (22, "http://true.example/22", clock.now - 7200, None),     # older
+                  (77, "http://true.example/77", None, 3600.0),               # never seen
+                  (78, "http://true.example/78", clock.now, None)]
+        if together:
+            outcomes = rc.claim_many(claims)
+        else:
+            outcomes = [rc.claim(*claim) for claim in claims]
+        records = {fp: (r.to_json() if (r := rc.store.get(fp)) else None)
+                   for fp in (20, 21, 22, 77, 78)}
+        results.append((outcomes, records, dict(rc.counters)))
+    assert results[0] == results[1]
+    # The older claim for 22 does not undo the newer one before it.
+    assert results[1][0] == ["due", "deferred", "kept", "due", "due", "seeded", "unknown"]
+    assert [r.fp for r in rc.take_due(10)] == [20, 22]

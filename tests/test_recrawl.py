@@ -71,6 +71,27 @@ def test_store_evicts_lowest_weight_first(store: Any) -> None:
     assert store.get(2) is None and store.get(4) is None and store.get(1) is not None
 
 
+def test_get_many_reads_what_get_reads(store: Any) -> None:
+    # More than one query's worth (SQLite reads 500 per query), some still unsaved.
+    for fp in range(-600, 600, 2):
+        store.put(record(fp, 1000.0 + fp))
+    store.flush()
+    for fp in (1, 3):
+        store.put(record(fp, 5.0))  # pending in the stores that batch their writes
+    store.put(record(0, 7.0))  # an update of a saved record
+    if hasattr(store, "claim_due"):
+        store.claim_due(6.0, 1, hold_until=9999.0)  # a worker holds page 1
+    wanted = list(range(-605, 605))
+    found = store.get_many(wanted)
+    one_by_one = {fp: r for fp in wanted if (r := store.get(fp)) is not None}
+    assert sorted(found) == sorted(one_by_one) and len(found) == 602
+    for fp, got in found.items():
+        assert got.to_json() == one_by_one[fp].to_json()
+        assert got.claimed_until == one_by_one[fp].claimed_until
+    assert found[0].next_due == 7.0 and found[3].next_due == 5.0
+    assert store.get_many([]) == {} and store.get_many([12345]) == {}
+
+
 def damage(store: Any, fp: int, raw: str) -> None:
     """Overwrite one stored record with ``raw``, behind the store's back."""
     store.flush()
@@ -95,6 +116,7 @@ def test_an_unreadable_record_is_set_aside_and_the_rest_read_on(
     damage(store, 3, raw.replace("/6", "/3"))
     with caplog.at_level(logging.ERROR, "scrapy_frontier.history"):
         assert store.get(6) is None  # as if never fetched
+        assert sorted(store.get_many([2, 3, 4])) == [2, 4]
         due = store.due((float("-inf"), -(1 << 63)), 100.0, 10)
         assert [r.fp for r in due] == [1, 2, 4, 5, 7, 8]
     assert store.quarantined == 2 and store.quarantine_size() == 2

@@ -22,7 +22,7 @@ import json
 import math
 import re
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Protocol
@@ -207,6 +207,11 @@ class HistoryStore(Protocol):
 
     def get(self, fp: int) -> PageRecord | None: ...
 
+    def get_many(self, fps: Sequence[int]) -> dict[int, PageRecord]:
+        """The records of those of ``fps`` that exist, read together (one query or round
+        trip where the store has them), as ``get`` reads each."""
+        ...
+
     def put(self, record: PageRecord) -> None: ...
 
     def due(self, after: tuple[float, int], until: float, limit: int) -> list[PageRecord]:
@@ -354,6 +359,14 @@ class MemoryHistoryStore:
         # A copy, as a durable store would give: callers change what they get.
         text = self._json.get(fp)
         return None if text is None else PageRecord.from_json(fp, text)
+
+    def get_many(self, fps: Sequence[int]) -> dict[int, PageRecord]:
+        found = {}
+        for fp in fps:
+            text = self._json.get(fp)
+            if text is not None:
+                found[fp] = PageRecord.from_json(fp, text)
+        return found
 
     def put(self, record: PageRecord) -> None:
         fp = record.fp

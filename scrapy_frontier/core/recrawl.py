@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -132,6 +132,10 @@ SEEDS_KEPT = 200_000
 #: Seconds a claimed change time may be past a visit and still be that visit's content
 #: (clocks, and sitemaps written to the second).
 CLAIM_SLACK = 1.0
+
+#: One claim of a sitemap or feed: (page fingerprint, URL, claimed change time (wall
+#: clock), claimed change period in seconds).
+PageClaim = tuple[int, str, "float | None", "float | None"]
 
 #: A census counts due pages up to this many: past it, a count on an SQLite index
 #: would hold the crawl for tens of milliseconds (about 7 ms per 100 000 pages).
@@ -326,7 +330,20 @@ class Recrawler:
         have proved right. Returns what became of it: ``due``, ``deferred``, ``kept``,
         ``ignored`` (a distrusted host), ``unknown`` (never fetched) or ``retired``.
         """
-        record = self.store.get(fp)
+        return self._apply_claim(self.store.get(fp), fp, url, changed_at, changefreq)
+
+    def claim_many(self, claims: Sequence[PageClaim]) -> list[str]:
+        """:meth:`claim` for each of ``claims``, their records read together."""
+        records = self.store.get_many([claim[0] for claim in claims])
+        outcomes = []
+        for fp, url, changed_at, changefreq in claims:
+            # A page claimed twice sees its record as the first claim left it.
+            outcomes.append(self._apply_claim(records.get(fp), fp, url, changed_at,
+                                              changefreq))
+        return outcomes
+
+    def _apply_claim(self, record: PageRecord | None, fp: int, url: str,
+                     changed_at: float | None, changefreq: float | None) -> str:
         if record is None and changefreq is not None and math.isfinite(changefreq) \
                 and changefreq > 0 and len(self._seeds) < SEEDS_KEPT:
             self._seeds[fp] = changefreq
@@ -337,6 +354,9 @@ class Recrawler:
             return "unknown"
         if record.retired is not None:
             return "retired"
+        if record.claimed_change is not None and changed_at < record.claimed_change:
+            # An older claim since the visit (another sitemap, a feed) does not undo a newer.
+            changed_at = record.claimed_change
         unchanged = record.claimed_change == changed_at  # read again, nothing new
         record.claimed_change = changed_at
         state = self.trust.state(_hostname(url))

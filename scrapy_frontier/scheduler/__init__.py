@@ -192,7 +192,7 @@ class FrontierScheduler:
             self.driver.attach_recrawler(self.recrawl.recrawler)
             driver = self.driver
             self.signals = SignalReader(
-                self.admission.fp64, partial(self._to_history, driver.record_claim),
+                self.admission.fp64, partial(self._to_history, driver.record_claims),
                 partial(self._to_history, driver.record_signal_source), self._count_recrawl,
                 self.enqueue_request)
             if mode == "continuous":

@@ -3,8 +3,9 @@
 The recrawl middleware hands over the body of each response that looks like a sitemap, a
 sitemap index or a feed. :class:`SignalReader` parses it in a thread (a 50,000-URL sitemap
 takes a fraction of a second), then, back on the reactor, fingerprints its URLs a slice at a
-time (so no turn of the reactor holds more than ``SLICE`` of them) and gives each claim to the
-driver, which records it in the page history (:meth:`Recrawler.claim`).
+time (so no turn of the reactor holds more than ``SLICE`` of them) and gives each slice's
+claims to the driver, which reads their page records together and records each claim in the
+page history (:meth:`Recrawler.claim_many`).
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ from typing import Any
 from scrapy import Request
 from twisted.internet.threads import deferToThread
 
+from scrapy_frontier.core.recrawl import PageClaim
 from scrapy_frontier.core.signals import Claim, Signals, read_signals
 from scrapy_frontier.meta import SITEMAP_META
 from scrapy_frontier.scheduler.timer import call_later
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
 
-#: Claims fingerprinted and recorded per turn of the reactor: each reads its page record,
-#: about 40 us on SQLite, so a slice holds the reactor some 20 ms.
+#: Claims fingerprinted and recorded per turn of the reactor, their page records read
+#: together.
 SLICE = 500
 _XML_START = (b"<?xml", b"<urlset", b"<sitemapindex", b"<rss", b"<feed")
 
@@ -63,7 +65,7 @@ class SignalReader:
     """Reads the documents it is given and records their claims (one per page URL)."""
 
     def __init__(self, fp64: Callable[[Request], int],
-                 record: Callable[[int, str, float | None, float | None], None],
+                 record: Callable[[list[PageClaim]], None],
                  source: Callable[[int], None],
                  count: Callable[[str, int], None],
                  follow: Callable[[Request], object]) -> None:
@@ -103,6 +105,7 @@ class SignalReader:
     def _record_slice(self, claims: list[Claim], start: int) -> None:
         if self.closed:
             return
+        batch: list[PageClaim] = []
         for claim in claims[start:start + SLICE]:
             if claim.changed_at is None and claim.changefreq is None:
                 continue
@@ -110,7 +113,9 @@ class SignalReader:
                 fp = self.fp64(Request(claim.url))
             except (ValueError, TypeError):
                 continue  # not a URL Scrapy can request
-            self.record(fp, claim.url, claim.changed_at, claim.changefreq)
+            batch.append((fp, claim.url, claim.changed_at, claim.changefreq))
+        if batch:
+            self.record(batch)
         if start + SLICE < len(claims):
             call_later(0, lambda: self._record_slice(claims, start + SLICE))
 

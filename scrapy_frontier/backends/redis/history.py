@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from scrapy_frontier.backends.redis.connection import guard, text
@@ -137,6 +137,35 @@ class RedisHistoryStore:
         if score is not None and float(score) > record.eligible:
             record.claimed_until = float(score)  # claimed by a worker
         return record
+
+    def get_many(self, fps: Sequence[int]) -> dict[int, PageRecord]:
+        found: dict[int, PageRecord] = {}
+        wanted = []
+        for fp in fps:
+            pending = self._pending.get(fp)
+            if pending is not None:
+                found[fp] = PageRecord.from_json(fp, pending.to_json())
+            else:
+                wanted.append(fp)
+        if not wanted:
+            return found
+
+        def read() -> Any:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hmget(self.key("pages"), wanted)
+            for fp in wanted:
+                pipe.zscore(self.key("due"), fp)
+            return pipe.execute()
+
+        reply = self.guard("reading page records", read)
+        for fp, raw, score in zip(wanted, reply[0], reply[1:], strict=True):
+            record = None if raw is None else self._decode(fp, raw)
+            if record is None:
+                continue
+            if score is not None and float(score) > record.eligible:
+                record.claimed_until = float(score)  # claimed by a worker
+            found[fp] = record
+        return found
 
     def put(self, record: PageRecord) -> None:
         self._pending[record.fp] = record

@@ -22,12 +22,15 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from scrapy_frontier.backends.sqlite.files import SQLiteFile, WALFileStore
 from scrapy_frontier.core.history import QUARANTINE_LOGGED, PageRecord, quarantine_message
 from scrapy_frontier.errors import HistoryStoreError
+
+#: Fingerprints per query of ``get_many`` (below SQLite's oldest limit of 999 parameters).
+GET_MANY_CHUNK = 500
 
 logger = logging.getLogger("scrapy_frontier.history")
 
@@ -167,6 +170,30 @@ class SQLiteHistoryStore(WALFileStore):
         except sqlite3.Error as exc:
             raise self._error(exc, "lookup failed") from exc
         return None if row is None else self._decode(fp, row[0])
+
+    def get_many(self, fps: Sequence[int]) -> dict[int, PageRecord]:
+        found: dict[int, PageRecord] = {}
+        wanted = []
+        for fp in fps:
+            pending = self._pending.get(fp)
+            if pending is not None:
+                found[fp] = PageRecord.from_json(fp, pending.to_json())
+            else:
+                wanted.append(fp)
+        self._check_open()
+        try:
+            for start in range(0, len(wanted), GET_MANY_CHUNK):
+                chunk = wanted[start:start + GET_MANY_CHUNK]
+                rows = self._conn.execute(
+                    f"SELECT fp, data FROM pages WHERE fp IN ({','.join('?' * len(chunk))})",
+                    chunk).fetchall()
+                for fp, data in rows:
+                    record = self._decode(fp, data)
+                    if record is not None:
+                        found[fp] = record
+        except sqlite3.Error as exc:
+            raise self._error(exc, "lookup failed") from exc
+        return found
 
     def put(self, record: PageRecord) -> None:
         self._check_open()

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from scrapy_frontier.core.frontier import Lease
     from scrapy_frontier.core.history import HistoryStore, PageRecord
-    from scrapy_frontier.core.recrawl import Recrawler, Visit
+    from scrapy_frontier.core.recrawl import PageClaim, Recrawler, Visit
     from scrapy_frontier.observe.census import Census
     from scrapy_frontier.settings import FrontierConfig
 
@@ -137,10 +137,9 @@ class Driver(Protocol):
     def record_visit(self, fp: int, url: str, visit: Visit | None) -> None:
         """Record a page visit (None: a download error) in the page history."""
 
-    def record_claim(self, fp: int, url: str, changed_at: float | None,
-                     changefreq: float | None) -> None:
-        """A site claims page ``fp`` changed at ``changed_at``, and changes every
-        ``changefreq`` seconds (see Recrawler.claim)."""
+    def record_claims(self, claims: list[PageClaim]) -> None:
+        """Sites claim when their pages changed, and how often they change (see
+        Recrawler.claim); the records are read together."""
 
     def record_signal_source(self, fp: int) -> None:
         """Page ``fp`` is a sitemap or a feed (see Recrawler.signal_source)."""

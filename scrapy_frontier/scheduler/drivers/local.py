@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
     from scrapy_frontier.core.history import PageRecord
-    from scrapy_frontier.core.recrawl import Recrawler, Visit
+    from scrapy_frontier.core.recrawl import PageClaim, Recrawler, Visit
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
 
@@ -307,10 +307,9 @@ class LocalDriver:
         if self.recrawler is not None:
             self.recrawler.record(fp, url, visit)
 
-    def record_claim(self, fp: int, url: str, changed_at: float | None,
-                     changefreq: float | None) -> None:
+    def record_claims(self, claims: list[PageClaim]) -> None:
         if self.recrawler is not None:
-            self.recrawler.claim(fp, url, changed_at, changefreq)
+            self.recrawler.claim_many(claims)
 
     def record_signal_source(self, fp: int) -> None:
         if self.recrawler is not None:

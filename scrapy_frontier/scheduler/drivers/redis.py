@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
     from scrapy_frontier.core.history import HistoryStore, PageRecord
-    from scrapy_frontier.core.recrawl import Recrawler, Visit
+    from scrapy_frontier.core.recrawl import PageClaim, Recrawler, Visit
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
 redis_log = logging.getLogger("scrapy_frontier.redis")
@@ -377,10 +377,9 @@ class RedisDriver:
         if self.recrawler is not None and not self._closed:
             self._next.visits.append((fp, url, visit))
 
-    def record_claim(self, fp: int, url: str, changed_at: float | None,
-                     changefreq: float | None) -> None:
+    def record_claims(self, claims: list[PageClaim]) -> None:
         if self.recrawler is not None and not self._closed:
-            self._next.claims.append((fp, url, changed_at, changefreq))
+            self._next.claims.extend(claims)
             self._kick()
 
     def record_signal_source(self, fp: int) -> None:
