@@ -29,7 +29,7 @@ run: **freshness** (share of pages whose copy -- the version of the last 200, or
 confirmed by a 304 -- equals the live page), **age** (time since the live page
 first changed after the copy, 0 when fresh), plus fetches, 304s and bytes sent.
 
-    python benchmarks/bench_recrawl_e2e.py             # 8 rounds, 5 s apart
+    python benchmarks/bench_recrawl_e2e.py             # 12 rounds, 5 s apart
     python benchmarks/bench_recrawl_e2e.py --quick     # 3 rounds (smoke)
 """
 
@@ -54,7 +54,7 @@ RESULTS = HERE / "results" / "recrawl_e2e.json"
 PLOT = HERE.parent / "docs" / "_static" / "recrawl_e2e.png"
 
 WEB = ["--shape", "wide", "--hosts", "12", "--pages", "40", "--latency", "0.005", "0.02",
-       "--cross-links", "0", "--seed", "3", "--change-rate", "0.05", "--rate-shape", "0.5",
+       "--cross-links", "0", "--seed", "3", "--change-rate", "0.02", "--rate-shape", "0.5",
        "--noisy-fraction", "0.3", "--signals"]
 NAMES = ("everything", "recrawl", "signals")
 KINDS = ("truthful", "liar", "noisy", "silent")
@@ -120,7 +120,7 @@ def measure(entries: list[LogEntry], truth: GroundTruth, pages: set[tuple[str, s
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--period", type=float, default=5.0, help="seconds between rounds")
     parser.add_argument("--quick", action="store_true", help="3 rounds, nothing written")
     parser.add_argument("--no-plot", action="store_true")
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             subset = {(h, p) for h, p in pages[n] if kind_of.get(h) == kind}
             if subset:
                 row = measure(entries, truths[n], subset, t0, end)
-                by_kind[n][kind] = {k: v for k, v in row.items() if k != "series"}
+                by_kind[n][kind] = row
     print()
     print(f"{'config':>11} {'freshness':>9} {'age s':>7} {'fetches':>7} {'200':>5} "
           f"{'304':>5} {'sitemaps':>8} {'bytes':>9}")
@@ -211,31 +211,39 @@ def main(argv: list[str] | None = None) -> int:
                "rounds": rounds, "period": args.period,
                "rows": {n: {k: v for k, v in r.items() if k != "series"}
                         for n, r in rows.items()},
-               "by_kind": by_kind}
+               "by_kind": {n: {kind: {k: v for k, v in row.items() if k != "series"}
+                               for kind, row in kinds.items()}
+                           for n, kinds in by_kind.items()}}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2))
     print(f"wrote {RESULTS}")
     if not args.no_plot:
-        plot(rows)
+        plot(rows, by_kind)
     return 0
 
 
-def plot(rows: dict[str, Any]) -> None:
+def plot(rows: dict[str, Any], by_kind: dict[str, dict[str, Any]]) -> None:
+    """Freshness over time: every host, and each kind of host, one panel each."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    for n, row in rows.items():
-        xs = [x for x, _ in row["series"]]
-        ys = [y for _, y in row["series"]]
-        ax.plot(xs, ys, label=f"{n} ({row['bytes'] / 1024:.0f} KiB sent)")
-    ax.set_xlabel("seconds since the first round")
-    ax.set_ylabel("freshness")
-    ax.set_ylim(0, 1.02)
-    ax.legend(loc="lower left")
-    ax.set_title("Repeated crawls of a changing test web")
+    panels = [("every host", rows)] + [
+        (f"{kind} hosts", {n: by_kind[n][kind] for n in rows}) for kind in KINDS]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.2 * len(panels)), sharex=True)
+    for ax, (title, series_of) in zip(axes, panels, strict=True):
+        for n, row in series_of.items():
+            xs = [x for x, _ in row["series"]]
+            ys = [y for _, y in row["series"]]
+            fetches = row.get("total_fetches", row["fetches"])
+            ax.plot(xs, ys, label=f"{n} ({fetches} fetches)")
+        ax.set_ylabel("freshness")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(title, fontsize=10)
+        ax.legend(loc="lower left", fontsize=8)
+    axes[-1].set_xlabel("seconds since the first round")
+    fig.suptitle("Repeated crawls of a changing test web")
     fig.tight_layout()
     fig.savefig(PLOT, dpi=110)
     print(f"wrote {PLOT}")

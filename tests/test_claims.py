@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from scrapy_frontier.core import FakeClock
 from scrapy_frontier.core.claim_trust import MIN_CHECKS, ClaimTrust
-from scrapy_frontier.core.recrawl import Recrawler
+from scrapy_frontier.core.recrawl import PROBES_PER_RUN, Recrawler
 from scrapy_frontier.core.refresh import DAY
 from tests.test_recrawl import make_recrawler, page
 
@@ -82,11 +82,63 @@ def test_trust_needs_checks_and_a_clear_majority() -> None:
     for _ in range(MIN_CHECKS - 1):
         trust.check("a", True, True)
     assert trust.state("a") == "unknown"
-    trust.check("a", False, False)
+    # An unmoved claim on an unchanged page tells nothing, and is not counted.
+    assert trust.check("a", False, False) is None
+    assert trust.state("a") == "unknown"
+    assert trust.check("a", True, True) is True
     assert trust.state("a") == "trusted"
     for _ in range(4):
         trust.check("a", True, False)
     assert trust.state("a") in ("unknown", "distrusted")
+
+
+def test_a_liar_on_pages_that_seldom_change_is_not_trusted() -> None:
+    """Its unmoved claims agree with most fetches (the pages did not change), but only the
+    changes it missed count: counting every agreement would trust it and defer its pages."""
+    rc, clock = make_recrawler()
+    for fp in range(20):
+        _visit(rc, fp, "liar.example", TEXT)
+    clock.advance(3600)
+    for fp in range(20):
+        assert rc.claim(fp, f"http://liar.example/{fp}", clock.now - 7200) in ("kept", "ignored")
+        _visit(rc, fp, "liar.example", NEW if fp % 7 == 0 else TEXT)  # 3 of 20 changed
+    assert rc.trust.state("liar.example") == "distrusted"
+    assert rc.counters["signals/checked"] == 3 and rc.counters["signals/wrong"] == 3
+
+
+def test_an_undecided_hosts_moved_claims_make_a_few_pages_due_per_run() -> None:
+    """PROBES_PER_RUN moved claims of a host not decided yet make their pages due; the rest
+    are held, so a noisy host's sitemap does not make its every page due at once. Once the
+    probes have proved the host right, the held pages are due at once."""
+    rc, clock = make_recrawler()
+    for fp in range(30):
+        _visit(rc, fp, "new.example", TEXT)
+    clock.advance(3600)
+    claims = [(fp, f"http://new.example/{fp}", clock.now - 60, None) for fp in range(30)]
+    outcomes = rc.claim_many(claims)
+    probes = outcomes.count("due")
+    assert MIN_CHECKS <= probes <= PROBES_PER_RUN  # the first, then one page in eight
+    assert outcomes.count("held") == 30 - probes
+    due = rc.take_due(100)
+    assert len(due) == probes
+    for record in due:
+        _visit(rc, record.fp, "new.example", NEW)  # the probes find the claimed changes
+    assert rc.trust.state("new.example") == "trusted"
+    assert rc.counters["signals/released"] == 30 - probes
+    released = rc.take_due(100)
+    assert sorted(r.fp for r in released) == sorted(set(range(30)) - {r.fp for r in due})
+
+
+def test_a_noisy_hosts_held_claims_are_dropped_once_its_probes_find_it_out() -> None:
+    rc, clock = make_recrawler()
+    for fp in range(30):
+        _visit(rc, fp, "noisy.example", TEXT)
+    clock.advance(3600)
+    rc.claim_many([(fp, f"http://noisy.example/{fp}", clock.now, None) for fp in range(30)])
+    for record in rc.take_due(100):
+        _visit(rc, record.fp, "noisy.example", TEXT)  # nothing changed
+    assert rc.trust.state("noisy.example") == "distrusted"
+    assert "signals/released" not in rc.counters and rc.take_due(100) == []
 
 
 def test_a_claim_survives_the_store_as_json() -> None:
@@ -128,7 +180,7 @@ def test_a_trusted_claim_stands_in_for_a_missing_last_modified() -> None:
     assert other is not None and other.history.last_modified[-1] is None
 
 
-def test_a_sitemaps_changefreq_is_a_new_pages_first_interval() -> None:
+def test_a_sitemaps_changefreq_is_a_new_pages_first_interval_when_sooner() -> None:
     rc, clock = make_recrawler()
     assert rc.claim(7, "http://a.example/7", None, 3600.0) == "seeded"
     assert rc.claim(8, "http://a.example/8", clock.now, float("inf")) == "unknown"  # never
@@ -143,6 +195,12 @@ def test_a_sitemaps_changefreq_is_a_new_pages_first_interval() -> None:
     _visit(rc, 9, "a.example", TEXT)
     nine = rc.store.get(9)
     assert nine is not None and nine.history.interval == 60.0
+    # Never later than FRONTIER_RECRAWL_INITIAL (a day here): a "monthly" that is wrong
+    # must not hide a page for a month.
+    rc.claim(10, "http://a.example/10", None, 30 * DAY)
+    _visit(rc, 10, "a.example", TEXT)
+    ten = rc.store.get(10)
+    assert ten is not None and ten.history.interval == DAY
 
 
 def test_trust_counts_by_state_follow_every_check() -> None:
@@ -189,10 +247,8 @@ def test_claims_read_together_end_as_claims_read_one_by_one() -> None:
                   (22, "http://true.example/22", clock.now - 7200, None),     # older
                   (77, "http://true.example/77", None, 3600.0),               # never seen
                   (78, "http://true.example/78", clock.now, None)]
-        if together:
-            outcomes = rc.claim_many(claims)
-        else:
-            outcomes = [rc.claim(*claim) for claim in claims]
+        outcomes = (rc.claim_many(claims) if together
+                    else [rc.claim(*claim) for claim in claims])
         records = {fp: (r.to_json() if (r := rc.store.get(fp)) else None)
                    for fp in (20, 21, 22, 77, 78)}
         results.append((outcomes, records, dict(rc.counters)))

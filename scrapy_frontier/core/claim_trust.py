@@ -6,8 +6,12 @@ in one run stays found out in the next, and on Redis every worker adds to the sa
 A claim is checked whenever a fetch of a page whose site made one finds out whether the page
 really changed since the visit before: the claim said "changed" (its time is past the
 previous visit) or "not changed", and the fetch found a change (digest or simhash) or none.
-A host's score is its share of claims that agreed, with a prior of ``PRIOR`` agreements and
-as many disagreements, so that a few lucky checks do not make a host trusted.
+A check counts only when the claim or the fetch says "changed": a claim that did not move on a
+page that did not change tells nothing, and on pages that seldom change a liar (whose claims
+never move) would otherwise agree most of the time. So a confirmed change is an agreement, a
+change the claim missed (a liar) or a change it made up (a noisy host) a disagreement. A
+host's score is its share of checks that agreed, with a prior of ``PRIOR`` agreements and as
+many disagreements, so that a few lucky checks do not make a host trusted.
 
 ``trusted``: the claims decide (a page whose claim did not move waits for its verification
 visit). ``distrusted``: the claims are ignored, and the host's pages are recrawled on their
@@ -56,8 +60,11 @@ class ClaimTrust:
         for host in self.hosts:
             self.counts[self.state(host)] += 1
 
-    def check(self, host: str, claimed_changed: bool, found_changed: bool) -> bool:
-        """Record one check; return whether the claim agreed with the fetch."""
+    def check(self, host: str, claimed_changed: bool, found_changed: bool) -> bool | None:
+        """Record one check; return whether the claim agreed with the fetch, or None when
+        neither said "changed" (not counted)."""
+        if not claimed_changed and not found_changed:
+            return None
         entry = self.hosts.get(host)
         if entry is None:
             entry = self.hosts[host] = HostClaims()

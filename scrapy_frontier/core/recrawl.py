@@ -31,7 +31,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from scrapy_frontier.core.claim_trust import ClaimTrust
+from scrapy_frontier.core.claim_trust import MIN_CHECKS, ClaimTrust
 from scrapy_frontier.core.history import HistoryStore, PageRecord, make_due
 from scrapy_frontier.core.recrawl_priority import (
     change_term,
@@ -133,6 +133,20 @@ SEEDS_KEPT = 200_000
 #: (clocks, and sitemaps written to the second).
 CLAIM_SLACK = 1.0
 
+#: Moved claims of a host whose claims are not decided yet (too few checks) that make their
+#: pages due in one run: twice the checks a host needs. The others wait for a later run.
+PROBES_PER_RUN = 2 * MIN_CHECKS
+
+#: After a host's first probe, one page in 2**PROBE_BITS (those whose scattered fingerprint
+#: has that many top bits 0) is a probe.
+PROBE_BITS = 3
+_SPREAD = 0x9E3779B97F4A7C15  # Fibonacci hashing: the product's top bits mix every bit of fp
+_MASK64 = (1 << 64) - 1
+
+#: Pages held past the probes that a run remembers, to make them due once their host is
+#: trusted (about 100 bytes each).
+HELD_KEPT = 200_000
+
 #: One claim of a sitemap or feed: (page fingerprint, URL, claimed change time (wall
 #: clock), claimed change period in seconds).
 PageClaim = tuple[int, str, "float | None", "float | None"]
@@ -174,6 +188,13 @@ class Recrawler:
         self.trust = ClaimTrust(store.load_trust())
         #: First intervals of pages never fetched, from their sitemaps' changefreq.
         self._seeds: dict[int, float] = {}
+        #: Moved claims made due in this run, per host not yet decided (see _probe).
+        self._probes: dict[str, int] = {}
+        #: Pages whose moved claims wait for their host to be decided (see _hold), and the
+        #: checks of such a host in this run.
+        self._held: dict[str, list[int]] = {}
+        self._probes_back: dict[str, int] = {}
+        self._held_count = 0
         self._puts = 0
         self._calibrated_at = -math.inf
         self.maybe_calibrate()
@@ -325,10 +346,12 @@ class Recrawler:
         them, in this process) to be its first interval after its first visit: ``seeded``.
 
         A claim past the last visit makes the page due now, unless the host's claims have
-        proved wrong; one that did not move defers the next visit to the verification
-        interval (``FRONTIER_RECRAWL_MAX`` after the last visit), once the host's claims
-        have proved right. Returns what became of it: ``due``, ``deferred``, ``kept``,
-        ``ignored`` (a distrusted host), ``unknown`` (never fetched) or ``retired``.
+        proved wrong (or, for a host not decided yet, past PROBES_PER_RUN of them in this
+        run); one that did not move defers the next visit to the verification interval
+        (``FRONTIER_RECRAWL_MAX`` after the last visit), once the host's claims have proved
+        right. Returns what became of it: ``due``, ``deferred``, ``kept``, ``held`` (not
+        decided yet, past the probes), ``ignored`` (a distrusted host), ``unknown`` (never
+        fetched) or ``retired``.
         """
         return self._apply_claim(self.store.get(fp), fp, url, changed_at, changefreq)
 
@@ -364,20 +387,70 @@ class Recrawler:
         if state == "distrusted":
             outcome = "ignored"
         elif changed_at > record.fetched_at + CLAIM_SLACK:
+            outcome = "due"
             # Handed out for a recrawl already: it is on its way, not to be handed twice.
             if record.claimed_until <= self.clock() and record.eligible > 0.0:
-                make_due(record)
-                self.reset_feed()
-            outcome = "due"
+                host = _hostname(url)
+                if state == "unknown" and not self._probe(host, fp):
+                    outcome = "held"
+                    self._hold(host, fp)
+                else:
+                    make_due(record)
+                    self.reset_feed()
         elif state == "trusted":
             verify = record.fetched_at + self.settings.refresh.max_interval
             if record.history.next_due < verify:
                 record.history.next_due = verify
                 outcome = "deferred"
         self._count(f"signals/{outcome}")
-        if not (unchanged and outcome in ("kept", "ignored")):
+        if not (unchanged and outcome in ("kept", "ignored", "held")):
             self._put(record)  # each sitemap read would otherwise rewrite every record
         return outcome
+
+    def _probe(self, host: str, fp: int) -> bool:
+        """May the moved claim of page ``fp`` of ``host`` (neither trusted nor distrusted
+        yet) make the page due in this run? PROBES_PER_RUN of them decide the host, and a
+        noisy host's claims do not make every page of it due at once.
+
+        The host's first MIN_CHECKS moved claims are probes, then one page in 2**PROBE_BITS
+        picked by its fingerprint: spread over the whole sitemap, whatever order its parts
+        are read in, rather than its first pages only (which may all be pages that do
+        change). The held claims wait until every probe is back (see _check_claim)."""
+        made = self._probes.get(host, 0)
+        if made >= PROBES_PER_RUN:
+            return False
+        if made >= MIN_CHECKS and ((fp * _SPREAD) & _MASK64) >> (64 - PROBE_BITS):
+            return False
+        self._probes[host] = made + 1
+        return True
+
+    def _hold(self, host: str, fp: int) -> None:
+        """Page ``fp``'s moved claim waits for its host's probes: due once the host is
+        trusted (in this run), forgotten if it is distrusted. At most HELD_KEPT pages are
+        remembered so; the others' claims are read again by the next run."""
+        if self._held_count < HELD_KEPT:
+            self._held.setdefault(host, []).append(fp)
+            self._held_count += 1
+
+    def _decided(self, host: str, state: str) -> None:
+        """``host``'s claims were just decided: a trusted host's held claims make their
+        pages due now; a distrusted host's are dropped."""
+        held = self._held.pop(host, [])
+        self._held_count -= len(held)
+        if state != "trusted" or not held:
+            return
+        released = 0
+        for record in self.store.get_many(held).values():
+            claimed = record.claimed_change
+            if (record.retired is None and claimed is not None
+                    and claimed > record.fetched_at + CLAIM_SLACK
+                    and record.claimed_until <= self.clock() and record.eligible > 0.0):
+                make_due(record)
+                self._put(record)
+                released += 1
+        if released:
+            self.reset_feed()
+            self._count("signals/released", released)
 
     def signal_source(self, fp: int) -> None:
         """Page ``fp`` is a sitemap or a feed: due again after ``FRONTIER_RECRAWL_MIN``, so
@@ -400,6 +473,13 @@ class Recrawler:
         said = claimed > record.fetched_at + CLAIM_SLACK
         host = _hostname(record.url)
         agreed = self.trust.check(host, said, changed)
+        if agreed is None:
+            return  # neither said "changed": tells nothing of the host
+        if host in self._held:
+            back = self._probes_back[host] = self._probes_back.get(host, 0) + 1
+            state = self.trust.state(host)
+            if back >= self._probes.get(host, 0) and state != "unknown":
+                self._decided(host, state)  # on the whole sample, not its first checks
         self.store.add_trust(host, int(agreed), int(not agreed))
         if not agreed:
             self._count("signals/wrong")

@@ -580,14 +580,16 @@ class Refresher:
     ) -> float:
         """Record a successful visit now; return the page's next due time.
 
-        ``first_interval``: the interval after a first visit, instead of the initial one
-        (a sitemap's changefreq for the page); clamped like any interval."""
+        ``first_interval``: the interval after a first visit when shorter than the initial
+        one (a sitemap's changefreq for the page: it may bring the page back sooner, never
+        later, as changefreq is often wrong); clamped like any interval."""
         now = self.clock()
         first = not history.visits
         history.record_visit(now, changed, last_modified)
         if first:
-            interval = self.config.clamp(self.config.initial_interval if first_interval is None
-                                         else first_interval)
+            initial = self.config.initial_interval
+            interval = self.config.clamp(initial if first_interval is None
+                                         else min(initial, first_interval))
         else:
             interval = self.predictor.next_interval(history, history.changed[-1], now)
         history.interval = interval
