@@ -3,6 +3,8 @@ host's are found out and ignored (on the fake clock, one Recrawler)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from scrapy_frontier.core import FakeClock
 from scrapy_frontier.core.claim_trust import MIN_CHECKS, ClaimTrust
 from scrapy_frontier.core.recrawl import PROBES_PER_RUN, Recrawler
@@ -256,3 +258,24 @@ def test_claims_read_together_end_as_claims_read_one_by_one() -> None:
     # The older claim for 22 does not undo the newer one before it.
     assert results[1][0] == ["due", "deferred", "kept", "due", "due", "seeded", "unknown"]
     assert [r.fp for r in rc.take_due(10)] == [20, 22]
+
+
+def test_a_change_after_the_claim_was_read_is_no_miss() -> None:
+    """A sitemap read, its pages fetched a while later: a page that changed in between (its
+    Last-Modified is after the read) was not missed by the claim; one whose Last-Modified is
+    before the read was."""
+    from email.utils import formatdate
+
+    rc, clock = make_recrawler()
+    _visit(rc, 1, "a.example", TEXT)
+    _visit(rc, 2, "a.example", TEXT)
+    clock.advance(3600)
+    read = clock.now
+    assert rc.claim(1, "http://a.example/1", read - 7200) == "kept"
+    assert rc.claim(2, "http://a.example/2", read - 7200) == "kept"
+    clock.advance(60)
+    after, before = formatdate(read + 30, usegmt=True), formatdate(read - 600, usegmt=True)
+    rc.visited(1, "http://a.example/1", replace(page(NEW), last_modified=after))
+    assert "signals/checked" not in rc.counters
+    rc.visited(2, "http://a.example/2", replace(page(NEW), last_modified=before))
+    assert rc.counters["signals/checked"] == 1 and rc.counters["signals/wrong"] == 1

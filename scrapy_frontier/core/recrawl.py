@@ -188,6 +188,8 @@ class Recrawler:
         self.trust = ClaimTrust(store.load_trust())
         #: First intervals of pages never fetched, from their sitemaps' changefreq.
         self._seeds: dict[int, float] = {}
+        #: When each unmoved claim was read, in this run (see _check_claim).
+        self._read_at: dict[int, float] = {}
         #: Moved claims made due in this run, per host not yet decided (see _probe).
         self._probes: dict[str, int] = {}
         #: Pages whose moved claims wait for their host to be decided (see _hold), and the
@@ -382,6 +384,8 @@ class Recrawler:
             changed_at = record.claimed_change
         unchanged = record.claimed_change == changed_at  # read again, nothing new
         record.claimed_change = changed_at
+        if changed_at <= record.fetched_at + CLAIM_SLACK and len(self._read_at) < SEEDS_KEPT:
+            self._read_at[fp] = self.clock()  # "not changed" as of now (see _check_claim)
         state = self.trust.state(_hostname(url))
         outcome = "kept"
         if state == "distrusted":
@@ -464,13 +468,22 @@ class Recrawler:
             record.history.interval = self.settings.refresh.min_interval
             self._put(record)
 
-    def _check_claim(self, record: PageRecord, changed: bool) -> None:
-        """A visit found whether the page changed: was its site's claim right?"""
+    def _check_claim(self, record: PageRecord, changed: bool,
+                     last_modified: float | None = None) -> None:
+        """A visit found whether the page changed: was its site's claim right?
+
+        A change found after a claim that did not move is no miss when the page's
+        Last-Modified is after the claim was read: it changed since (a sitemap read, then
+        its pages fetched a while later)."""
         claimed = record.claimed_change
+        read_at = self._read_at.pop(record.fp, None)
         if claimed is None or not record.history.visits:
             return
         record.claimed_change = None  # one claim, one check
         said = claimed > record.fetched_at + CLAIM_SLACK
+        if (changed and not said and read_at is not None and last_modified is not None
+                and last_modified >= read_at - CLAIM_SLACK):
+            return
         host = _hostname(record.url)
         agreed = self.trust.check(host, said, changed)
         if agreed is None:
@@ -514,14 +527,14 @@ class Recrawler:
             exact=self.settings.exact,
         )
         claimed = record.claimed_change
-        self._check_claim(record, changed)
+        last_modified = _http_date(visit.last_modified)
+        self._check_claim(record, changed, last_modified)
         if first:
             self._count("recrawl/pages_new")
         elif changed:
             self._count("recrawl/pages_changed")
         else:
             self._count("recrawl/pages_unchanged")
-        last_modified = _http_date(visit.last_modified)
         if (last_modified is None and claimed is not None and claimed <= self.clock()
                 and self.trust.state(_hostname(url)) == "trusted"):
             # No Last-Modified: a trusted host's claim is the change time the
