@@ -134,7 +134,8 @@ SEEDS_KEPT = 200_000
 CLAIM_SLACK = 1.0
 
 #: Moved claims of a host whose claims are not decided yet (too few checks) that make their
-#: pages due in one run: twice the checks a host needs. The others wait for a later run.
+#: pages due in one run: twice the checks a host needs. The others are held until these
+#: probes are back.
 PROBES_PER_RUN = 2 * MIN_CHECKS
 
 #: After a host's first probe, one page in 2**PROBE_BITS (those whose scattered fingerprint
@@ -144,7 +145,7 @@ _SPREAD = 0x9E3779B97F4A7C15  # Fibonacci hashing: the product's top bits mix ev
 _MASK64 = (1 << 64) - 1
 
 #: Pages held past the probes that a run remembers, to make them due once their host is
-#: trusted (about 100 bytes each).
+#: trusted, and read times of unmoved claims it remembers (about 100 bytes each).
 HELD_KEPT = 200_000
 
 #: One claim of a sitemap or feed: (page fingerprint, URL, claimed change time (wall
@@ -384,7 +385,7 @@ class Recrawler:
             changed_at = record.claimed_change
         unchanged = record.claimed_change == changed_at  # read again, nothing new
         record.claimed_change = changed_at
-        if changed_at <= record.fetched_at + CLAIM_SLACK and len(self._read_at) < SEEDS_KEPT:
+        if changed_at <= record.fetched_at + CLAIM_SLACK and len(self._read_at) < HELD_KEPT:
             self._read_at[fp] = self.clock()  # "not changed" as of now (see _check_claim)
         state = self.trust.state(_hostname(url))
         outcome = "kept"

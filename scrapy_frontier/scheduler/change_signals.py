@@ -25,7 +25,7 @@ from scrapy_frontier.scheduler.timer import call_later
 logger = logging.getLogger("scrapy_frontier.scheduler")
 
 #: Claims fingerprinted and recorded per turn of the reactor, their page records read
-#: together.
+#: together: on SQLite a slice holds the reactor some 15 ms (bench_signal_claims.py).
 SLICE = 500
 _XML_START = (b"<?xml", b"<urlset", b"<sitemapindex", b"<rss", b"<feed")
 
