@@ -194,6 +194,21 @@ def make_due(record: PageRecord) -> None:
     record.retired = None
 
 
+def split_pending(pending: dict[int, PageRecord],
+                  fps: Sequence[int]) -> tuple[dict[int, PageRecord], list[int]]:
+    """For ``get_many`` of a store that buffers its writes: copies of the records of ``fps``
+    still in ``pending`` (as the store would give them), and the fingerprints left to read."""
+    found: dict[int, PageRecord] = {}
+    wanted: list[int] = []
+    for fp in fps:
+        record = pending.get(fp)
+        if record is not None:
+            found[fp] = PageRecord.from_json(fp, record.to_json())
+        else:
+            wanted.append(fp)
+    return found, wanted
+
+
 class HistoryStore(Protocol):
     """Page records by fingerprint, with the due order of pages not retired.
 

@@ -30,7 +30,12 @@ from typing import Any
 
 from scrapy_frontier.backends.redis.connection import guard, text
 from scrapy_frontier.backends.redis.lua import lua_source
-from scrapy_frontier.core.history import QUARANTINE_LOGGED, PageRecord, quarantine_message
+from scrapy_frontier.core.history import (
+    QUARANTINE_LOGGED,
+    PageRecord,
+    quarantine_message,
+    split_pending,
+)
 from scrapy_frontier.errors import RedisFrontierDataError
 
 logger = logging.getLogger("scrapy_frontier.history")
@@ -139,14 +144,7 @@ class RedisHistoryStore:
         return record
 
     def get_many(self, fps: Sequence[int]) -> dict[int, PageRecord]:
-        found: dict[int, PageRecord] = {}
-        wanted = []
-        for fp in fps:
-            pending = self._pending.get(fp)
-            if pending is not None:
-                found[fp] = PageRecord.from_json(fp, pending.to_json())
-            else:
-                wanted.append(fp)
+        found, wanted = split_pending(self._pending, fps)
         if not wanted:
             return found
 

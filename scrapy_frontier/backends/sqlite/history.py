@@ -26,7 +26,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from scrapy_frontier.backends.sqlite.files import SQLiteFile, WALFileStore
-from scrapy_frontier.core.history import QUARANTINE_LOGGED, PageRecord, quarantine_message
+from scrapy_frontier.core.history import (
+    QUARANTINE_LOGGED,
+    PageRecord,
+    quarantine_message,
+    split_pending,
+)
 from scrapy_frontier.errors import HistoryStoreError
 
 #: Fingerprints per query of ``get_many`` (below SQLite's oldest limit of 999 parameters).
@@ -172,14 +177,7 @@ class SQLiteHistoryStore(WALFileStore):
         return None if row is None else self._decode(fp, row[0])
 
     def get_many(self, fps: Sequence[int]) -> dict[int, PageRecord]:
-        found: dict[int, PageRecord] = {}
-        wanted = []
-        for fp in fps:
-            pending = self._pending.get(fp)
-            if pending is not None:
-                found[fp] = PageRecord.from_json(fp, pending.to_json())
-            else:
-                wanted.append(fp)
+        found, wanted = split_pending(self._pending, fps)
         self._check_open()
         try:
             for start in range(0, len(wanted), GET_MANY_CHUNK):
