@@ -143,6 +143,8 @@ def test_three_workers_one_killed_share_one_polite_crawl(redis_server: RedisServ
     survivors = [json.loads(outs[i].read_text()) for i in (0, 2)]
     assert all(s["finish_reason"] == "finished" for s in survivors)
     assert all(s.get("frontier/dequeued", 0) > 0 for s in survivors)
+    # The survivors took back every expired lease, and say so in their stats.
+    assert sum(s.get("frontier/leases/reclaimed", 0) for s in survivors) == expired
 
 
 @pytest.mark.crawl

@@ -308,3 +308,25 @@ def test_a_round_runs_without_a_thread(redis_client: redis.Redis, redis_prefix: 
                                          for lease in first.leases + again.leases]))
     assert done.idle and done.queued == 0 and done.leases == []
     check_redis_frontier(frontier)
+
+
+def test_a_claim_that_takes_back_an_overdue_lease_counts_it(redis_server: RedisServer) -> None:
+    """Worker A holds a lease past its timeout (stopped mid-fetch); worker B's next claim
+    gives it back to its host and counts it, so B can say so (frontier/leases/reclaimed)."""
+    client = redis_server.client()
+    prefix = f"reclaim{time.monotonic_ns()}:frontier:"
+    a = RedisFrontier(client, prefix, policy=DelayPolicy(0.0, 0.0, 1.0), lease_timeout=0.2)
+    b = RedisFrontier(client, prefix, policy=DelayPolicy(0.0, 0.0, 1.0), lease_timeout=0.2)
+    a.push("h", 1, b"u1")
+    held = a.pop()
+    assert held is not None and b.pop() is None and b.reclaimed == 0  # not overdue yet
+    time.sleep(0.3)  # past the lease's deadline (server time)
+    again = None
+    deadline = time.monotonic() + 10
+    while again is None and time.monotonic() < deadline:
+        again = b.pop()
+    assert again is not None and again.item == b"u1"
+    assert b.reclaimed == 1 and a.reclaimed == 0
+    assert a.complete(held, 0.0) is None  # A's late completion changes nothing
+    b.complete(again, 0.0)
+    check_redis_frontier(b)

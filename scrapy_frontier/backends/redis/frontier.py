@@ -217,6 +217,9 @@ class RedisFrontier:
         self.policy = policy or DelayPolicy()
         self.lease_timeout = lease_timeout
         self.expire_batch = expire_batch
+        #: Leases past their deadline that this client's claims gave back to their hosts
+        #: (each claim first expires up to ``expire_batch`` of them).
+        self.reclaimed = 0
         # Seeds the scripts' biased front-queue choice (see lua/prelude.lua).
         self._rng = rng or random.Random()
         self._head = [
@@ -409,6 +412,7 @@ class RedisFrontier:
         Expires overdue leases first (their items go back to their hosts' queues).
         """
         reply = self._run(self._claim, "claiming a URL", self.expire_batch)
+        self.reclaimed += int(reply[-1])
         if not reply[0]:
             return None
         _, _, ticket, host, level, item, deadline, ready_at, _ = reply

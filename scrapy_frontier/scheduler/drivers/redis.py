@@ -513,6 +513,13 @@ class RedisDriver:
         self._dropped(sent, answer.dropped)
         if answer.starts_skipped:
             self.stats.inc_value("frontier/start/skipped", answer.starts_skipped)
+        if answer.reclaimed:
+            self.stats.inc_value("frontier/leases/reclaimed", answer.reclaimed)
+            redis_log.info(
+                "Took back %d lease(s) held past FRONTIER_LEASE_TIMEOUT (%.0f s) by a worker "
+                "that stopped or lost Redis mid-fetch: their requests are queued again, and "
+                "their hosts rest as if those fetches had lasted until now",
+                answer.reclaimed, self.config.lease_timeout)
         self._validators.update(answer.validators)
         self._buffer.extend(answer.leases)
         self._due.extend(answer.due)

@@ -125,6 +125,8 @@ class RoundAnswer:
     """(pages, due) of the shared page history, read with the census."""
     next_due: float | None = None
     """Continuous recrawl: when the history's next page falls due (wall clock)."""
+    reclaimed: int = 0
+    """Leases past FRONTIER_LEASE_TIMEOUT this round's claims gave back to their hosts."""
 
 
 class RoundRunner:
@@ -231,6 +233,7 @@ class RoundRunner:
                             "later ones are refused by every worker (counted in "
                             "frontier/budget/requests)", done.host, completed.capped)
         leases: list[RedisLease] = []
+        reclaimed = remote.reclaimed
         for _ in range(rnd.want):
             claimed = remote.pop()
             if claimed is None:
@@ -244,6 +247,7 @@ class RoundRunner:
                          remote.next_wakeup() if len(leases) < rnd.want else None)
         answer.starts_skipped = skipped
         answer.dropped = dropped
+        answer.reclaimed = remote.reclaimed - reclaimed
         if rnd.census is not None:
             answer.census = remote.census()
             if recrawler is not None:
