@@ -295,6 +295,38 @@ class FrontierConfig:
         )
 
 
+def _switch(settings: BaseSettings, name: str) -> bool | None:
+    """A True/False setting that may be absent (None)."""
+    if settings.get(name) is None:
+        return None
+    try:
+        return settings.getbool(name)
+    except ValueError:
+        raise FrontierConfigError(
+            f"{name} must be True or False, got {settings.get(name)!r}") from None
+
+
+def refuse_scrapy_redis_switches(settings: BaseSettings) -> None:
+    """scrapy-redis's SCHEDULER_PERSIST = False and SCHEDULER_FLUSH_ON_START = True delete
+    the crawl's queue and seen set when a worker closes, or starts. A shared frontier keeps
+    them (another worker may still be crawling, a recrawl needs its history): the crawl is
+    refused, naming the frontier's way, rather than the switch silently ignored. Their other
+    values are what the frontier does anyway."""
+    if _switch(settings, "SCHEDULER_PERSIST") is False:
+        raise FrontierConfigError(
+            "SCHEDULER_PERSIST = False is scrapy-redis's switch to delete the crawl's queue and "
+            "seen set when a worker closes. scrapy-frontier keeps them: other workers may "
+            "still be crawling, and a recrawl needs the page history. Remove the setting; to "
+            "start a crawl afresh, stop its workers and run `scrapy frontier reset --spider "
+            "NAME`.")
+    if _switch(settings, "SCHEDULER_FLUSH_ON_START"):
+        raise FrontierConfigError(
+            "SCHEDULER_FLUSH_ON_START = True is scrapy-redis's switch to delete the crawl's "
+            "queue and seen set when a worker starts: a worker started late would delete the "
+            "others' progress. Remove the setting, and run `scrapy frontier reset --spider "
+            "NAME` before the crawl instead.")
+
+
 def _backend(settings: BaseSettings, state_dir: str | None) -> str:
     raw = _raw(settings, "FRONTIER_BACKEND", None)
     if raw is None:

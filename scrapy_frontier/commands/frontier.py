@@ -24,7 +24,8 @@ from scrapy_frontier.errors import FrontierCommandError, FrontierError, Hostless
 from scrapy_frontier.hostkey import url_host_key
 from scrapy_frontier.settings import FrontierConfig
 
-SUBCOMMANDS = ("status", "hosts", "url", "due", "recrawl", "quarantine", *steer.ACTIONS)
+SUBCOMMANDS = ("status", "hosts", "url", "due", "recrawl", "quarantine", "reset",
+               *steer.ACTIONS)
 
 USAGE = """\
   status                         queued, in flight, hosts by state, seen, history
@@ -36,6 +37,8 @@ USAGE = """\
                                  make pages of the history due now (fetched again soon)
   quarantine [--requeue | --drop] [--limit N]
                                  what the crawl set aside as unreadable; put it back, or clear it
+  reset --spider NAME [--yes]    Redis: delete that crawl's keys (queue, seen set, history),
+                                 after a confirmation; nothing else is touched
   block HOST [--for SECONDS]     stop contacting a host (its URLs are kept)
   unblock HOST                   contact it again
   delay HOST SECONDS             a minimum rest after every fetch of the host (0 removes)
@@ -89,6 +92,8 @@ class Command(ScrapyCommand):
                             "back (once the spider can read them)")
         parser.add_argument("--drop", action="store_true",
                             help="quarantine: delete what is set aside")
+        parser.add_argument("--yes", action="store_true",
+                            help="reset: confirmed, do not ask (needed without a terminal)")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
@@ -245,6 +250,33 @@ def _quarantine(inspector: Any, opts: argparse.Namespace) -> tuple[Any, str]:
     return data, render.quarantine(data)
 
 
+def _reset(inspector: Any, opts: argparse.Namespace) -> tuple[Any, str]:
+    from scrapy_frontier.commands.reset import redis_reset
+
+    if inspector.backend != "redis":
+        raise FrontierCommandError(
+            "reset deletes a Redis crawl's keys. A crawl in JOBDIR or FRONTIER_PATH starts "
+            "afresh with a new directory, and the old one stays as it is. Nothing was changed.")
+    if not opts.spider:
+        raise UsageError("reset needs --spider NAME: the crawl whose keys to delete",
+                         print_help=False)
+
+    def confirm(question: str) -> bool:
+        if opts.yes:
+            return True
+        if not sys.stdin.isatty():
+            raise FrontierCommandError(
+                f"{question} Give --yes to confirm without a terminal. Nothing was changed.")
+        print(question, file=sys.stderr)
+        return input(f"Type the spider's name ({opts.spider}) to confirm: ") == opts.spider
+
+    data = redis_reset(inspector, confirm)
+    if not data["confirmed"]:
+        return data, "reset: not confirmed. Nothing was changed."
+    return data, (f"reset: deleted {data['deleted']} key(s) of spider {data['spider']!r} "
+                  f"({', '.join(p + '*' for p in data['prefixes'])}).")
+
+
 def run_subcommand(inspector: Any, sub: str, rest: list[str],
                    opts: argparse.Namespace) -> tuple[Any, str]:
     if sub == "status":
@@ -264,6 +296,8 @@ def run_subcommand(inspector: Any, sub: str, rest: list[str],
         return _recrawl(inspector, rest, opts)
     if sub == "quarantine":
         return _quarantine(inspector, opts)
+    if sub == "reset":
+        return _reset(inspector, opts)
     host = normalize_host(rest[0])
     value: float | None = _number(sub, rest[1]) if len(rest) > 1 else None
     if sub == "block" and opts.for_seconds is not None:

@@ -48,7 +48,11 @@ from scrapy_frontier.scheduler.run_state import RunState
 from scrapy_frontier.scheduler.site_rules import SiteRules
 from scrapy_frontier.scheduler.slots import SlotKeys
 from scrapy_frontier.scheduler.timer import EngineWaker, call_later
-from scrapy_frontier.settings import FrontierConfig, unknown_settings
+from scrapy_frontier.settings import (
+    FrontierConfig,
+    refuse_scrapy_redis_switches,
+    unknown_settings,
+)
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -122,6 +126,7 @@ class FrontierScheduler:
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
         try:
             config = FrontierConfig.from_settings(crawler.settings)
+            refuse_scrapy_redis_switches(crawler.settings)
             driver_cls = load_driver(config.driver_path)
             df = build_from_crawler(load_object(crawler.settings["DUPEFILTER_CLASS"]), crawler)
         except FrontierError as exc:
