@@ -502,6 +502,13 @@ class RedisDriver:
     def _round_done(self, answer: RoundAnswer) -> None:
         sent = self._sending or Round()
         self._sending = None
+        if answer.reclaimed:  # counted even in a round that ends after the close
+            self.stats.inc_value("frontier/leases/reclaimed", answer.reclaimed)
+            redis_log.info(
+                "Took back %d lease(s) held past FRONTIER_LEASE_TIMEOUT (%.0f s) by a worker "
+                "that stopped or lost Redis mid-fetch: their requests are queued again, and "
+                "their hosts rest as if those fetches had lasted until now",
+                answer.reclaimed, self.config.lease_timeout)
         if self._closed:
             self._buffer.extend(answer.leases)  # given back by close()
             return
@@ -513,13 +520,6 @@ class RedisDriver:
         self._dropped(sent, answer.dropped)
         if answer.starts_skipped:
             self.stats.inc_value("frontier/start/skipped", answer.starts_skipped)
-        if answer.reclaimed:
-            self.stats.inc_value("frontier/leases/reclaimed", answer.reclaimed)
-            redis_log.info(
-                "Took back %d lease(s) held past FRONTIER_LEASE_TIMEOUT (%.0f s) by a worker "
-                "that stopped or lost Redis mid-fetch: their requests are queued again, and "
-                "their hosts rest as if those fetches had lasted until now",
-                answer.reclaimed, self.config.lease_timeout)
         self._validators.update(answer.validators)
         self._buffer.extend(answer.leases)
         self._due.extend(answer.due)
