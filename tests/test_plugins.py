@@ -28,8 +28,8 @@ HTTPX = "scrapy.core.downloader.handlers._httpx.HttpxDownloadHandler"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _crawl(tmp_path: Path, settings: dict[str, Any],
-           cwd: Path | None = None) -> tuple[Any, Any, ServerProcess]:
+def _crawl(tmp_path: Path, settings: dict[str, Any], cwd: Path | None = None,
+           browser: bool = False) -> tuple[Any, Any, ServerProcess]:
     log = tmp_path / "server.jsonl"
     with ServerProcess(WEB, log_path=str(log)) as web:
         result = run_crawl(web.start_urls, {"ADDONS": FRONTIER_ADDON, "FRONTIER_MIN_DELAY": 0.0,
@@ -37,7 +37,15 @@ def _crawl(tmp_path: Path, settings: dict[str, Any],
                            allowed_domains=web.allowed_domains, workdir=tmp_path / "crawl",
                            timeout=300, cwd=cwd)
     assert result.returncode == 0, result.output[-3000:]
-    report = audit(read_log(str(log)), expected=web.expected)
+    entries = read_log(str(log))
+    if browser:
+        # Chromium may ask for /favicon.ico on its own after a page load, which Playwright
+        # neither routes nor reports (microsoft/playwright#7493): no request the frontier
+        # scheduled. The audit is of the requests it scheduled.
+        favicons = [e for e in entries if e.path == "/favicon.ico"]
+        assert all(e.status == 404 for e in favicons) and len(favicons) <= len(web.expected)
+        entries = [e for e in entries if e.path != "/favicon.ico"]
+    report = audit(entries, expected=web.expected)
     return result, report, web
 
 
@@ -72,7 +80,7 @@ def test_scrapy_playwright_with_debian_chromium_crawls_politely_and_completely(
         "PLAYWRIGHT_LAUNCH_OPTIONS": {"executable_path": CHROMIUM, "args": CHROMIUM_ARGS},
         "PLAYWRIGHT_ABORT_REQUEST": "tests.plugin_helpers.abort_subresources",
         "DOWNLOADER_MIDDLEWARES": {"tests.plugin_helpers.EveryRequestInTheBrowser": 100},
-    }, cwd=ROOT)
+    }, cwd=ROOT, browser=True)
     assert result.stats.get("playwright/page_count", 0) >= len(web.expected), result.stats
     assert report.overlaps == 0 and report.short_gaps == 0, report
     assert report.coverage == 1.0 and report.duplicates == 0, report
