@@ -297,13 +297,7 @@ class FrontierConfig:
 
 def _switch(settings: BaseSettings, name: str) -> bool | None:
     """A True/False setting that may be absent (None)."""
-    if settings.get(name) is None:
-        return None
-    try:
-        return settings.getbool(name)
-    except ValueError:
-        raise FrontierConfigError(
-            f"{name} must be True or False, got {settings.get(name)!r}") from None
+    return None if settings.get(name) is None else _bool(settings, name, default=False)
 
 
 def refuse_scrapy_redis_switches(settings: BaseSettings) -> None:

@@ -1,6 +1,6 @@
 """Sitemaps as change signals in a recrawl, on every backend that keeps a page history.
 
-A SitemapSpider crawls the test web twice. Its hosts publish sitemaps (robots.txt names an
+A SitemapSpider crawls the test web three times. Its hosts publish sitemaps (robots.txt names an
 index; one child is gzip): host 0 tells the truth, host 1 lies (its lastmod never moves),
 host 2 is noisy (its lastmod is always now), host 3 publishes nothing. Between the runs some
 pages change; the second run decides each publishing host from a few probes. Pages are due

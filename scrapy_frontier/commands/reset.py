@@ -58,7 +58,7 @@ def redis_reset(inspector: Any, confirm: Callable[[str], bool]) -> dict[str, Any
     if not confirm(question):
         return {"spider": inspector.spider, "deleted": 0, "confirmed": False,
                 "prefixes": prefixes}
-    ordered = sorted(keys)
+    ordered = list(keys)
     for start in range(0, len(ordered), BATCH):
         part = ordered[start:start + BATCH]
         run("deleting the crawl's keys", partial(client.unlink, *part))

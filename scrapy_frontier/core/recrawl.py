@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
@@ -197,6 +198,8 @@ class Recrawler:
         #: checks of such a host in this run.
         self._held: dict[str, list[int]] = {}
         self._probes_back: dict[str, int] = {}
+        #: Held pages of hosts since trusted, made due by the next take_due calls.
+        self._releasing: deque[int] = deque()
         self._held_count = 0
         self._puts = 0
         self._calibrated_at = -math.inf
@@ -264,6 +267,8 @@ class Recrawler:
         In ``due`` mode "due" means due when the crawl started; in ``continuous``
         mode, due now.
         """
+        if self._releasing:
+            self._release(limit)
         if self._exhausted and self.settings.mode != "continuous":
             return []
         if self.settings.mode == "continuous":
@@ -438,14 +443,23 @@ class Recrawler:
             self._held_count += 1
 
     def _decided(self, host: str, state: str) -> None:
-        """``host``'s claims were just decided: a trusted host's held claims make their
-        pages due now; a distrusted host's are dropped."""
+        """``host``'s claims were just decided: a trusted host's held pages are released
+        (made due by the next ``take_due``s, a batch at a time, not here, in the middle of a
+        visit); a distrusted host's are dropped."""
         held = self._held.pop(host, [])
-        self._held_count -= len(held)
-        if state != "trusted" or not held:
-            return
+        if state == "trusted" and held:
+            self._releasing.extend(held)
+            self.reset_feed()
+        else:
+            self._held_count -= len(held)
+
+    def _release(self, limit: int) -> None:
+        """Make up to ``limit`` released pages due whose claims still say they changed."""
+        releasing = self._releasing
+        batch = [releasing.popleft() for _ in range(min(limit, len(releasing)))]
+        self._held_count -= len(batch)
         released = 0
-        for record in self.store.get_many(held).values():
+        for record in self.store.get_many(batch).values():
             claimed = record.claimed_change
             if (record.retired is None and claimed is not None
                     and claimed > record.fetched_at + CLAIM_SLACK
