@@ -82,7 +82,8 @@ DEFAULTS: dict[str, Any] = {
     "FRONTIER_REDIS_HISTORY_KEY": "%(spider)s:history:",
     "FRONTIER_REDIS_SEEN_EXPECTED": 10_000_000,
     "FRONTIER_REDIS_PREFETCH": 4,
-    "FRONTIER_REDIS_IDLE_GRACE": 5.0,
+    "FRONTIER_REDIS_IDLE_GRACE": 2.0,
+    "FRONTIER_REDIS_LIVENESS": 5.0,
     "FRONTIER_PROGRESS_INTERVAL": 30.0,
     "FRONTIER_METRICS_PORT": None,  # off
     "FRONTIER_METRICS_HOST": "127.0.0.1",
@@ -138,6 +139,9 @@ class RedisConfig:
     seen_expected: int = DEFAULTS["FRONTIER_REDIS_SEEN_EXPECTED"]
     prefetch: int = DEFAULTS["FRONTIER_REDIS_PREFETCH"]
     idle_grace: float = DEFAULTS["FRONTIER_REDIS_IDLE_GRACE"]
+    """How long a worker that has seen no work yet waits for its peers' start requests."""
+    liveness: float = DEFAULTS["FRONTIER_REDIS_LIVENESS"]
+    """Seconds a worker's leases outlive its last heartbeat (0: only the lease timeout)."""
 
     def keys_for(self, spider: str) -> tuple[str, str, str]:
         """(frontier, seen set, history) key prefixes of ``spider``."""
@@ -394,7 +398,18 @@ def _redis(settings: BaseSettings) -> RedisConfig:
         seen_expected=_int(settings, "FRONTIER_REDIS_SEEN_EXPECTED", minimum=1),
         prefetch=_int(settings, "FRONTIER_REDIS_PREFETCH", minimum=1, maximum=10_000),
         idle_grace=_float(settings, "FRONTIER_REDIS_IDLE_GRACE", minimum=0.0),
+        liveness=_liveness(settings),
     )
+
+
+def _liveness(settings: BaseSettings) -> float:
+    seconds = _float(settings, "FRONTIER_REDIS_LIVENESS", minimum=0.0)
+    if 0 < seconds < 0.2:
+        raise FrontierConfigError(
+            f"FRONTIER_REDIS_LIVENESS={seconds} is too short to renew leases in time (its "
+            "heartbeat beats every quarter of it): use at least 0.2 s, or 0 to rely on "
+            "FRONTIER_LEASE_TIMEOUT alone")
+    return seconds
 
 
 def _observe(settings: BaseSettings) -> ObserveConfig:

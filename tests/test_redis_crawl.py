@@ -98,7 +98,9 @@ def test_three_workers_one_killed_share_one_polite_crawl(redis_server: RedisServ
                                                          tmp_path: Path) -> None:
     """The victim crawls alone until its sixth request reaches the downloader, where it
     stops itself (SIGSTOP) holding that request's lease; the two others start then, and
-    the victim is killed. Its leases expire and the survivors finish the crawl politely."""
+    the victim is killed. Its heartbeat stopped with it, so its leases lapse (within
+    FRONTIER_REDIS_LIVENESS, the lease timeout being the default 240 s) and the survivors
+    finish the crawl politely."""
     from scrapy_frontier.backends.redis.frontier import RedisFrontier
 
     log = tmp_path / "server.jsonl"
@@ -109,8 +111,7 @@ def test_three_workers_one_killed_share_one_polite_crawl(redis_server: RedisServ
     marker = tmp_path / "frozen.txt"
     with ServerProcess(web_args, log_path=str(log)) as web:
         settings = {**BASE_SETTINGS, **_settings(
-            redis_server, name, FRONTIER_LEASE_TIMEOUT=4.0, FRONTIER_REDIS_IDLE_GRACE=2.0,
-            FRONTIER_DELAY_FACTOR=1.0)}
+            redis_server, name, FRONTIER_REDIS_LIVENESS=2.0, FRONTIER_DELAY_FACTOR=1.0)}
         (tmp_path / "victim").mkdir()
         victim_spec = _spec(tmp_path / "victim", web, settings, mark_at=6,
                             marker=str(marker), freeze=True)
@@ -145,6 +146,34 @@ def test_three_workers_one_killed_share_one_polite_crawl(redis_server: RedisServ
     assert all(s.get("frontier/dequeued", 0) > 0 for s in survivors)
     # The survivors took back every expired lease, and say so in their stats.
     assert sum(s.get("frontier/leases/reclaimed", 0) for s in survivors) == expired
+
+
+@pytest.mark.crawl
+@pytest.mark.slow  # each fetch lasts 2.5 s
+def test_a_live_workers_long_download_keeps_its_lease(redis_server: RedisServer,
+                                                      tmp_path: Path) -> None:
+    """Every fetch lasts 2.5 times the liveness window: the heartbeat, in its own thread,
+    keeps renewing the leases, so none lapses, none is taken back, nothing is fetched
+    twice."""
+    log = tmp_path / "server.jsonl"
+    web_args = ["--shape", "wide", "--hosts", "2", "--pages", "2", "--latency", "2.5", "2.5",
+                "--seed", "5"]
+    name = f"long{next(_names)}"
+    client = redis_server.client()
+    with ServerProcess(web_args, log_path=str(log)) as web:
+        result = run_crawl(web.start_urls, _settings(
+            redis_server, name, FRONTIER_REDIS_LIVENESS=1.0, FRONTIER_DELAY_FACTOR=0.1),
+            allowed_domains=web.allowed_domains, workdir=tmp_path / "crawl", timeout=120)
+    assert result.returncode == 0, result.output[-3000:]
+    report = audit(read_log(log), expected=web.expected, min_delay=0.0, factor=0.1)
+    print(report.summary())
+    assert report.coverage == 1.0 and report.duplicates == 0, report.summary()
+    stats = result.stats
+    assert stats["finish_reason"] == "finished"
+    assert int(client.hget(f"{name}:frontier:stats", "expired") or 0) == 0
+    assert "frontier/leases/reclaimed" not in stats and "frontier/leases/lost" not in stats
+    # The worker left the live workers at its close.
+    assert client.zcard(f"{name}:frontier:workers") == 0
 
 
 @pytest.mark.crawl

@@ -330,3 +330,57 @@ def test_a_claim_that_takes_back_an_overdue_lease_counts_it(redis_server: RedisS
     assert a.complete(held, 0.0) is None  # A's late completion changes nothing
     b.complete(again, 0.0)
     check_redis_frontier(b)
+
+
+def test_a_lease_lasts_the_liveness_window_and_its_heartbeat_renews_it(
+        redis_server: RedisServer) -> None:
+    """With a liveness window, a claim's lease lapses that long after the claim (server
+    time); a renewal by its ticket extends it, never past claim + lease_timeout; a renewal
+    naming another ticket, or a completed lease, changes nothing."""
+    client = redis_server.client()
+    prefix = f"live{time.monotonic_ns()}:frontier:"
+    a = RedisFrontier(client, prefix, policy=DelayPolicy(0.0, 0.0, 1.0), lease_timeout=1.0,
+                      liveness=0.5)
+    a.push("h", 1, b"u1")
+    a.push("g", 1, b"u2")
+    lease = a.pop()
+    other = a.pop()
+    assert lease is not None and other is not None
+    assert lease.deadline == pytest.approx(lease.handed_at + 0.5, abs=1e-5)
+    deadlines = a.key("deadlines")
+    before = client.zscore(deadlines, lease.host)
+    assert a.renew("w1", [(lease.host, lease.ticket), (other.host, other.ticket + 99)]) == 1
+    renewed = client.zscore(deadlines, lease.host)
+    assert renewed > before
+    assert client.zscore(deadlines, other.host) == pytest.approx(other.deadline, abs=1e-5)
+    time.sleep(0.6)  # now + 0.5 is past the claim + lease_timeout: the cap holds
+    assert a.renew("w1", [(lease.host, lease.ticket)]) == 1
+    assert client.zscore(deadlines, lease.host) == pytest.approx(lease.handed_at + 1.0, abs=1e-5)
+    assert a.live_workers() == 1
+    a.complete(lease, 0.0)
+    assert a.renew("w1", [(lease.host, lease.ticket)]) == 0  # completed: left alone
+    a.leave("w1")
+    assert a.live_workers() == 0
+    with pytest.raises(ValueError, match="liveness"):
+        RedisFrontier(client, prefix, liveness=-1.0)
+    with pytest.raises(ValueError, match="renew needs"):
+        RedisFrontier(client, prefix).renew("w", [])
+
+
+def test_a_dead_workers_lease_comes_back_after_its_liveness_not_its_timeout(
+        redis_server: RedisServer) -> None:
+    """Worker A stops renewing (it died): worker B's claim takes A's lease back once A's
+    liveness window has passed, long before the 600 s lease timeout, and counts it."""
+    client = redis_server.client()
+    prefix = f"dead{time.monotonic_ns()}:frontier:"
+    kw: dict = {"policy": DelayPolicy(0.0, 0.0, 1.0), "lease_timeout": 600.0, "liveness": 0.3}
+    a, b = RedisFrontier(client, prefix, **kw), RedisFrontier(client, prefix, **kw)
+    a.push("h", 1, b"u1")
+    held = a.pop()
+    assert held is not None and b.pop() is None
+    time.sleep(0.4)  # past A's window, with no heartbeat
+    again = b.pop()
+    assert again is not None and again.item == b"u1" and b.reclaimed == 1
+    assert a.complete(held, 0.0) is None  # A's late completion changes nothing
+    b.complete(again, 0.0)
+    check_redis_frontier(b)

@@ -50,6 +50,8 @@ put the name in ``{...}`` to keep every key in one Redis Cluster slot)::
     P quarantine      LIST   host NUL level NUL at NUL error NUL item: claimed items that
                              cannot be rebuilt, set aside (scrapy frontier quarantine)
     P seq             STRING lease id counter
+    P workers         ZSET   worker -> end of its liveness window (server time), renewed by
+                             its heartbeat (RedisFrontier.renew)
     P stats           HASH   pushed, popped, completed, expired, activations, releases, ...
 
 The seen set (:class:`RedisSeenSet`) lives under its own prefix (default
@@ -172,6 +174,7 @@ _KEY_TYPES = {
     "delay": "hash",
     "budgets": "hash",
     "fetched": "hash",
+    "workers": "zset",
 }
 
 
@@ -195,6 +198,7 @@ class RedisFrontier:
         expire_batch: int = 16,
         rng: random.Random | None = None,
         spider: str | None = None,
+        liveness: float = 0.0,
     ) -> None:
         back_queues_max = check_shape(front_queues, back_queues, back_queues_max, lease_timeout)
         if not priority_bias >= 1.0:
@@ -216,6 +220,11 @@ class RedisFrontier:
         self.back_queues_max = back_queues_max
         self.policy = policy or DelayPolicy()
         self.lease_timeout = lease_timeout
+        if math.isnan(liveness) or liveness < 0:
+            raise ValueError(f"liveness must be >= 0 seconds, got {liveness}")
+        #: Seconds a lease this client claims lasts unless :meth:`renew` extends it (0: it
+        #: lasts ``lease_timeout``, and is never renewed).
+        self.liveness = liveness
         self.expire_batch = expire_batch
         #: Leases past their deadline that this client's claims gave back to their hosts
         #: (each claim first expires up to ``expire_batch`` of them).
@@ -243,6 +252,7 @@ class RedisFrontier:
         self._wakeup = client.register_script(load_script("wakeup"))
         self._census = client.register_script(load_script("census"))
         self._control = client.register_script(load_script("control"))
+        self._renew = client.register_script(load_script("renew"))
         self._connect()
 
     # -- plumbing ---------------------------------------------------------------------
@@ -411,7 +421,8 @@ class RedisFrontier:
 
         Expires overdue leases first (their items go back to their hosts' queues).
         """
-        reply = self._run(self._claim, "claiming a URL", self.expire_batch)
+        reply = self._run(self._claim, "claiming a URL", self.expire_batch,
+                          repr(float(self.liveness)))
         self.reclaimed += int(reply[-1])
         if not reply[0]:
             return None
@@ -468,6 +479,30 @@ class RedisFrontier:
         """
         out = self._run(self._expire, "expiring leases", limit)
         return [(text(out[i]), bytes(out[i + 1])) for i in range(0, len(out), 2)]
+
+    # -- liveness ---------------------------------------------------------------------
+
+    def renew(self, worker: str, leases: Iterable[tuple[str, int]]) -> int:
+        """A heartbeat of ``worker``: it stays among the live workers for :attr:`liveness`
+        seconds, and so do its leases, given as (host, lease id) pairs (never past their
+        claim + ``lease_timeout``). A lease taken back or completed meanwhile is left
+        alone. Returns how many leases were renewed."""
+        if not self.liveness:
+            raise ValueError("renew needs a frontier opened with liveness > 0")
+        args: list[Any] = [worker, repr(float(self.liveness))]
+        for host, ticket in leases:
+            args += [host, int(ticket)]
+        return int(self._run(self._renew, "renewing leases", *args))
+
+    def leave(self, worker: str) -> None:
+        """``worker`` closed: it is no longer counted among the live workers."""
+        self._call("leaving the crawl", lambda: self.client.zrem(self.key("workers"), worker))
+
+    def live_workers(self) -> int:
+        """Workers whose last heartbeat is still within its liveness window."""
+        now = repr(self.server_time())
+        return int(self._call("reading the workers", lambda: self.client.zcount(
+            self.key("workers"), f"({now}", "+inf")))
 
     # -- host rules -------------------------------------------------------------------
 

@@ -17,8 +17,15 @@ Delivery is at least once. A lease is completed only after the engine is done
 with its request (acknowledged by the scheduler's in-flight ledger), and the
 round pushes the requests found meanwhile before it completes the lease; a URL
 is marked seen only after it was pushed. A worker killed at any moment therefore
-loses nothing: its leases expire (``FRONTIER_LEASE_TIMEOUT``) and their requests
-are claimed again, by any worker. Repeats are bounded by the leases it held.
+loses nothing: its heartbeat stops, its leases lapse (``FRONTIER_REDIS_LIVENESS``,
+see redis_heartbeat.py) and their requests are claimed again, by any worker. Repeats
+are bounded by the leases it held.
+
+A worker closes as soon as a round finds the shared frontier with nothing queued and
+nothing leased while it holds nothing itself: every fetch holds its lease until the
+requests it found are pushed, so no worker can still add work then. Only a worker that
+has seen no work at all waits ``FRONTIER_REDIS_IDLE_GRACE`` first (its peers' start
+requests may not have landed yet).
 
 A request that cannot be serialized stays in this worker's memory, in a small
 local frontier (polite within this process), with a warning and the stat
@@ -59,6 +66,7 @@ from scrapy_frontier.errors import (
 )
 from scrapy_frontier.observe.census import Census, HostCounts
 from scrapy_frontier.scheduler.drivers import DriverContext, Handout, SeenTest
+from scrapy_frontier.scheduler.drivers.redis_heartbeat import Heartbeat
 from scrapy_frontier.scheduler.drivers.redis_round import (
     Completion,
     Pushed,
@@ -149,6 +157,12 @@ class RedisDriver:
         self._fetched = 0
         self._unfetched: set[int] = set()
         self._rounds: RoundRunner | None = None
+        self._heartbeat: Heartbeat | None = None
+        # When this worker opened, and whether it has seen any work in the shared
+        # frontier (queued or leased) or pushed any: until then it closes only after
+        # FRONTIER_REDIS_IDLE_GRACE.
+        self._opened_at = context.clock()
+        self._seen_work = False
 
     # -- opening and closing -----------------------------------------------------------
 
@@ -164,13 +178,17 @@ class RedisDriver:
             front_queues=config.front_queues, priority_bias=config.priority_bias,
             back_queues=config.back_queues, back_queues_max=config.back_queues_max,
             policy=config.policy, lease_timeout=config.lease_timeout, spider=spider.name,
-            rng=random.Random(config.seed),
+            rng=random.Random(config.seed), liveness=config.redis.liveness,
         )
         self.remote.save_delay_rule()
         self.seen = RedisSeenSet(client, seen_key, expected=config.redis.seen_expected)
         self._rounds = RoundRunner(self.remote, self.seen, budget_for=config.budget_for,
                                    clock=self.ctx.clock, unfetched=self._unfetched,
                                    recrawler=self.recrawler)
+        if config.redis.liveness:
+            self._heartbeat = Heartbeat(self.remote, self._rounds.held)
+            self._heartbeat.start()
+        self._opened_at = self.ctx.clock()
         self._codec = request_codec(spider)
         self._pool = ThreadPool(minthreads=1, maxthreads=1, name="scrapy-frontier-redis")
         # Daemon, and stopped with the reactor: a crawl that dies before close() (an
@@ -408,12 +426,12 @@ class RedisDriver:
         since = view.idle_since
         if since is None:
             return True
-        # The cluster's work is over only when it has looked over for a while: another
-        # worker's fetch in flight may still add requests.
-        left = self.config.redis.idle_grace - (self.ctx.clock() - since)
-        if left > 0:
-            self._wake_after_grace(left)
-            return True
+        if not self._seen_work:
+            # Nothing seen yet: the peers' start requests may still be on their way.
+            left = self.config.redis.idle_grace - (self.ctx.clock() - self._opened_at)
+            if left > 0:
+                self._wake_after_grace(left)
+                return True
         if view.census_wanted and (view.read_at is None or view.read_at < since):
             # Someone reads the census (metrics, the progress line): let the next round read
             # the idle frontier before the crawl is said to be over.
@@ -497,6 +515,8 @@ class RedisDriver:
                 self.view.read_final(census, history)
         if self.recrawler is not None:
             self.recrawler.close()
+        if self._heartbeat is not None:
+            self._heartbeat.stop()  # after the last completions: nothing left to renew
         return answer
 
     def _round_done(self, answer: RoundAnswer) -> None:
@@ -505,10 +525,17 @@ class RedisDriver:
         if answer.reclaimed:  # counted even in a round that ends after the close
             self.stats.inc_value("frontier/leases/reclaimed", answer.reclaimed)
             redis_log.info(
-                "Took back %d lease(s) held past FRONTIER_LEASE_TIMEOUT (%.0f s) by a worker "
-                "that stopped or lost Redis mid-fetch: their requests are queued again, and "
-                "their hosts rest as if those fetches had lasted until now",
-                answer.reclaimed, self.config.lease_timeout)
+                "Took back %d lease(s) of a worker that stopped renewing them (it died, or "
+                "lost Redis for FRONTIER_REDIS_LIVENESS) or held them past "
+                "FRONTIER_LEASE_TIMEOUT: their requests are queued again, and their hosts "
+                "rest as if those fetches had lasted until now", answer.reclaimed)
+        if answer.lost:
+            self.stats.inc_value("frontier/leases/lost", answer.lost)
+            redis_log.warning(
+                "%d fetch(es) of this worker ended after their lease lapsed and another "
+                "worker took it back (this worker's heartbeat did not reach Redis within "
+                "FRONTIER_REDIS_LIVENESS, or the fetch outlasted FRONTIER_LEASE_TIMEOUT): "
+                "their requests are fetched again", answer.lost)
         if self._closed:
             self._buffer.extend(answer.leases)  # given back by close()
             return
@@ -524,8 +551,10 @@ class RedisDriver:
         self._buffer.extend(answer.leases)
         self._due.extend(answer.due)
         busy = bool(self._buffer or self._held or self._unacked or self._due)
+        if answer.queued or answer.in_flight or sent.pushes:
+            self._seen_work = True
         if self.view.landed(answer, sent.census, busy):
-            self._wake_after_grace(self.config.redis.idle_grace)
+            self.ctx.wake()  # the engine sees at once whether the crawl is over
         self._claim_more = bool(answer.leases) or not sent.want
         if answer.leases or answer.due:
             self.ctx.wake()

@@ -126,7 +126,9 @@ class RoundAnswer:
     next_due: float | None = None
     """Continuous recrawl: when the history's next page falls due (wall clock)."""
     reclaimed: int = 0
-    """Leases past FRONTIER_LEASE_TIMEOUT this round's claims gave back to their hosts."""
+    """Lapsed leases (of any worker) this round's claims gave back to their hosts."""
+    lost: int = 0
+    """This worker's completions whose lease had lapsed and been taken back meanwhile."""
 
 
 class RoundRunner:
@@ -143,6 +145,9 @@ class RoundRunner:
         self.clock = clock
         #: Tickets of leases this worker gives back unfetched (read, never written, here).
         self.unfetched = unfetched
+        #: Lease id -> host of every lease this worker holds in Redis, from its claim to
+        #: its completion (the heartbeat renews them; see :meth:`held`).
+        self.leased: dict[int, str] = {}
         #: The crawl's shared budget counters (budget_hosts, budget_items), read every
         #: BUDGET_INTERVAL seconds.
         self.shared_budget: dict[str, int] = {}
@@ -151,6 +156,11 @@ class RoundRunner:
         # to read it next.
         self._marks: int | None = None
         self._marks_read_at = 0.0
+
+    def held(self) -> list[tuple[str, int]]:
+        """(host, lease id) of the leases this worker holds; safe from any thread (the
+        copy is one step under the GIL)."""
+        return [(host, ticket) for ticket, host in self.leased.copy().items()]
 
     def run(self, rnd: Round) -> RoundAnswer:
         """One round against Redis (see scheduler/drivers/redis.py's docstring)."""
@@ -220,6 +230,8 @@ class RoundRunner:
         remote.quarantine(rnd.quarantine)
         budget_for = self.budget_for
         clock = self.clock
+        leased = self.leased
+        lost = 0
         for done, seconds, rest, ended_at in rnd.completions:
             budget = -1 if done.ticket in self.unfetched else budget_for(done.host)
             # How long ago the answer was complete, taken now: the script runs later
@@ -227,7 +239,10 @@ class RoundRunner:
             ago = 0.0 if ended_at is None else max(0.0, clock() - ended_at)
             completed = remote.complete(done, seconds, rest_at_least=rest, budget=budget,
                                         ended_ago=ago)
-            if completed is not None and completed.capped >= 0:
+            leased.pop(done.ticket, None)
+            if completed is None:
+                lost += 1
+            elif completed.capped >= 0:
                 # Logged by the worker whose fetch spent it: once for the crawl.
                 logger.info("Host %r reached its budget: %d queued requests dropped, and its "
                             "later ones are refused by every worker (counted in "
@@ -239,6 +254,7 @@ class RoundRunner:
             if claimed is None:
                 break
             leases.append(claimed)
+            leased[claimed.ticket] = claimed.host
         if self.clock() >= self._budget_read_at:
             self._budget_read_at = self.clock() + BUDGET_INTERVAL
             self.shared_budget = remote.budget_stats()
@@ -248,6 +264,7 @@ class RoundRunner:
         answer.starts_skipped = skipped
         answer.dropped = dropped
         answer.reclaimed = remote.reclaimed - reclaimed
+        answer.lost = lost
         if rnd.census is not None:
             answer.census = remote.census()
             if recrawler is not None:

@@ -1,5 +1,11 @@
 -- claim: see RedisFrontier.pop().
+-- ARGV[14]: the claiming worker's liveness window (0: none). Its lease then lapses that
+-- long after the claim unless the worker renews it (renew.lua), and never outlives
+-- LEASE_T; without one it lasts LEASE_T.
 local expired = expire(tonumber(ARGV[13]))
+local live = tonumber(ARGV[14] or '0')
+local deadline = now + LEASE_T
+if live > 0 and live < LEASE_T then deadline = now + live end
 redis.call('ZREMRANGEBYSCORE', K_REST, '-inf', fmt(now))
 fill_to_floor()
 for _ = 1, BMAX + 1 do
@@ -32,9 +38,9 @@ for _ = 1, BMAX + 1 do
     local id = redis.call('INCR', K_SEQ)
     redis.call('HSET', K_LEASES, best,
                id .. '|' .. best_lv .. '|' .. fmt(now) .. '|' .. fmt(best_te) .. '|' .. item)
-    redis.call('ZADD', K_DEADLINES, fmt(now + LEASE_T), best)
+    redis.call('ZADD', K_DEADLINES, fmt(deadline), best)
     stat('popped', 1)
-    return {1, fmt(now), id, best, best_lv, item, fmt(now + LEASE_T), fmt(best_te), #expired / 2}
+    return {1, fmt(now), id, best, best_lv, item, fmt(deadline), fmt(best_te), #expired / 2}
   end
   if redis.call('HLEN', K_ACTIVE) < BMAX and front_len() > 0 then
     if not activate_one() then break end
