@@ -179,14 +179,16 @@ def test_a_live_workers_long_download_keeps_its_lease(redis_server: RedisServer,
 @pytest.mark.crawl
 def test_three_workers_of_an_ordinary_spider_fetch_each_start_url_once(
         redis_server: RedisServer, tmp_path: Path) -> None:
-    """Scrapy's default start(): start_urls as dont_filter requests, from every worker."""
+    """Scrapy's default start(): start_urls as dont_filter requests, from every worker.
+    Every worker has seen work, so each closes as soon as the shared frontier is empty,
+    without the idle grace (set to 60 s here: a worker that waited it would show)."""
     log = tmp_path / "server.jsonl"
     web_args = ["--shape", "wide", "--hosts", "12", "--pages", "3", "--latency", "0.01", "0.03",
                 "--seed", "3"]
     name = f"starts{next(_names)}"
     with ServerProcess(web_args, log_path=str(log)) as web:
         settings = {**BASE_SETTINGS, **_settings(redis_server, name,
-                                                 FRONTIER_REDIS_IDLE_GRACE=2.0)}
+                                                 FRONTIER_REDIS_IDLE_GRACE=60.0)}
         spec = _spec(tmp_path, web, settings, default_start=True)
         outs = [tmp_path / f"worker{i}.json" for i in range(3)]
         procs = [_worker(spec, out) for out in outs]
@@ -205,6 +207,11 @@ def test_three_workers_of_an_ordinary_spider_fetch_each_start_url_once(
     # Every worker started all of them; all but one copy of each were skipped.
     skipped = sum(s.get("frontier/start/skipped", 0) for s in stats)
     assert skipped == 2 * len(web.start_urls), skipped
+    last_fetch = max(entry.end for entry in entries)
+    after = [s["harness/ended_at"] - last_fetch for s in stats]
+    print("worker exits after the last fetch (s):", [round(a, 2) for a in after])
+    assert all(s["finish_reason"] == "finished" for s in stats)
+    assert max(after) < 60.0, after  # none waited the idle grace
 
 
 @pytest.mark.crawl
@@ -441,9 +448,12 @@ def test_backpressure_stops_handing_out_while_the_backlog_is_full(monkeypatch: A
     assert request is not None and request.meta["frontier_lease"] == 1
 
 
-def test_the_engine_is_woken_when_the_idle_grace_ends(monkeypatch: Any) -> None:
-    """A worker whose cluster looks idle says "pending" for FRONTIER_REDIS_IDLE_GRACE, then
-    wakes the engine, which sees the crawl is over then, not at its 5 s heartbeat."""
+def test_a_worker_closes_when_the_frontier_is_empty_and_waits_only_if_it_saw_no_work(
+        monkeypatch: Any) -> None:
+    """A worker that has seen work says "done" as soon as its rounds find nothing queued
+    or leased. One that has seen none says "pending" until FRONTIER_REDIS_IDLE_GRACE after
+    its start (its peers' start requests may still be on their way), then wakes the
+    engine, which sees the crawl is over then, not at its 5 s heartbeat."""
     from scrapy.dupefilters import RFPDupeFilter
     from scrapy.utils.test import get_crawler
 
@@ -471,13 +481,20 @@ def test_the_engine_is_woken_when_the_idle_grace_ends(monkeypatch: Any) -> None:
     monkeypatch.setattr(redis_driver, "call_later", fake_call_later)
     monkeypatch.setattr(driver.ctx, "wake", lambda: woken.append(True))
     driver.view.idle_since = time.monotonic()
-    assert driver.has_pending()  # within the grace
+    driver._opened_at = time.monotonic()
+    assert driver.has_pending()  # no work seen yet, within the grace
     assert driver.has_pending()
     assert len(timers) == 1 and 1.9 < timers[0][0] <= 2.02  # one wake, at the grace's end
     timers[0][1]()
     assert woken == [True]
-    driver.view.idle_since = time.monotonic() - 2.5
+    driver._opened_at = time.monotonic() - 2.5
     assert not driver.has_pending()  # the grace is over: the crawl is done
+    driver._opened_at = time.monotonic()
+    driver._seen_work = True
+    assert not driver.has_pending()  # work was seen: done at once, no grace
+    driver.view.idle_since = None
+    assert driver.has_pending()  # the shared frontier holds work
+    driver.view.idle_since = time.monotonic()
     # A census reader (metrics, progress line) sees the idle frontier before the end: a
     # census read before the cluster went idle holds the crawl open for one more round.
     kicked: list[bool] = []

@@ -141,7 +141,10 @@ class RedisInspector:
             v.back = n
         for host in snap["leases"]:
             views[host].in_flight = 1
-        for host, t in {**snap["rest"], **snap["ready"]}.items():
+        # A rest that has ended stays in its sorted set until the next claim purges it:
+        # its host is not resting any more.
+        rests = {host: t for host, t in snap["rest"].items() if t > now}
+        for host, t in {**rests, **snap["ready"]}.items():
             v = views[host]
             if not math.isinf(t):
                 v.next_contact_in = max(v.next_contact_in or 0.0, t - now)

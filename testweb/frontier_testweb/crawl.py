@@ -207,6 +207,8 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
     process.start()
     stats = dict(crawler.stats.get_stats()) if crawler.stats else {}
     stats["harness/elapsed"] = time.monotonic() - started
+    # On the server log's clock (CLOCK_MONOTONIC, shared by the machine's processes).
+    stats["harness/ended_at"] = time.monotonic()
     Path(out_path).write_text(json.dumps(stats, default=str))
     return 0
 

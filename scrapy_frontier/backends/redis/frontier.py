@@ -144,6 +144,34 @@ class SharedCensus(NamedTuple):
     blocked: int = 0
 
 
+class Finished(NamedTuple):
+    """A fetch to complete in :meth:`RedisFrontier.round` (as :meth:`RedisFrontier.complete`
+    takes it)."""
+
+    lease: RedisLease
+    fetch_seconds: float
+    rest_at_least: float = 0.0
+    budget: int = 0
+    ended_ago: float = 0.0
+
+
+class RoundReply(NamedTuple):
+    """What :meth:`RedisFrontier.round` did and read, in one script call."""
+
+    pushed: list[int]
+    """Per push: 1 queued, 0 refused (retired host), 2 in the seen set already."""
+    completed: list[Completion | None]
+    """Per completion, as :meth:`RedisFrontier.complete` returns it."""
+    leases: list[RedisLease]
+    wakeup: float | None
+    """Seconds until a host becomes ready, when fewer leases than wanted were claimed."""
+    front: int
+    back: int
+    in_flight: int
+    reclaimed: int
+    """Lapsed leases the claims gave back to their hosts first."""
+
+
 class Completion(NamedTuple):
     at: float
     """Server time at which the completion was recorded (the end of the fetch)."""
@@ -253,6 +281,7 @@ class RedisFrontier:
         self._census = client.register_script(load_script("census"))
         self._control = client.register_script(load_script("control"))
         self._renew = client.register_script(load_script("renew"))
+        self._round = client.register_script(load_script("round"))
         self._connect()
 
     # -- plumbing ---------------------------------------------------------------------
@@ -393,6 +422,15 @@ class RedisFrontier:
         script: ``(host, level, item, seen)`` with ``seen`` None or ``(set key, member,
         test)``. Returns per entry 1 (queued), 0 (refused: retired host) or 2 (in the
         seen set already: not queued)."""
+        args = self._push_args(entries)
+        if not args:
+            return []
+        return [int(x) for x in self._run(self._push, "pushing URLs", *args)]
+
+    def _push_args(
+        self, entries: Iterable[tuple[str, int, bytes, tuple[str, int, bool] | None]],
+    ) -> list[Any]:
+        """Six script arguments per push (see push_one in lua/prelude.lua)."""
         args: list[Any] = []
         for host, level, item, seen in entries:
             self._check_host(host)
@@ -405,9 +443,7 @@ class RedisFrontier:
             else:
                 key, member, test = seen
                 args += [host, level, bytes(item), key, member, 2 if test else 1]
-        if not args:
-            return []
-        return [int(x) for x in self._run(self._push, "pushing URLs", *args)]
+        return args
 
     @staticmethod
     def _check_host(host: str) -> None:
@@ -470,6 +506,41 @@ class RedisFrontier:
             return None
         return Completion(float(reply[1]), float(reply[2]),
                           int(reply[3]) if len(reply) > 3 else -1)
+
+    def round(self, pushes: Iterable[tuple[str, int, bytes, tuple[str, int, bool] | None]],
+              finished: Iterable[Finished], want: int) -> RoundReply:
+        """One worker's round in one atomic script call: the pushes (as
+        :meth:`push_unseen`), then the completions (as :meth:`complete`), then up to
+        ``want`` claims (as :meth:`pop`), then the sizes (as :meth:`sizes`) and, if fewer
+        leases than wanted were claimed, the next wake-up (as :meth:`next_wakeup`)."""
+        push_args = self._push_args(pushes)
+        done = list(finished)
+        done_args: list[Any] = []
+        for f in done:
+            if math.isnan(f.rest_at_least) or f.rest_at_least < 0:
+                raise ValueError(f"rest_at_least must be >= 0, got {f.rest_at_least}")
+            if math.isnan(f.fetch_seconds):
+                raise ValueError("fetch_seconds must be a number, got NaN")
+            done_args += [f.lease.host, f.lease.ticket, repr(float(f.fetch_seconds)),
+                          repr(float(f.rest_at_least)), int(f.budget),
+                          repr(max(0.0, float(f.ended_ago)))]
+        reply = self._run(
+            self._round, "running a round", self.expire_batch, repr(float(self.liveness)),
+            int(want), len(push_args) // 6, len(done), *push_args, *done_args)
+        at = float(reply[0])
+        reclaimed = int(reply[1])
+        self.reclaimed += reclaimed
+        completed: list[Completion | None] = [
+            Completion(at, float(r[1]), int(r[2])) if int(r[0]) else None for r in reply[3]]
+        leases = [
+            RedisLease(ticket=int(ticket), host=text(host), item=bytes(item), level=int(level),
+                       handed_at=at, deadline=float(deadline), ready_at=float(ready_at))
+            for ticket, host, level, item, deadline, ready_at in reply[4]]
+        wake = reply[5]
+        return RoundReply(
+            [int(x) for x in reply[2]], completed, leases,
+            None if wake is None else float(wake), int(reply[6]), int(reply[7]),
+            int(reply[8]), reclaimed)
 
     def expire_leases(self, limit: int = 1000) -> list[tuple[str, bytes]]:
         """Return the items of leases past their deadline to their hosts' queues.

@@ -13,5 +13,7 @@ def lua_source(name: str) -> str:
 
 
 def load_script(name: str) -> str:
-    """A frontier script: the shared prelude, then ``lua/<name>.lua``."""
-    return lua_source("prelude") + lua_source(name)
+    """A frontier script: the shared prelude, then ``lua/<name>.lua`` as the body of a
+    function, after which the counters it added up reach the stats hash at once."""
+    return (lua_source("prelude") + "local function body()\n" + lua_source(name)
+            + "\nend\nlocal reply = body()\nflush_stats()\nreturn reply\n")

@@ -11,6 +11,7 @@ instead of after ``FRONTIER_LEASE_TIMEOUT``. A lease still outlives no claim by 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -83,7 +84,6 @@ class Heartbeat:
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
-        try:
+        # If Redis is away, it drops out of the live count when its window ends.
+        with contextlib.suppress(RedisFrontierError):
             self.remote.leave(self.worker)
-        except RedisFrontierError:
-            pass  # it drops out of the live count when its window ends

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from scrapy_frontier.backends.redis.frontier import (
+    Finished,
     Quarantined,
     RedisFrontier,
     RedisLease,
@@ -168,49 +169,31 @@ class RoundRunner:
         recrawler = self.recrawler
         duplicates = skipped = 0
         dropped: list[int] = []
+        fresh: list[tuple[str, int, bytes, tuple[str, int, bool] | None]] = []
+        starts: list[bool] = []
+        indexes: list[int] = []
         if rnd.pushes:
-            # A first look saves sending known duplicates; the push script tests again,
-            # atomically with the push (another worker may push the same URL meanwhile).
-            tested = [p.key for p in rnd.pushes if p.dedupe]
-            known = dict(zip(tested, seen.contains_many(tested), strict=True)) if tested else {}
-            fresh: list[tuple[str, int, bytes, tuple[str, int, bool] | None]] = []
-            starts: list[bool] = []
-            indexes: list[int] = []
+            # Start URLs with a page history look first, to pass the start gate (a seen
+            # one may be due for a recrawl). Every other push is tested in the round
+            # script itself, atomically with the push.
+            tested = [p.key for p in rnd.pushes if p.dedupe and p.start and p.key == p.fp]
+            known = (dict(zip(tested, seen.contains_many(tested), strict=True))
+                     if tested and recrawler is not None else {})
             for index, p in enumerate(rnd.pushes):
                 test = p.dedupe
-                history = p.start and p.key == p.fp and recrawler is not None
-                if p.dedupe and known.get(p.key, False):
-                    if not history:
-                        skipped += p.start
-                        duplicates += not p.start
-                        dropped.append(index)
-                        continue
-                    assert recrawler is not None
-                    if not recrawler.admit_start(p.fp, True, shared=True)[0]:
+                if p.start and p.key == p.fp and recrawler is not None:
+                    seen_before = p.dedupe and known.get(p.key, False)
+                    if not recrawler.admit_start(p.fp, seen_before, shared=True)[0]:
                         skipped += 1
                         dropped.append(index)
                         continue
-                    test = False  # a start URL due for a recrawl: queued although seen
-                elif history:
-                    assert recrawler is not None
-                    if not recrawler.admit_start(p.fp, False, shared=True)[0]:
-                        skipped += 1
-                        dropped.append(index)
-                        continue
+                    if seen_before:
+                        test = False  # a start URL due for a recrawl: queued although seen
                 mark = p.mark or p.dedupe
                 fresh.append((p.host, p.level, p.item,
                               (*seen.bucket(p.key), test) if mark else None))
                 starts.append(p.start)
                 indexes.append(index)
-            if fresh:
-                outcomes = remote.push_unseen(fresh)
-                for start, index, outcome in zip(starts, indexes, outcomes, strict=True):
-                    if outcome == 2:  # another worker queued it since the first look
-                        dropped.append(index)
-                        if start:
-                            skipped += 1
-                        else:
-                            duplicates += 1
         for host, rest in rnd.min_rests:
             remote.set_min_rest(host, rest)
         for host in rnd.retire:
@@ -230,50 +213,57 @@ class RoundRunner:
         remote.quarantine(rnd.quarantine)
         budget_for = self.budget_for
         clock = self.clock
-        leased = self.leased
-        lost = 0
+        finished = []
         for done, seconds, rest, ended_at in rnd.completions:
             budget = -1 if done.ticket in self.unfetched else budget_for(done.host)
             # How long ago the answer was complete, taken now: the script runs later
             # still, so the rest it counts from its own clock starts no earlier.
             ago = 0.0 if ended_at is None else max(0.0, clock() - ended_at)
-            completed = remote.complete(done, seconds, rest_at_least=rest, budget=budget,
-                                        ended_ago=ago)
-            leased.pop(done.ticket, None)
+            finished.append(Finished(done, seconds, rest, budget, ago))
+        reply = remote.round(fresh, finished, rnd.want)
+        for start, index, outcome in zip(starts, indexes, reply.pushed, strict=True):
+            if outcome == 2:  # in the seen set already (queued by any worker, any time)
+                dropped.append(index)
+                if start:
+                    skipped += 1
+                else:
+                    duplicates += 1
+        leased = self.leased
+        lost = 0
+        for sent, completed in zip(rnd.completions, reply.completed, strict=True):
+            leased.pop(sent.lease.ticket, None)
             if completed is None:
                 lost += 1
             elif completed.capped >= 0:
                 # Logged by the worker whose fetch spent it: once for the crawl.
                 logger.info("Host %r reached its budget: %d queued requests dropped, and its "
                             "later ones are refused by every worker (counted in "
-                            "frontier/budget/requests)", done.host, completed.capped)
-        leases: list[RedisLease] = []
-        reclaimed = remote.reclaimed
-        for _ in range(rnd.want):
-            claimed = remote.pop()
-            if claimed is None:
-                break
-            leases.append(claimed)
-            leased[claimed.ticket] = claimed.host
+                            "frontier/budget/requests)", sent.lease.host, completed.capped)
+        leases = reply.leases
+        for lease in leases:
+            leased[lease.ticket] = lease.host
         if self.clock() >= self._budget_read_at:
             self._budget_read_at = self.clock() + BUDGET_INTERVAL
             self.shared_budget = remote.budget_stats()
-        front, back, held = remote.sizes()  # one round trip for all three
-        answer = RoundAnswer(leases, duplicates, front + back + held == 0, front + back, held,
-                         remote.next_wakeup() if len(leases) < rnd.want else None)
+        queued = reply.front + reply.back
+        answer = RoundAnswer(leases, duplicates, queued + reply.in_flight == 0, queued,
+                             reply.in_flight, reply.wakeup)
+        answer.reclaimed = reply.reclaimed
+        answer.lost = lost
         answer.starts_skipped = skipped
         answer.dropped = dropped
-        answer.reclaimed = remote.reclaimed - reclaimed
-        answer.lost = lost
         if rnd.census is not None:
             answer.census = remote.census()
             if recrawler is not None:
                 answer.history = recrawler.census()
         if recrawler is not None:
-            for lease in leases:
-                record = recrawler.store.get(int.from_bytes(lease.item[:8], "big", signed=True))
-                if record is not None and (record.etag or record.last_modified):
-                    answer.validators[lease.ticket] = (record.etag, record.last_modified)
+            if leases:
+                fps = [int.from_bytes(lease.item[:8], "big", signed=True) for lease in leases]
+                records = recrawler.store.get_many(fps)  # one round trip
+                for lease, fp in zip(leases, fps, strict=True):
+                    record = records.get(fp)
+                    if record is not None and (record.etag or record.last_modified):
+                        answer.validators[lease.ticket] = (record.etag, record.last_modified)
             if self.clock() >= self._marks_read_at:
                 self._marks_read_at = self.clock() + MARKS_INTERVAL
                 read_marks = getattr(recrawler.store, "marks", None)

@@ -69,7 +69,17 @@ local function rest_after_fetch(d, ago, mr, at_least, od)
   return rest
 end
 
-local function stat(name, n) redis.call('HINCRBY', K_STATS, name, n) end
+-- Counters add up in STATS and reach K_STATS once per script call (flush_stats, which
+-- load_script's wrapper calls after the script's body): one HINCRBY per counter, not per
+-- event.
+local STATS = {}
+local function stat(name, n) STATS[name] = (STATS[name] or 0) + n end
+local function flush_stats()
+  for name, n in pairs(STATS) do
+    if n ~= 0 then redis.call('HINCRBY', K_STATS, name, n) end
+  end
+  STATS = {}
+end
 
 -- A URL of a retired host kept out of the queues: counted as over budget or retired.
 local function count_refused(host)
@@ -270,4 +280,109 @@ local function next_wakeup()
   local first = redis.call('ZRANGE', K_READY, 0, 0, 'WITHSCORES')
   if #first == 0 or tonumber(first[2]) == math.huge then return false end
   return fmt(math.max(0, tonumber(first[2]) - now))
+end
+
+-- A lease's deadline: LEASE_T after the claim, or the claiming worker's liveness window
+-- (0: none) if shorter; the worker's heartbeat renews it (renew.lua).
+local function lease_deadline(live)
+  if live > 0 and live < LEASE_T then return now + live end
+  return now + LEASE_T
+end
+
+-- Before claims: rests that ended are forgotten, and hosts get back queues up to B.
+local function prepare_claims()
+  redis.call('ZREMRANGEBYSCORE', K_REST, '-inf', fmt(now))
+  fill_to_floor()
+end
+
+-- The due host whose next URL is best (highest level, then least slack) gives it up under
+-- a lease: {id, host, level, item, deadline, ready time}; nil if no host is due.
+local function claim_one(deadline)
+  for _ = 1, BMAX + 1 do
+    local due = redis.call('ZRANGEBYSCORE', K_READY, '-inf', fmt(now), 'WITHSCORES',
+                           'LIMIT', 0, WINDOW)
+    if #due > 0 then
+      local best, best_lv, best_slack, best_te = nil, -1, 0, 0
+      local hosts = {}
+      for i = 1, #due, 2 do hosts[#hosts + 1] = due[i] end
+      local heads = redis.call('HMGET', K_HEAD, unpack(hosts))
+      local fetches = redis.call('HMGET', K_FETCH, unpack(hosts))
+      local queued = redis.call('HMGET', K_ACTIVE, unpack(hosts))
+      for j, host in ipairs(hosts) do
+        local t_e = tonumber(due[2 * j])
+        local lv = tonumber(heads[j])
+        local slack = -math.huge
+        if fetches[j] then
+          local fetch = tonumber(fetches[j])
+          slack = t_e - tonumber(queued[j]) * (fetch + delay(fetch))
+        end
+        if lv > best_lv or (lv == best_lv and slack < best_slack) then
+          best, best_lv, best_slack, best_te = host, lv, slack, t_e
+        end
+      end
+      local item = redis.call('LPOP', bkey(best_lv, best))
+      if redis.call('LLEN', bkey(best_lv, best)) == 0 then update_head(best, best_lv - 1) end
+      redis.call('HINCRBY', K_ACTIVE, best, -1)
+      redis.call('HINCRBY', K_COUNT, 'back', -1)
+      redis.call('ZREM', K_READY, best)
+      local id = redis.call('INCR', K_SEQ)
+      redis.call('HSET', K_LEASES, best,
+                 id .. '|' .. best_lv .. '|' .. fmt(now) .. '|' .. fmt(best_te) .. '|' .. item)
+      redis.call('ZADD', K_DEADLINES, fmt(deadline), best)
+      stat('popped', 1)
+      return {id, best, best_lv, item, fmt(deadline), fmt(best_te)}
+    end
+    if redis.call('HLEN', K_ACTIVE) < BMAX and front_len() > 0 then
+      if not activate_one() then return nil end
+    else
+      return nil
+    end
+  end
+  return nil
+end
+
+-- The end of a fetch under lease id of host: {1, nc, capped} (nc: the host's next contact;
+-- capped: URLs dropped as this fetch spent the host's budget, -1 if it did not), or {0}
+-- if the lease is no longer held (it lapsed and was taken back). given: the host's budget
+-- from the worker's settings (0: unlimited; -1: handed back unfetched, not counted); the
+-- shared budgets hash (scrapy frontier budget) overrides it. ago: seconds before now the
+-- answer was complete; the delay counts from then.
+local function complete_one(host, id, fetch, at_least, given, ago)
+  local rec = redis.call('HGET', K_LEASES, host)
+  if not rec then return {0} end
+  local lid = parse_lease(rec)
+  if lid ~= id then return {0} end
+  local nc = release(host, fetch, at_least, ago)
+  stat('completed', 1)
+  local budget = tonumber(redis.call('HGET', K_BUDGETS, host) or math.max(given, 0))
+  local capped = -1
+  if given >= 0 and (budget > 0 or redis.call('HLEN', K_BUDGETS) > 0) then
+    local n = redis.call('HINCRBY', K_FETCHED, host, 1)
+    if budget > 0 and n >= budget and redis.call('SISMEMBER', K_RETIRED, host) == 0 then
+      capped = #retire_host(host, true)
+    end
+  end
+  return {1, nc, capped}
+end
+
+-- Queue item for host at level lv, tested against and added to a seen set in the same
+-- step. mode 0: no seen set; 1: add member to seen_key once queued; 2: also drop the entry
+-- if the member is there already (two workers pushing one URL at once cannot both queue
+-- it). Returns 1 queued, 0 refused (retired host), 2 duplicate.
+local function push_one(host, lv, item, seen_key, member, mode)
+  if mode == 2 and redis.call('SISMEMBER', seen_key, member) == 1 then return 2 end
+  if redis.call('SISMEMBER', K_RETIRED, host) == 1 then
+    count_refused(host)
+    return 0
+  end
+  stat('pushed', 1)
+  if redis.call('HEXISTS', K_ACTIVE, host) == 1 then
+    add_to_back(host, lv, item, false)
+  else
+    redis.call('RPUSH', fkey(lv), host .. '\0' .. item)
+    redis.call('HINCRBY', K_COUNT, 'front', 1)
+    fill_to_floor()
+  end
+  if mode > 0 then redis.call('SADD', seen_key, member) end
+  return 1
 end

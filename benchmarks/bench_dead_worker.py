@@ -1,0 +1,164 @@
+"""README's distributed example, one worker killed: how soon its hosts come back, and how
+soon the survivors stop.
+
+Three ``scrapy crawl webcrawl`` processes of the example project share one frontier in a
+private redis-server (127.0.0.1, no persistence) over a loopback test web (README's:
+skewed, 20 hosts, largest 40 pages). ``--kill-at`` seconds after they start, the third is
+killed with SIGKILL, as README's ``sleep 6; kill -9 %4`` does. Configurations, in one run:
+
+* ``heartbeat`` -- this tree with its defaults (leases lapse FRONTIER_REDIS_LIVENESS = 5 s
+  after the dead worker's last heartbeat);
+* ``lease-timeout-30`` -- this tree with the heartbeat off, and the settings README's example
+  needed before it (DOWNLOAD_TIMEOUT = 20, FRONTIER_LEASE_TIMEOUT = 30);
+* ``baseline`` (with ``--baseline TREE``) -- another checkout of scrapy-frontier (say the last
+  release: ``git worktree add /tmp/base v0.2.0``) with those same settings, imported ahead of
+  this one through PYTHONPATH.
+
+Reported per configuration (median of ``--repeat`` rounds, interleaved): the makespan and
+the floor from the server log's audit (the largest host's polite bound), their ratio,
+repeats against the leases the survivors took back, and the time from the last fetch to the
+last worker's exit.
+
+    python benchmarks/bench_dead_worker.py --repeat 3 --baseline /tmp/base
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+from frontier_testweb import ServerProcess, audit, read_log  # noqa: E402
+from tests.redis_server import RedisServer  # noqa: E402
+
+RESULTS = HERE / "results" / "dead_worker.json"
+WEB = ["--shape", "skewed", "--hosts", "20", "--largest", "40"]
+OLD_README = {"DOWNLOAD_TIMEOUT": 20, "FRONTIER_LEASE_TIMEOUT": 30}
+
+
+def configs(baseline: str | None) -> dict[str, tuple[dict[str, Any], str | None]]:
+    out: dict[str, tuple[dict[str, Any], str | None]] = {
+        "heartbeat": ({}, None),
+        "lease-timeout-30": ({**OLD_README, "FRONTIER_REDIS_LIVENESS": 0}, None),
+    }
+    if baseline:
+        out["baseline"] = (dict(OLD_README), baseline)
+    return out
+
+
+def one_round(settings: dict[str, Any], tree: str | None, redis_url: str, key: str,
+              kill_at: float, timeout: float, tmp: Path) -> dict[str, Any]:
+    log = tmp / "web.jsonl"
+    env = dict(os.environ)
+    if tree:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, env.get("PYTHONPATH")]))
+    with ServerProcess(WEB, log_path=str(log)) as web:
+        web_file = tmp / "web.json"
+        web_file.write_text(json.dumps(web.info) + "\n")
+        spec = {"FRONTIER_BACKEND": "redis", "REDIS_URL": redis_url, "FRONTIER_MIN_DELAY": 0,
+                "FRONTIER_REDIS_KEY": f"{key}:frontier:", "FRONTIER_REDIS_SEEN_KEY": f"{key}:seen:",
+                "FRONTIER_REDIS_HISTORY_KEY": f"{key}:history:", "LOG_LEVEL": "INFO",
+                **settings}
+        args = [a for name, value in spec.items() for a in ("-s", f"{name}={value}")]
+        started = time.monotonic()
+        procs = [subprocess.Popen(
+            [sys.executable, "-m", "scrapy", "crawl", "webcrawl", "-a", f"web={web_file}",
+             *args, "-s", f"LOG_FILE={tmp / f'worker{i}.log'}"],
+            cwd=ROOT / "example_project", env=env, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL) for i in range(3)]
+        ended: dict[int, float] = {}
+        killed = False
+        while len(ended) < 3:
+            now = time.monotonic()
+            if not killed and now - started >= kill_at:
+                procs[2].send_signal(signal.SIGKILL)
+                killed = True
+            for i, p in enumerate(procs):
+                if i not in ended and p.poll() is not None:
+                    ended[i] = time.monotonic()
+            if now - started > timeout:
+                for p in procs:
+                    p.kill()
+                raise RuntimeError(f"the crawl did not end within {timeout:.0f} s")
+            time.sleep(0.01)
+        codes = [p.returncode for p in procs]
+        expected = web.expected
+    entries = read_log(log)
+    report = audit(entries, expected=expected, min_delay=0.0)
+    last_fetch = max(e.end for e in entries)
+    survivors = [i for i in range(3) if codes[i] == 0]
+    reclaimed = 0
+    for i in survivors:
+        text = (tmp / f"worker{i}.log").read_text(errors="replace")
+        marker = "'frontier/leases/reclaimed': "
+        at = text.rfind(marker)
+        if at >= 0:
+            reclaimed += int(text[at + len(marker):].split(",", 1)[0].split("}", 1)[0])
+    return {
+        "codes": codes, "killed_early": codes[2] == -signal.SIGKILL,
+        "makespan": report.makespan, "floor": report.floor(),
+        "ratio": report.makespan / report.floor(), "duplicates": report.duplicates,
+        "reclaimed": reclaimed, "coverage": report.coverage, "overlaps": report.overlaps,
+        "short_gaps": report.short_gaps,
+        "exit_after_last_fetch": max(ended[i] for i in survivors) - last_fetch,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--kill-at", type=float, default=6.0)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--baseline", help="another scrapy-frontier checkout, for the baseline")
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args(argv)
+    runs: dict[str, list[dict[str, Any]]] = {}
+    with RedisServer() as redis_server:
+        for r in range(args.repeat):
+            for name, (settings, tree) in configs(args.baseline).items():
+                tmp = Path(tempfile.mkdtemp(prefix=f"bench-dead-{name}-"))
+                row = one_round(settings, tree, redis_server.url, f"dead{r}{name}",
+                                args.kill_at, args.timeout, tmp)
+                runs.setdefault(name, []).append(row)
+                print(f"[{name} round {r + 1}] makespan {row['makespan']:.1f} s, floor "
+                      f"{row['floor']:.1f} s, x{row['ratio']:.2f}, {row['duplicates']} repeats, "
+                      f"{row['reclaimed']} reclaimed, overlaps {row['overlaps']}, short gaps "
+                      f"{row['short_gaps']}, coverage {row['coverage']:.3f}, last exit "
+                      f"{row['exit_after_last_fetch']:.2f} s after the last fetch", flush=True)
+    print()
+    print(f"{'configuration':>18} {'makespan':>9} {'floor':>6} {'x floor':>8} {'repeats':>8} "
+          f"{'reclaimed':>9} {'exit after last fetch':>22}")
+    summary = {}
+    for name, rows in runs.items():
+        med = {k: statistics.median(row[k] for row in rows)
+               for k in ("makespan", "floor", "ratio", "exit_after_last_fetch")}
+        summary[name] = {**med, "duplicates": [r["duplicates"] for r in rows],
+                         "reclaimed": [r["reclaimed"] for r in rows],
+                         "ratios": [round(r["ratio"], 3) for r in rows]}
+        print(f"{name:>18} {med['makespan']:8.1f}s {med['floor']:5.1f}s {med['ratio']:8.2f} "
+              f"{str(summary[name]['duplicates']):>8} {str(summary[name]['reclaimed']):>9} "
+              f"{med['exit_after_last_fetch']:21.2f}s")
+    if not args.no_write:
+        RESULTS.write_text(json.dumps({"generated": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                       "web": WEB, "kill_at": args.kill_at,
+                                       "summary": summary, "runs": runs}, indent=2))
+        print(f"wrote {RESULTS}")
+    bad = [r for rows in runs.values() for r in rows
+           if r["coverage"] < 1.0 or r["overlaps"] or r["short_gaps"]]
+    return 2 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+-- round: see RedisFrontier.round(). One worker's I/O round in one call: its pushes, then
+-- its completions (so a killed worker never leaves a completed lease without the URLs its
+-- fetch found), then up to `want` claims, then the sizes.
+-- ARGV[13] expire batch, [14] liveness window, [15] want, [16] pushes, [17] completions,
+-- then six fields per push (as push.lua), then six per completion (as complete.lua).
+local want, npush, ndone = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17])
+local pushed = {}
+local at = 18
+for _ = 1, npush do
+  pushed[#pushed + 1] = push_one(ARGV[at], tonumber(ARGV[at + 1]), ARGV[at + 2],
+                                 ARGV[at + 3], ARGV[at + 4], tonumber(ARGV[at + 5]))
+  at = at + 6
+end
+local done = {}
+for _ = 1, ndone do
+  local r = complete_one(ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2]),
+                         tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]),
+                         tonumber(ARGV[at + 5]))
+  if r[1] == 0 then
+    done[#done + 1] = {0}
+  else
+    done[#done + 1] = {1, fmt(r[2]), r[3]}
+  end
+  at = at + 6
+end
+local expired = {}
+local leases = {}
+if want > 0 then
+  expired = expire(tonumber(ARGV[13]))
+  local deadline = lease_deadline(tonumber(ARGV[14]))
+  prepare_claims()
+  for _ = 1, want do
+    local lease = claim_one(deadline)
+    if not lease then break end
+    leases[#leases + 1] = lease
+  end
+end
+local wake = false
+if #leases < want then wake = next_wakeup() end
+local counts = redis.call('HMGET', K_COUNT, 'front', 'back')
+return {fmt(now), #expired / 2, pushed, done, leases, wake,
+        number_at(K_COUNT, 'front', counts[1]), number_at(K_COUNT, 'back', counts[2]),
+        redis.call('HLEN', K_LEASES)}
