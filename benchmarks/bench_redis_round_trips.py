@@ -37,8 +37,14 @@ from frontier_testweb.crawl import BASE_SETTINGS, FRONTIER_ADDON  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
 
 RESULTS = HERE / "results" / "redis_round_trips.json"
-WEB = ["--shape", "wide", "--hosts", "60", "--pages", "5", "--latency", "0.005", "0.040",
-       "--seed", "2"]
+#: ``hosts``: few pages per worker-second, bound by the hosts' rests (the issue's crawl:
+#: 60 hosts); ``busy``: many hosts, so each worker keeps all its download slots full.
+WEBS = {
+    "hosts": ["--shape", "wide", "--hosts", "60", "--pages", "5", "--latency", "0.005",
+              "0.040", "--seed", "2"],
+    "busy": ["--shape", "wide", "--hosts", "400", "--pages", "3", "--latency", "0.005",
+             "0.040", "--seed", "2"],
+}
 SCRIPTS = ("evalsha", "eval")
 
 
@@ -49,14 +55,16 @@ def commandstats(client: Any) -> dict[str, tuple[int, int]]:
             for name, v in raw.items()}
 
 
-def one_round(tree: str | None, redis_server: RedisServer, key: str, workers: int,
-              tmp: Path) -> dict[str, Any]:
+def one_round(web_args: list[str], tree: str | None, redis_server: RedisServer, key: str,
+              workers: int, tmp: Path) -> dict[str, Any]:
     env = dict(os.environ)
+    # The workers run in tmp: ``python -m`` puts the working directory first on sys.path,
+    # ahead of PYTHONPATH, and this repository's root holds scrapy_frontier.
     if tree:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, env.get("PYTHONPATH")]))
     log = tmp / "server.jsonl"
     client = redis_server.client()
-    with ServerProcess(WEB, log_path=str(log)) as web:
+    with ServerProcess(web_args, log_path=str(log)) as web:
         settings = {**BASE_SETTINGS, "ADDONS": FRONTIER_ADDON, "FRONTIER_BACKEND": "redis",
                     "REDIS_URL": redis_server.url, "FRONTIER_REDIS_KEY": f"{key}:frontier:",
                     "FRONTIER_REDIS_SEEN_KEY": f"{key}:seen:",
@@ -69,7 +77,7 @@ def one_round(tree: str | None, redis_server: RedisServer, key: str, workers: in
         before = commandstats(client)
         procs = [subprocess.Popen(
             [sys.executable, "-m", "frontier_testweb.crawl", str(spec),
-             str(tmp / f"worker{i}.json")], env=env, stdout=subprocess.DEVNULL,
+             str(tmp / f"worker{i}.json")], env=env, cwd=tmp, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL) for i in range(workers)]
         codes = [p.wait(timeout=600) for p in procs]
         after = commandstats(client)
@@ -98,41 +106,50 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--baseline", help="another scrapy-frontier checkout, for the baseline")
+    parser.add_argument("--web", choices=sorted(WEBS), action="append",
+                        help="which webs (default: both)")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
+    webs = args.web or list(WEBS)
     trees: dict[str, str | None] = {"this tree": None}
     if args.baseline:
         trees = {"baseline": args.baseline, **trees}
-    runs: dict[str, list[dict[str, Any]]] = {}
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {web: {} for web in webs}
     with RedisServer() as redis_server:
         for r in range(args.repeat):
-            for name, tree in trees.items():
-                tmp = Path(tempfile.mkdtemp(prefix="bench-round-trips-"))
-                row = one_round(tree, redis_server, f"rt{r}{name.replace(' ', '')}",
-                                args.workers, tmp)
-                runs.setdefault(name, []).append(row)
-                print(f"[{name} round {r + 1}] {row['pages']} pages: "
-                      f"{row['scripts_per_page']:.2f} scripts, {row['commands_per_page']:.1f} "
-                      f"commands, {row['server_us_per_page']:.0f} us per page; coverage "
-                      f"{row['coverage']:.3f}, overlaps {row['overlaps']}, short gaps "
-                      f"{row['short_gaps']}; top {row['top']}", flush=True)
+            for web in webs:
+                for name, tree in trees.items():
+                    tmp = Path(tempfile.mkdtemp(prefix="bench-round-trips-"))
+                    row = one_round(WEBS[web], tree, redis_server,
+                                    f"rt{r}{web}{name.replace(' ', '')}", args.workers, tmp)
+                    runs[web].setdefault(name, []).append(row)
+                    print(f"[{web}, {name}, round {r + 1}] {row['pages']} pages: "
+                          f"{row['scripts_per_page']:.2f} scripts, "
+                          f"{row['commands_per_page']:.1f} commands, "
+                          f"{row['server_us_per_page']:.0f} us per page, makespan "
+                          f"{row['makespan']:.1f} s; coverage {row['coverage']:.3f}, overlaps "
+                          f"{row['overlaps']}, short gaps {row['short_gaps']}; top {row['top']}",
+                          flush=True)
     print()
-    print(f"{'code':>10} {'pages':>6} {'scripts/page':>13} {'commands/page':>14} "
-          f"{'server us/page':>15}")
+    print(f"{'web':>6} {'code':>10} {'pages':>6} {'scripts/page':>13} {'commands/page':>14} "
+          f"{'server us/page':>15} {'makespan':>9}")
     summary: dict[str, Any] = {}
-    for name, rows in runs.items():
-        med = {k: statistics.median(row[k] for row in rows)
-               for k in ("pages", "scripts_per_page", "commands_per_page",
-                         "server_us_per_page")}
-        summary[name] = med
-        print(f"{name:>10} {med['pages']:6.0f} {med['scripts_per_page']:13.2f} "
-              f"{med['commands_per_page']:14.1f} {med['server_us_per_page']:15.0f}")
+    for web, by_code in runs.items():
+        for name, rows in by_code.items():
+            med = {k: statistics.median(row[k] for row in rows)
+                   for k in ("pages", "scripts_per_page", "commands_per_page",
+                             "server_us_per_page", "makespan")}
+            summary[f"{web}/{name}"] = med
+            print(f"{web:>6} {name:>10} {med['pages']:6.0f} {med['scripts_per_page']:13.2f} "
+                  f"{med['commands_per_page']:14.1f} {med['server_us_per_page']:15.0f} "
+                  f"{med['makespan']:8.1f}s")
     if not args.no_write:
         RESULTS.write_text(json.dumps({"generated": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                       "web": WEB, "workers": args.workers,
+                                       "webs": {w: WEBS[w] for w in webs},
+                                       "workers": args.workers,
                                        "summary": summary, "runs": runs}, indent=2))
         print(f"wrote {RESULTS}")
-    bad = [r for rows in runs.values() for r in rows
+    bad = [r for by_code in runs.values() for rows in by_code.values() for r in rows
            if r["coverage"] < 1.0 or r["overlaps"] or r["short_gaps"] or any(r["codes"])]
     return 2 if bad else 0
 

@@ -127,7 +127,7 @@ def test_one_meta_key_module_and_one_error_module() -> None:
 def test_lua_scripts_ship_as_package_data() -> None:
     from scrapy_frontier.backends.redis.lua import lua_source
 
-    for name in ("prelude", "push", "claim", "complete", "expire", "retire", "wakeup",
+    for name in ("prelude", "push", "claim", "complete", "expire", "retire", "wakeup", "round",
                  "history_claim_due", "census"):
         assert "return" in lua_source(name)
     assert "redis.call('TIME')" in lua_source("prelude")

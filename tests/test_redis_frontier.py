@@ -384,3 +384,39 @@ def test_a_dead_workers_lease_comes_back_after_its_liveness_not_its_timeout(
     assert a.complete(held, 0.0) is None  # A's late completion changes nothing
     b.complete(again, 0.0)
     check_redis_frontier(b)
+
+
+def test_one_round_pushes_completes_claims_and_reads_the_sizes(
+        redis_server: RedisServer) -> None:
+    """RedisFrontier.round does in one script call what push_unseen, complete, pop, sizes and
+    next_wakeup do one by one: duplicates are refused by the seen set, a completion whose
+    lease is gone is None, claims stop when no host is due, and the wake-up is read then."""
+    from scrapy_frontier.backends.redis.frontier import Finished
+
+    client = redis_server.client()
+    prefix = f"round{time.monotonic_ns()}:frontier:"
+    seen = f"{prefix}seen"
+    f = RedisFrontier(client, prefix, policy=DelayPolicy(10.0, 0.0, 60.0), liveness=5.0)
+    first = f.round([("a", 1, b"a1", (seen, 1, True)), ("a", 1, b"a2", (seen, 2, True)),
+                     ("b", 2, b"b1", (seen, 3, True)), ("b", 1, b"dup", (seen, 3, True))],
+                    [], want=8)
+    assert first.pushed == [1, 1, 1, 2]
+    assert sorted((lease.host, lease.item) for lease in first.leases) == [("a", b"a1"),
+                                                                        ("b", b"b1")]
+    # One lease per host: a's second URL waits, so no host is due and no wake-up either
+    # (a is leased, not resting).
+    assert (first.front, first.back, first.in_flight) == (0, 1, 2) and first.wakeup is None
+    for lease in first.leases:
+        assert lease.deadline == pytest.approx(lease.handed_at + 5.0, abs=1e-5)
+    a = next(lease for lease in first.leases if lease.host == "a")
+    b = next(lease for lease in first.leases if lease.host == "b")
+    stale = RedisLease(a.ticket + 100, "a", a.item, 1, a.handed_at, a.deadline, a.ready_at)
+    second = f.round([], [Finished(a, 0.5), Finished(b, 0.0), Finished(stale, 0.1)], want=1)
+    assert second.completed[0] is not None and second.completed[1] is not None
+    assert second.completed[2] is None  # that lease id does not hold host a
+    assert second.completed[0].next_contact == pytest.approx(second.completed[0].at + 5.0)
+    # a rests 5 s (10 x 0.5 s): nothing is due, and the round says when a will be.
+    assert second.leases == [] and second.wakeup == pytest.approx(5.0, abs=0.1)
+    assert (second.front, second.back, second.in_flight) == (0, 1, 0)
+    assert f.stats()["completed"] == 2 and f.stats()["pushed"] == 3
+    check_redis_frontier(f)

@@ -563,15 +563,17 @@ def test_the_queue_forgets_a_fetched_page_only_after_its_visit_is_kept(
     if driver.name == "redis":
         from scrapy_frontier.backends.redis.frontier import RedisFrontier
 
-        complete = RedisFrontier.complete
+        run_round = RedisFrontier.round
 
-        def checked(self: Any, lease: Any, *args: Any, **kwargs: Any) -> Any:
-            fp = int.from_bytes(lease.item[:8], "big", signed=True)
-            key = driver.settings["FRONTIER_REDIS_HISTORY_KEY"] + "pages"
-            forgotten.append(bool(self.client.hexists(key, fp)))
-            return complete(self, lease, *args, **kwargs)
+        def checked(self: Any, pushes: Any, finished: Any, want: int) -> Any:
+            finished = list(finished)
+            for done in finished:  # each completion: the lease's page, kept by then?
+                fp = int.from_bytes(done.lease.item[:8], "big", signed=True)
+                key = driver.settings["FRONTIER_REDIS_HISTORY_KEY"] + "pages"
+                forgotten.append(bool(self.client.hexists(key, fp)))
+            return run_round(self, pushes, finished, want)
 
-        monkeypatch.setattr(RedisFrontier, "complete", checked)
+        monkeypatch.setattr(RedisFrontier, "round", checked)
     else:
         import sqlite3
 

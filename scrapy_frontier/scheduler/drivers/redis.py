@@ -95,6 +95,10 @@ redis_log = logging.getLogger("scrapy_frontier.redis")
 #: each fetch adds links, so while Redis cannot keep up (or is away) the backlog
 #: stops growing instead of filling the worker's memory.
 MAX_BACKLOG = 50_000
+#: Seconds a round that only writes (pushes, completions) waits for more to carry: one
+#: script call then carries several fetches' writes. Claims never wait. A completion's
+#: rest counts from the fetch's end, not from when the round lands.
+ROUND_LINGER = 0.05
 #: A push without a seen test: queued whatever the seen set holds, and not marked.
 _NO_SEEN_TEST = SeenTest(None, False, False, False, None)
 
@@ -133,6 +137,8 @@ class RedisDriver:
         # the next wake-up (a host's rest ends) or poll.
         self._claim_more = True
         self._wake_call: Any = None
+        # A writes-only round waiting ROUND_LINGER to gather more (see _kick).
+        self._linger_call: Any = None
         # Wakes the engine when the idle grace ends, so that it sees the crawl is over
         # then, not at its next 5 s heartbeat.
         self._grace_call: Any = None
@@ -224,10 +230,10 @@ class RedisDriver:
         self._closed = True
         if self._poll is not None and self._poll.running:
             self._poll.stop()
-        for call in (self._wake_call, self._grace_call):
+        for call in (self._wake_call, self._grace_call, self._linger_call):
             if call is not None:  # each is set to None when it fires
                 call.cancel()
-        self._wake_call = self._grace_call = None
+        self._wake_call = self._grace_call = self._linger_call = None
         self._stall.stop()
         pool = self._pool
         if pool is None:
@@ -464,23 +470,35 @@ class RedisDriver:
         """Twice a second: refresh the cluster's state (and claim, feed)."""
         self._kick(poll=True)
 
-    def _kick(self, *, poll: bool = False) -> None:
+    def _kick(self, *, poll: bool = False, lingered: bool = False) -> None:
         if self._closed or self._sending is not None or self._pool is None:
             return
         if not self._outage.may_try():
             return
         nxt = self._next
-        nxt.want = max(0, self.config.redis.prefetch - len(self._buffer))
+        # Enough for every free download slot (one round fills them all), and at least
+        # FRONTIER_REDIS_PREFETCH ahead of the engine.
+        free = self.config.concurrent_requests - len(self._held)
+        nxt.want = max(0, max(self.config.redis.prefetch, free) - len(self._buffer))
         if not (nxt.want and (self._claim_more or poll)):
             nxt.want = 0
+        if not (poll or nxt.want or nxt.has_writes()):
+            return
+        if not (poll or lingered or (nxt.want and not self._buffer)):
+            # Nothing the engine waits for (writes only, or claims while it still has
+            # requests at hand): gather more for ROUND_LINGER, in one script call.
+            if self._linger_call is None:
+                self._linger_call = call_later(ROUND_LINGER, self._linger_over)
+            return
+        if self._linger_call is not None:
+            self._linger_call.cancel()
+            self._linger_call = None
         if poll and self._want_due:
             nxt.feed, self._want_due = self._want_due, 0
         # Any round may carry it: under load the poll ticks rarely find the thread free.
         census = self.view.census_due()
         if census is not None:
             nxt.census = census
-        if not (poll or nxt.want or nxt.has_writes()):
-            return
         self._sending, self._next = nxt, Round()
         d = deferToThreadPool(_reactor(), self._pool, self._run_round, nxt)
         d.addCallbacks(self._round_done, self._round_failed)
@@ -491,6 +509,10 @@ class RedisDriver:
             return result
 
         d.addBoth(landed)
+
+    def _linger_over(self) -> None:
+        self._linger_call = None
+        self._kick(lingered=True)
 
     def _run_round(self, rnd: Round) -> RoundAnswer:
         """In the I/O thread: one round against Redis."""
@@ -555,7 +577,9 @@ class RedisDriver:
             self._seen_work = True
         if self.view.landed(answer, sent.census, busy):
             self.ctx.wake()  # the engine sees at once whether the crawl is over
-        self._claim_more = bool(answer.leases) or not sent.want
+        # Fewer leases than asked for: no other host is ready now, so the next claim waits
+        # for the wake-up the round read (or the next poll).
+        self._claim_more = len(answer.leases) >= sent.want
         if answer.leases or answer.due:
             self.ctx.wake()
         if answer.wakeup is not None and answer.wakeup < 0.5:

@@ -10,6 +10,7 @@ end
 if op == 'block' then
   local until_ = now + tonumber(value)   -- value: seconds, or inf
   redis.call('ZADD', K_BLOCKED, fmt(until_), host)
+  mark_filled(K_BLOCKED)
   requeue(unblocked_at(host, tonumber(redis.call('ZSCORE', K_READY, host) or now)))
   return {fmt(until_), fmt(now)}
 elseif op == 'unblock' then

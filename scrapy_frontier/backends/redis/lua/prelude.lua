@@ -74,11 +74,48 @@ end
 -- event.
 local STATS = {}
 local function stat(name, n) STATS[name] = (STATS[name] or 0) + n end
+-- The URL counts (K_COUNT front and back) likewise: read once, changed here, written once.
+local COUNT = {}
+local COUNT_DELTA = {front = 0, back = 0}
+local function count(field, n) COUNT_DELTA[field] = COUNT_DELTA[field] + n end
+local function counted(field)
+  if COUNT[field] == nil then
+    COUNT[field] = number_at(K_COUNT, field, redis.call('HGET', K_COUNT, field))
+  end
+  return COUNT[field] + COUNT_DELTA[field]
+end
 local function flush_stats()
   for name, n in pairs(STATS) do
     if n ~= 0 then redis.call('HINCRBY', K_STATS, name, n) end
   end
   STATS = {}
+  for field, n in pairs(COUNT_DELTA) do
+    if n ~= 0 then redis.call('HINCRBY', K_COUNT, field, n) end
+    COUNT_DELTA[field] = 0
+  end
+  COUNT = {}
+end
+-- Whether a key that is mostly empty (retired hosts, blocks, minimum rests, operators'
+-- delays and budgets) holds anything, read once per call; a script that adds to one
+-- marks it (mark_filled), so the answer stays true.
+local FILLED = {}
+local function filled(key, len_cmd)
+  local f = FILLED[key]
+  if f == nil then
+    f = redis.call(len_cmd, key) > 0
+    FILLED[key] = f
+  end
+  return f
+end
+local function mark_filled(key) FILLED[key] = true end
+local function is_retired(host)
+  return filled(K_RETIRED, 'SCARD') and redis.call('SISMEMBER', K_RETIRED, host) == 1
+end
+-- Lengths of the front queues, read once per call and kept here as they change.
+local FLEN = {}
+local function front_queue_len(lv)
+  if FLEN[lv] == nil then FLEN[lv] = redis.call('LLEN', fkey(lv)) end
+  return FLEN[lv]
 end
 
 -- A URL of a retired host kept out of the queues: counted as over budget or retired.
@@ -93,6 +130,7 @@ end
 
 -- The later of t and the end of the host's block, if it is blocked.
 local function unblocked_at(host, t)
+  if not filled(K_BLOCKED, 'ZCARD') then return t end
   local b = redis.call('ZSCORE', K_BLOCKED, host)
   if b then
     local until_ = tonumber(b)
@@ -126,7 +164,7 @@ local function add_to_back(host, lv, item, at_head)
     redis.call('RPUSH', bkey(lv, host), item)
   end
   local q = redis.call('HINCRBY', K_ACTIVE, host, 1)
-  redis.call('HINCRBY', K_COUNT, 'back', 1)
+  count('back', 1)
   if lv > tonumber(redis.call('HGET', K_HEAD, host) or '0') then
     redis.call('HSET', K_HEAD, host, lv)
   end
@@ -137,7 +175,7 @@ local function choose_level()
   local total = 0
   local levels = {}
   for lv = 1, F do
-    if redis.call('LLEN', fkey(lv)) > 0 then
+    if front_queue_len(lv) > 0 then
       levels[#levels + 1] = lv
       total = total + BIAS ^ (lv - 1)
     end
@@ -163,10 +201,11 @@ local function activate_one()
     local lv = choose_level()
     if not lv then return false end
     BUDGET[1] = BUDGET[1] - 1
+    FLEN[lv] = front_queue_len(lv) - 1  -- (choose_level read it: lv is not empty)
     local entry = redis.call('LPOP', fkey(lv))
-    redis.call('HINCRBY', K_COUNT, 'front', -1)
+    count('front', -1)
     local host, item = split(entry)
-    if redis.call('SISMEMBER', K_RETIRED, host) == 1 then
+    if is_retired(host) then
       -- Over budget: counted only; retired: also reported (the dropped list).
       if not count_refused(host) then redis.call('RPUSH', K_DROPPED, entry) end
     else
@@ -183,7 +222,7 @@ local function activate_one()
 end
 
 local function front_len()
-  return number_at(K_COUNT, 'front', redis.call('HGET', K_COUNT, 'front'))
+  return counted('front')
 end
 
 local function fill_to_floor()
@@ -202,8 +241,9 @@ end
 -- End of a fetch (complete or expiry): the host rests, then is ready again or
 -- gives up its back queue.
 local function release(host, fetch, at_least, ago)
-  local mr = tonumber(redis.call('HGET', K_MINREST, host) or '0')
-  local od = tonumber(redis.call('HGET', K_DELAY, host) or '0')
+  local mr, od = 0, 0
+  if filled(K_MINREST, 'HLEN') then mr = tonumber(redis.call('HGET', K_MINREST, host) or '0') end
+  if filled(K_DELAY, 'HLEN') then od = tonumber(redis.call('HGET', K_DELAY, host) or '0') end
   local nc = now + rest_after_fetch(delay(fetch), ago or 0, mr, at_least, od)
   redis.call('HDEL', K_LEASES, host)
   redis.call('ZREM', K_DEADLINES, host)
@@ -232,7 +272,7 @@ local function expire(limit)
   for _, host in ipairs(hosts) do
     local rec = redis.call('HGET', K_LEASES, host)
     local _, lv, handed, _, item = parse_lease(rec)
-    if redis.call('SISMEMBER', K_RETIRED, host) == 1 then
+    if is_retired(host) then
       if not count_refused(host) then redis.call('RPUSH', K_DROPPED, host .. '\0' .. item) end
     else
       -- Back to the head of its level: it was next before, it is next again.
@@ -250,6 +290,7 @@ end
 -- reached its fetch budget (counted apart).
 local function retire_host(host, budget)
   if redis.call('SADD', K_RETIRED, host) == 0 then return {} end
+  mark_filled(K_RETIRED)
   if budget then
     redis.call('SADD', K_CAPPED, host)
     stat('budget_hosts', 1)
@@ -265,7 +306,7 @@ local function retire_host(host, budget)
     end
     redis.call('HSET', K_ACTIVE, host, 0)
     redis.call('HDEL', K_HEAD, host)
-    redis.call('HINCRBY', K_COUNT, 'back', -#dropped)
+    count('back', -#dropped)
     redis.call('ZREM', K_READY, host)
     if redis.call('HEXISTS', K_LEASES, host) == 0 then
       deactivate(host)
@@ -323,7 +364,7 @@ local function claim_one(deadline)
       local item = redis.call('LPOP', bkey(best_lv, best))
       if redis.call('LLEN', bkey(best_lv, best)) == 0 then update_head(best, best_lv - 1) end
       redis.call('HINCRBY', K_ACTIVE, best, -1)
-      redis.call('HINCRBY', K_COUNT, 'back', -1)
+      count('back', -1)
       redis.call('ZREM', K_READY, best)
       local id = redis.call('INCR', K_SEQ)
       redis.call('HSET', K_LEASES, best,
@@ -354,11 +395,13 @@ local function complete_one(host, id, fetch, at_least, given, ago)
   if lid ~= id then return {0} end
   local nc = release(host, fetch, at_least, ago)
   stat('completed', 1)
-  local budget = tonumber(redis.call('HGET', K_BUDGETS, host) or math.max(given, 0))
+  local shared = filled(K_BUDGETS, 'HLEN')
+  local budget = math.max(given, 0)
+  if shared then budget = tonumber(redis.call('HGET', K_BUDGETS, host) or budget) end
   local capped = -1
-  if given >= 0 and (budget > 0 or redis.call('HLEN', K_BUDGETS) > 0) then
+  if given >= 0 and (budget > 0 or shared) then
     local n = redis.call('HINCRBY', K_FETCHED, host, 1)
-    if budget > 0 and n >= budget and redis.call('SISMEMBER', K_RETIRED, host) == 0 then
+    if budget > 0 and n >= budget and not is_retired(host) then
       capped = #retire_host(host, true)
     end
   end
@@ -371,7 +414,7 @@ end
 -- it). Returns 1 queued, 0 refused (retired host), 2 duplicate.
 local function push_one(host, lv, item, seen_key, member, mode)
   if mode == 2 and redis.call('SISMEMBER', seen_key, member) == 1 then return 2 end
-  if redis.call('SISMEMBER', K_RETIRED, host) == 1 then
+  if is_retired(host) then
     count_refused(host)
     return 0
   end
@@ -379,8 +422,10 @@ local function push_one(host, lv, item, seen_key, member, mode)
   if redis.call('HEXISTS', K_ACTIVE, host) == 1 then
     add_to_back(host, lv, item, false)
   else
+    local len = front_queue_len(lv)  -- before the push: a first read would count it
     redis.call('RPUSH', fkey(lv), host .. '\0' .. item)
-    redis.call('HINCRBY', K_COUNT, 'front', 1)
+    FLEN[lv] = len + 1
+    count('front', 1)
     fill_to_floor()
   end
   if mode > 0 then redis.call('SADD', seen_key, member) end

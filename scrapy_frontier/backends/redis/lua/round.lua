@@ -37,7 +37,5 @@ if want > 0 then
 end
 local wake = false
 if #leases < want then wake = next_wakeup() end
-local counts = redis.call('HMGET', K_COUNT, 'front', 'back')
-return {fmt(now), #expired / 2, pushed, done, leases, wake,
-        number_at(K_COUNT, 'front', counts[1]), number_at(K_COUNT, 'back', counts[2]),
+return {fmt(now), #expired / 2, pushed, done, leases, wake, counted('front'), counted('back'),
         redis.call('HLEN', K_LEASES)}
