@@ -420,3 +420,35 @@ def test_one_round_pushes_completes_claims_and_reads_the_sizes(
     assert (second.front, second.back, second.in_flight) == (0, 1, 0)
     assert f.stats()["completed"] == 2 and f.stats()["pushed"] == 3
     check_redis_frontier(f)
+
+
+def test_a_dead_workers_host_rests_as_after_its_fetch_not_after_the_lapse(
+        redis_server: RedisServer) -> None:
+    """A lapsed lease's host rests after the fetch its dead worker could have made: its last
+    measured fetch, or the claim to one heartbeat after the last renewal; not the time the
+    lapse took to notice (10 x that would keep the host away for minutes)."""
+    client = redis_server.client()
+    prefix = f"deadrest{time.monotonic_ns()}:frontier:"
+    kw: dict = {"policy": DelayPolicy(10.0, 0.0, 60.0), "lease_timeout": 600.0,
+                "liveness": 0.4}
+    a, b = RedisFrontier(client, prefix, **kw), RedisFrontier(client, prefix, **kw)
+    for item in (b"m1", b"m2", b"m3"):
+        a.push("measured", 1, item)
+    a.push("new", 1, b"n1")
+    a.push("new", 1, b"n2")
+    first = a.pop()
+    assert first is not None and first.host == "measured"
+    a.complete(first, 0.01)  # measured: 10 ms, so a 0.1 s rest
+    time.sleep(0.15)
+    held = [a.pop(), a.pop()]
+    assert {lease.host for lease in held if lease is not None} == {"measured", "new"}
+    time.sleep(0.5)  # past the window, with no heartbeat: A died
+    assert b.pop() is None  # both taken back, both resting
+    assert b.reclaimed == 2
+    now = b.server_time()
+    measured_rest = b.next_contact("measured") - now
+    new_rest = b.next_contact("new") - now
+    assert measured_rest <= 0.1 + 1e-3, measured_rest  # 10 x the measured 10 ms
+    # No measurement: claim to the last renewal (none: the claim) plus a beat, 0.1 s.
+    assert new_rest <= 1.0 + 1e-3, new_rest
+    check_redis_frontier(b)

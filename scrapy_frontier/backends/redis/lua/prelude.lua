@@ -266,19 +266,34 @@ local function parse_lease(rec)
   return id, tonumber(lv), tonumber(handed), tonumber(ready), string.sub(rec, e + 1)
 end
 
-local function expire(limit)
-  local hosts = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', fmt(now), 'LIMIT', 0, limit)
+-- A lease past its deadline goes back to the head of its host's queue. The host then rests
+-- as after a fetch lasting until now, except when the lease lapsed before claim + LEASE_T:
+-- its worker stopped renewing it (it died, and its connections with it), and the time the
+-- lapse took to notice is not the server's. Then the fetch counts as lasting from the
+-- claim to one heartbeat after the last renewal (live: the liveness window of the workers,
+-- as the caller's; they beat every quarter of it), or the host's last measured fetch if
+-- that is shorter.
+local function expire(limit, live)
+  local due = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', fmt(now), 'WITHSCORES',
+                         'LIMIT', 0, limit)
   local out = {}
-  for _, host in ipairs(hosts) do
+  for i = 1, #due, 2 do
+    local host, deadline = due[i], tonumber(due[i + 1])
     local rec = redis.call('HGET', K_LEASES, host)
     local _, lv, handed, _, item = parse_lease(rec)
+    local fetch = now - handed
+    if live > 0 and deadline < handed + LEASE_T - 0.001 then
+      fetch = math.max(0, math.min(fetch, deadline - handed - 0.75 * live))
+      local measured = redis.call('HGET', K_FETCH, host)
+      if measured then fetch = math.min(fetch, tonumber(measured)) end
+    end
     if is_retired(host) then
       if not count_refused(host) then redis.call('RPUSH', K_DROPPED, host .. '\0' .. item) end
     else
       -- Back to the head of its level: it was next before, it is next again.
       add_to_back(host, lv, item, true)
     end
-    release(host, now - handed, 0)
+    release(host, fetch, 0)
     stat('expired', 1)
     out[#out + 1] = host
     out[#out + 1] = item

@@ -26,7 +26,7 @@ end
 local expired = {}
 local leases = {}
 if want > 0 then
-  expired = expire(tonumber(ARGV[13]))
+  expired = expire(tonumber(ARGV[13]), tonumber(ARGV[14]))
   local deadline = lease_deadline(tonumber(ARGV[14]))
   prepare_claims()
   for _ = 1, want do
