@@ -10,8 +10,8 @@ killed with SIGKILL, as README's ``sleep 6; kill -9 %4`` does. Configurations, i
   after the dead worker's last heartbeat);
 * ``lease-timeout-30`` -- this tree with the heartbeat off, and the settings README's example
   needed before it (DOWNLOAD_TIMEOUT = 20, FRONTIER_LEASE_TIMEOUT = 30);
-* ``baseline`` (with ``--baseline TREE``) -- another checkout of scrapy-frontier (say the last
-  release: ``git worktree add /tmp/base v0.2.0``) with those same settings, imported ahead of
+* ``baseline`` (with ``--baseline TREE``) -- another checkout of scrapy-frontier (say an earlier
+  commit: ``git worktree add /tmp/base <commit>``) with those same settings, imported ahead of
   this one through PYTHONPATH.
 
 Reported per configuration (median of ``--repeat`` rounds, interleaved): the makespan and

@@ -11,7 +11,7 @@ every worker's census, heartbeat, seen-set and page-history traffic.
 With ``--baseline TREE`` the same crawl runs with another checkout of scrapy-frontier
 (imported ahead of this one through PYTHONPATH), in the same run, interleaved:
 
-    git worktree add /tmp/base v0.2.0
+    git worktree add /tmp/base <commit>
     python benchmarks/bench_redis_round_trips.py --baseline /tmp/base --repeat 3
 """
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 from scrapy.settings import Settings
@@ -79,6 +80,14 @@ def test_reset_refuses_a_crawl_that_is_running_and_one_that_is_not_there(
     assert _reset(redis_server, "rst2", "--yes").returncode == 0
     missing = _reset(redis_server, "rst-none", "--yes")
     assert missing.returncode == 1 and "no frontier under" in missing.stderr, missing.stderr
+    # A lease whose worker died (past its deadline, no worker left to take it back) does
+    # not hold the reset back.
+    _crawl_keys(client, "rst3")
+    dead = RedisFrontier(client, "rst3:frontier:", liveness=0.2)  # type: ignore[arg-type]
+    assert dead.pop() is not None
+    time.sleep(0.3)
+    assert dead.in_flight == 1
+    assert _reset(redis_server, "rst3", "--yes").returncode == 0
 
 
 def test_a_spider_name_with_glob_characters_matches_only_itself() -> None:

@@ -41,12 +41,19 @@ def redis_reset(inspector: Any, confirm: Callable[[str], bool]) -> dict[str, Any
     def run(doing: str, fn: Callable[[], Any]) -> Any:
         return guard(client, inspector.prefix, doing, fn)
 
-    leased = run("reading the leases", lambda: client.hlen(inspector.k("leases")))
+    def live_leases() -> int:
+        # Leases past their deadline belong to workers that are gone (no claim has taken
+        # them back yet, since no worker runs): they do not hold the reset back.
+        sec, usec = client.time()
+        return int(client.zcount(inspector.k("deadlines"), f"({sec + usec / 1e6!r}", "+inf"))
+
+    leased = run("reading the leases", live_leases)
     if leased:
         raise FrontierCommandError(
             f"{leased} request(s) of spider {inspector.spider!r} are leased: its workers are "
-            "crawling. Stop them first (a killed worker's leases expire after "
-            "FRONTIER_LEASE_TIMEOUT). Nothing was changed.")
+            "crawling. Stop them first (a killed worker's leases lapse within "
+            "FRONTIER_REDIS_LIVENESS, or FRONTIER_LEASE_TIMEOUT for a worker without a "
+            "heartbeat). Nothing was changed.")
     keys: set[bytes] = set()
     for prefix in prefixes:
         pattern = glob_literal(prefix) + "*"
