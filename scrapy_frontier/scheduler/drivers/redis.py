@@ -95,9 +95,10 @@ redis_log = logging.getLogger("scrapy_frontier.redis")
 #: each fetch adds links, so while Redis cannot keep up (or is away) the backlog
 #: stops growing instead of filling the worker's memory.
 MAX_BACKLOG = 50_000
-#: Seconds a round that only writes (pushes, completions) waits for more to carry: one
-#: script call then carries several fetches' writes. Claims never wait. A completion's
-#: rest counts from the fetch's end, not from when the round lands.
+#: Seconds a round waits for more to carry when the engine is not waiting for it (it only
+#: writes, or it claims while the engine still has claimed requests at hand): one script
+#: call then carries several fetches. A completion's rest counts from the fetch's end, not
+#: from when the round lands.
 ROUND_LINGER = 0.05
 #: A push without a seen test: queued whatever the seen set holds, and not marked.
 _NO_SEEN_TEST = SeenTest(None, False, False, False, None)
@@ -550,7 +551,7 @@ class RedisDriver:
                 "Took back %d lease(s) of a worker that stopped renewing them (it died, or "
                 "lost Redis for FRONTIER_REDIS_LIVENESS) or held them past "
                 "FRONTIER_LEASE_TIMEOUT: their requests are queued again, and their hosts "
-                "rest as if those fetches had lasted until now", answer.reclaimed)
+                "rest as after the fetches those leases could have made", answer.reclaimed)
         if answer.lost:
             self.stats.inc_value("frontier/leases/lost", answer.lost)
             redis_log.warning(
