@@ -207,6 +207,14 @@ _KEY_TYPES = {
 
 
 
+def _check_fetch(fetch_seconds: float, rest_at_least: float) -> None:
+    """A completion's numbers, checked before they reach a script."""
+    if math.isnan(rest_at_least) or rest_at_least < 0:
+        raise ValueError(f"rest_at_least must be >= 0, got {rest_at_least}")
+    if math.isnan(fetch_seconds):
+        raise ValueError("fetch_seconds must be a number, got NaN")
+
+
 class RedisFrontier:
     """The Mercator frontier in Redis, shared by every process that opens the same prefix."""
 
@@ -493,10 +501,7 @@ class RedisFrontier:
         Returns None (and changes nothing) if the lease is no longer held: it expired and
         its item was returned to the queue, so the item will be fetched again.
         """
-        if math.isnan(rest_at_least) or rest_at_least < 0:
-            raise ValueError(f"rest_at_least must be >= 0, got {rest_at_least}")
-        if math.isnan(fetch_seconds):
-            raise ValueError("fetch_seconds must be a number, got NaN")
+        _check_fetch(fetch_seconds, rest_at_least)
         reply = self._run(
             self._complete, "completing a lease",
             lease.host, lease.ticket, repr(float(fetch_seconds)), repr(float(rest_at_least)),
@@ -517,10 +522,7 @@ class RedisFrontier:
         done = list(finished)
         done_args: list[Any] = []
         for f in done:
-            if math.isnan(f.rest_at_least) or f.rest_at_least < 0:
-                raise ValueError(f"rest_at_least must be >= 0, got {f.rest_at_least}")
-            if math.isnan(f.fetch_seconds):
-                raise ValueError("fetch_seconds must be a number, got NaN")
+            _check_fetch(f.fetch_seconds, f.rest_at_least)
             done_args += [f.lease.host, f.lease.ticket, repr(float(f.fetch_seconds)),
                           repr(float(f.rest_at_least)), int(f.budget),
                           repr(max(0.0, float(f.ended_ago)))]
