@@ -84,6 +84,8 @@ DEFAULTS: dict[str, Any] = {
     "FRONTIER_REDIS_PREFETCH": 4,
     "FRONTIER_REDIS_IDLE_GRACE": 2.0,
     "FRONTIER_REDIS_LIVENESS": 5.0,
+    "FRONTIER_REDIS_CLUSTER": False,
+    "FRONTIER_REDIS_PARTITIONS": 1,
     "FRONTIER_PROGRESS_INTERVAL": 30.0,
     "FRONTIER_METRICS_PORT": None,  # off
     "FRONTIER_METRICS_HOST": "127.0.0.1",
@@ -142,11 +144,20 @@ class RedisConfig:
     """How long a worker that has seen no work yet waits for its peers' start requests."""
     liveness: float = DEFAULTS["FRONTIER_REDIS_LIVENESS"]
     """Seconds a worker's leases outlive its last heartbeat (0: only the lease timeout)."""
+    cluster: bool = False
+    """Talk to a Redis Cluster (redis-py's cluster client)."""
+    partitions: int = DEFAULTS["FRONTIER_REDIS_PARTITIONS"]
+    """Partitions of the frontier, by host (see backends/redis/partitions.py)."""
 
     def keys_for(self, spider: str) -> tuple[str, str, str]:
         """(frontier, seen set, history) key prefixes of ``spider``."""
         names = {"spider": spider}
         return self.key % names, self.seen_key % names, self.history_key % names
+
+    @property
+    def tagged(self) -> bool:
+        """Each partition's keys carry a hash tag (partitioned, or on a cluster)."""
+        return self.cluster or self.partitions > 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,8 +404,25 @@ def _redis(settings: BaseSettings) -> RedisConfig:
         if not expanded:
             raise FrontierConfigError(f"{name} must not be empty")
         keys[attr] = value
+    cluster = _bool(settings, "FRONTIER_REDIS_CLUSTER")
+    partitions = _int(settings, "FRONTIER_REDIS_PARTITIONS", minimum=1, maximum=1024)
+    if cluster or partitions > 1:
+        for name, attr in (("FRONTIER_REDIS_KEY", "key"),
+                           ("FRONTIER_REDIS_HISTORY_KEY", "history_key")):
+            if "{" in keys[attr] or "}" in keys[attr]:
+                raise FrontierConfigError(
+                    f"{name}={keys[attr]!r} holds a hash tag ({{...}}): partitioned or on a "
+                    "Redis Cluster, each partition tags its own keys. Take the braces out.")
+        if keys["seen_key"] != DEFAULTS["FRONTIER_REDIS_SEEN_KEY"]:
+            raise FrontierConfigError(
+                "FRONTIER_REDIS_SEEN_KEY is set, but partitioned or on a Redis Cluster each "
+                "partition keeps its seen set under its own frontier keys (it is tested in the "
+                "same script as the push): leave FRONTIER_REDIS_SEEN_KEY unset, and choose the "
+                "keys with FRONTIER_REDIS_KEY.")
     return RedisConfig(
         **keys,
+        cluster=cluster,
+        partitions=partitions,
         seen_expected=_int(settings, "FRONTIER_REDIS_SEEN_EXPECTED", minimum=1),
         prefetch=_int(settings, "FRONTIER_REDIS_PREFETCH", minimum=1, maximum=10_000),
         idle_grace=_float(settings, "FRONTIER_REDIS_IDLE_GRACE", minimum=0.0),

@@ -29,8 +29,11 @@ def free_port() -> int:
 class RedisServer:
     """One redis-server process; ``start()`` waits for PING, ``stop()`` kills it."""
 
-    def __init__(self, *, persistence: bool = False, directory: str | None = None) -> None:
+    def __init__(self, *, persistence: bool = False, directory: str | None = None,
+                 extra: tuple[str, ...] = ()) -> None:
         self.persistence = persistence
+        #: More redis-server arguments (e.g. cluster mode's).
+        self.extra = extra
         self._own_dir = directory is None
         self.dir = directory or tempfile.mkdtemp(prefix="frontier-redis-")
         self.port = 0
@@ -60,6 +63,7 @@ class RedisServer:
             args += ["--save", "", "--appendonly", "yes", "--appendfsync", "always"]
         else:
             args += ["--save", "", "--appendonly", "no"]
+        args += list(self.extra)
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout
         client = self.client()

@@ -280,9 +280,13 @@ def test_a_redis_restarted_empty_is_noticed_and_nothing_is_written() -> None:
         server.stop()
 
 
-def test_a_round_runs_without_a_thread(redis_client: redis.Redis, redis_prefix: str) -> None:
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_a_round_runs_without_a_thread(redis_client: redis.Redis, redis_prefix: str,
+                                       partitions: int) -> None:
     """The Redis driver's I/O round is a function of its round and the shared state: run
-    here directly, it pushes, drops a duplicate, claims and completes on a real Redis."""
+    here directly, it pushes, drops a duplicate, claims and completes on a real Redis, in
+    one partition or across three."""
+    from scrapy_frontier.backends.redis.partitions import Layout, open_frontier, open_seen
     from scrapy_frontier.scheduler.drivers.redis_round import (
         Completion,
         Pushed,
@@ -290,9 +294,11 @@ def test_a_round_runs_without_a_thread(redis_client: redis.Redis, redis_prefix: 
         RoundRunner,
     )
 
-    frontier = RedisFrontier(redis_client, redis_prefix, front_queues=2, back_queues=2,
+    layout = Layout(redis_prefix, redis_prefix + "seen:", redis_prefix + "history:",
+                    count=partitions, tagged=partitions > 1)
+    frontier = open_frontier(redis_client, layout, front_queues=2, back_queues=2,
                              policy=DelayPolicy(0.0, 0.0, 0.0))
-    seen = RedisSeenSet(redis_client, redis_prefix + "seen:", expected=1000)
+    seen = open_seen(redis_client, layout, expected=1000)
     runner = RoundRunner(frontier, seen, budget_for=lambda host: 0, clock=time.monotonic,
                          unfetched=set())
 
@@ -307,7 +313,8 @@ def test_a_round_runs_without_a_thread(redis_client: redis.Redis, redis_prefix: 
     done = runner.run(Round(completions=[Completion(lease, 0.01, 0.0, None)
                                          for lease in first.leases + again.leases]))
     assert done.idle and done.queued == 0 and done.leases == []
-    check_redis_frontier(frontier)
+    for part in frontier.parts:
+        check_redis_frontier(part)
 
 
 def test_a_claim_that_takes_back_an_overdue_lease_counts_it(redis_server: RedisServer) -> None:

@@ -29,15 +29,38 @@ _RESP_TYPES = b"+-:$*_,#!=(%~>|"
 _PROBE_TIMEOUT = 2.0
 
 
+def is_cluster(client: Any) -> bool:
+    """Whether ``client`` is redis-py's Redis Cluster client."""
+    from redis.cluster import RedisCluster
+
+    return isinstance(client, RedisCluster)
+
+
+def _pool_kwargs(client: Any) -> dict[str, Any]:
+    """The connection arguments of ``client`` (of the node it was given, for a cluster)."""
+    if is_cluster(client):
+        node = client.get_default_node()
+        return {"host": node.host, "port": node.port, "cluster": True,
+                **(client.get_connection_kwargs() if hasattr(client, "get_connection_kwargs")
+                   else {})}
+    return dict(client.connection_pool.connection_kwargs)
+
+
+def decodes_responses(client: Any) -> bool:
+    return bool(_pool_kwargs(client).get("decode_responses"))
+
+
 def describe(client: redis.Redis) -> str:
-    kw = client.connection_pool.connection_kwargs
+    kw = _pool_kwargs(client)
+    if kw.get("cluster"):
+        return f"Redis Cluster at {kw.get('host', '?')}:{kw.get('port', '?')}"
     if "path" in kw:
         return f"Redis at unix:{kw['path']}"
     return f"Redis at {kw.get('host', '?')}:{kw.get('port', '?')}/{kw.get('db', 0)}"
 
 
 def _address(client: redis.Redis) -> str:
-    kw = client.connection_pool.connection_kwargs
+    kw = _pool_kwargs(client)
     if "path" in kw:
         return f"unix:{kw['path']}"
     return f"{kw.get('host', '?')}:{kw.get('port', '?')}"
@@ -122,6 +145,8 @@ def frontier_error(client: redis.Redis, prefix: str, doing: str,
 
 def _speaks_redis(client: redis.Redis) -> bool | None:
     """Whether the server at the client's address answers PING in RESP; None: no answer."""
+    if is_cluster(client):
+        return None  # the cluster client found its nodes: they speak Redis
     pool = client.connection_pool
     if issubclass(pool.connection_class, redis.connection.SSLConnection):
         return None  # a raw probe would speak plain text to a TLS port
@@ -184,6 +209,10 @@ def _full(client: redis.Redis, doing: str, exc: redis.exceptions.RedisError) -> 
 
 
 def _no_database(client: redis.Redis, exc: redis.exceptions.RedisError) -> RedisFrontierError:
+    if is_cluster(client):
+        return RedisFrontierSettingsError(
+            f"{describe(client)} has only database 0: set REDIS_URL without a database "
+            f"number (redis://host:port), then run the same command again. Redis said: {exc}")
     kw = client.connection_pool.connection_kwargs
     db = kw.get("db", 0)
     count = "fewer"
@@ -228,10 +257,14 @@ def redis_from_settings(settings: Any) -> redis.Redis:
     REDIS_DB, REDIS_PARAMS...), with scrapy-redis's defaults when it is installed.
 
     Responses are always bytes (``decode_responses=False``): the frontier stores binary.
+    With ``FRONTIER_REDIS_CLUSTER``, redis-py's cluster client, from ``REDIS_URL`` (or
+    ``REDIS_HOST``/``REDIS_PORT``) naming any one node of the cluster.
     """
     check_redis_url(settings.get("REDIS_URL"))
     params = settings.getdict("REDIS_PARAMS")
     params["decode_responses"] = False
+    if settings.getbool("FRONTIER_REDIS_CLUSTER"):
+        return _cluster_from_settings(settings, params)
     copy = settings.copy()
     copy.frozen = False  # the crawler's settings are frozen once the crawl starts
     copy.set("REDIS_PARAMS", params, priority=1000)
@@ -252,6 +285,42 @@ def redis_from_settings(settings: Any) -> redis.Redis:
     if url:
         return redis.Redis.from_url(url, **kwargs)
     return redis.Redis(**kwargs)
+
+
+def _cluster_from_settings(settings: Any, params: dict[str, Any]) -> Any:
+    from redis.cluster import RedisCluster
+
+    kwargs: dict[str, Any] = {"socket_timeout": 30, "socket_connect_timeout": 30}
+    kwargs.update(params)
+    kwargs.pop("db", None)  # a cluster has database 0 only
+    url = settings.get("REDIS_URL")
+    try:
+        if url:
+            if url.lower().startswith("unix://"):
+                raise RedisFrontierSettingsError(
+                    f"REDIS_URL = {url!r}: a Redis Cluster is reached over TCP; give one "
+                    "node's address, for example 'redis://10.0.0.5:7000'.")
+            return RedisCluster.from_url(url, **kwargs)
+        return RedisCluster(host=settings.get("REDIS_HOST") or "localhost",
+                            port=int(settings.get("REDIS_PORT") or 6379), **kwargs)
+    except HANDLED as exc:
+        raise frontier_error_plain(url or settings.get("REDIS_HOST") or "localhost", exc) from exc
+    except redis.exceptions.RedisClusterException as exc:
+        raise RedisFrontierSettingsError(
+            f"FRONTIER_REDIS_CLUSTER is on, but the Redis at {url or 'REDIS_HOST'} does not "
+            f"serve a cluster ({exc}). Point REDIS_URL at a node of a Redis Cluster (one "
+            "started with cluster-enabled yes, its slots assigned), or turn "
+            "FRONTIER_REDIS_CLUSTER off for a single Redis."
+        ) from exc
+
+
+def frontier_error_plain(where: str, exc: redis.exceptions.RedisError) -> RedisFrontierError:
+    """The error for a cluster client that could not even be built (no client to describe)."""
+    return RedisFrontierUnavailable(
+        f"the Redis Cluster at {where} did not answer while discovering its nodes "
+        f"({type(exc).__name__}: {exc}). Is a cluster node running there, and is REDIS_URL "
+        "its address? Nothing was changed."
+    )
 
 
 def wait_for_redis(client: redis.Redis, timeout: float = 10.0) -> None:

@@ -77,7 +77,13 @@ from typing import Any, NamedTuple, TypeVar
 import redis
 from redis.commands.core import Script
 
-from scrapy_frontier.backends.redis.connection import describe, guard, text
+from scrapy_frontier.backends.redis.connection import (
+    decodes_responses,
+    describe,
+    guard,
+    is_cluster,
+    text,
+)
 from scrapy_frontier.backends.redis.lua import load_script
 from scrapy_frontier.core.frontier import check_shape
 from scrapy_frontier.core.politeness import DelayPolicy, saved_delay_rule
@@ -170,6 +176,8 @@ class RoundReply(NamedTuple):
     in_flight: int
     reclaimed: int
     """Lapsed leases the claims gave back to their hosts first."""
+    ready_hosts: int = 0
+    """Hosts with queued URLs that may be contacted now (after the claims)."""
 
 
 class Completion(NamedTuple):
@@ -207,6 +215,23 @@ _KEY_TYPES = {
 
 
 
+#: The clock of the node that holds the key given (the frontier's meta key).
+_CLOCK = "return redis.call('TIME')"
+#: Writes the meta hash's fields (ARGV: field, value, ...) unless the hash exists.
+_INIT_META = """
+if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('HSET', KEYS[1], unpack(ARGV)) end
+return 1
+"""
+
+
+def _one_slot(prefix: str) -> bool:
+    """Whether every key under ``prefix`` hashes to one Redis Cluster slot (a non-empty
+    ``{...}`` hash tag in the prefix)."""
+    start = prefix.find("{")
+    end = prefix.find("}", start + 1)
+    return start >= 0 and end > start + 1
+
+
 def _check_fetch(fetch_seconds: float, rest_at_least: float) -> None:
     """A completion's numbers, checked before they reach a script."""
     if math.isnan(rest_at_least) or rest_at_least < 0:
@@ -235,13 +260,14 @@ class RedisFrontier:
         rng: random.Random | None = None,
         spider: str | None = None,
         liveness: float = 0.0,
+        partition: tuple[int, int] | None = None,
     ) -> None:
         back_queues_max = check_shape(front_queues, back_queues, back_queues_max, lease_timeout)
         if not priority_bias >= 1.0:
             raise ValueError(f"priority bias must be >= 1, got {priority_bias}")
         if not prefix:
             raise ValueError("the Redis key prefix must not be empty")
-        if client.connection_pool.connection_kwargs.get("decode_responses"):
+        if decodes_responses(client):
             raise ValueError(
                 "the Redis client decodes responses; the frontier needs bytes "
                 "(build it with decode_responses=False, as redis_from_settings does)"
@@ -249,6 +275,15 @@ class RedisFrontier:
         # Typed loosely: redis-py's stubs type replies as bytes | str (decode_responses).
         self.client: Any = client
         self.prefix = prefix
+        #: On a Redis Cluster, every key of this frontier must share one hash tag.
+        self.cluster = is_cluster(client)
+        if self.cluster and not _one_slot(prefix):
+            raise ValueError(
+                f"on a Redis Cluster the prefix {prefix!r} must carry a hash tag ({{...}}) so "
+                "that every key of the frontier lands in one slot")
+        #: (index, count) of this frontier among its crawl's partitions (None: the single
+        #: frontier of an unpartitioned crawl; checked at connect).
+        self.partition = partition
         #: The spider that owns these keys (checked at connect, like SQLite's meta table).
         self.spider = spider
         self.levels = front_queues
@@ -290,6 +325,8 @@ class RedisFrontier:
         self._control = client.register_script(load_script("control"))
         self._renew = client.register_script(load_script("renew"))
         self._round = client.register_script(load_script("round"))
+        self._clock = client.register_script(_CLOCK)
+        self._init_meta = client.register_script(_INIT_META)
         self._connect()
 
     # -- plumbing ---------------------------------------------------------------------
@@ -319,6 +356,24 @@ class RedisFrontier:
 
     def _call(self, doing: str, fn: Callable[[], R]) -> R:
         return guard(self.client, self.prefix, doing, fn)
+
+    def _pipeline(self) -> Any:
+        """A pipeline of this frontier's keys: a MULTI transaction on one Redis; on a
+        cluster a plain pipeline (redis-py < 6 runs no transaction there), to one node."""
+        return self.client.pipeline(transaction=not self.cluster)
+
+    def _some_keys(self) -> list[Any]:
+        """A few keys under the prefix, if any (on a cluster: from the prefix's slot)."""
+        client = self.client
+        if self.cluster:
+            keys = client.cluster_get_keys_in_slot(client.keyslot(self.key("meta")), 1000)
+            return [k for k in keys if text(k).startswith(self.prefix)][:1]
+        cursor, found = client.scan(0, match=self._glob() + "*", count=1000)
+        for _ in range(100):
+            if found or not cursor:
+                break
+            cursor, found = client.scan(cursor, match=self._glob() + "*", count=1000)
+        return list(found)
 
     def save_delay_rule(self) -> None:
         """Keep this crawl's delay rule in the meta key, for ``scrapy frontier hosts`` (the
@@ -351,11 +406,7 @@ class RedisFrontier:
                     )
             meta = {text(k): text(v) for k, v in client.hgetall(meta_key).items()}
             if not meta:
-                cursor, found = client.scan(0, match=self._glob() + "*", count=1000)
-                for _ in range(100):
-                    if found or not cursor:
-                        break
-                    cursor, found = client.scan(cursor, match=self._glob() + "*", count=1000)
+                found = self._some_keys()
                 if found:
                     raise RedisFrontierDataError(
                         f"keys under {self.prefix!r} exist (e.g. {text(found[0])!r}) but "
@@ -363,13 +414,13 @@ class RedisFrontier:
                         "another FRONTIER_REDIS_KEY prefix, or move those keys away if they are "
                         "left over."
                     )
-                # One transaction: a connection lost midway must not leave a meta hash
-                # with some fields only (redis-py < 6 does not retry a command by itself).
-                pipe = client.pipeline(transaction=True)
-                pipe.hsetnx(meta_key, "format", FORMAT)
-                pipe.hsetnx(meta_key, "version", str(VERSION))
-                pipe.hsetnx(meta_key, "levels", str(self.levels))
-                pipe.execute()
+                # One script: a connection lost midway must not leave a meta hash with
+                # some fields only (redis-py < 6 does not retry a command by itself).
+                fields = ["format", FORMAT, "version", str(VERSION), "levels", str(self.levels)]
+                if self.partition is not None:
+                    fields += ["partition", str(self.partition[0]),
+                               "partitions", str(self.partition[1])]
+                self._init_meta(keys=[meta_key], args=fields, client=client)
                 meta = {text(k): text(v) for k, v in client.hgetall(meta_key).items()}
             if self.spider is not None and meta.get("format") == FORMAT:
                 # Frontiers from before the spider was recorded adopt the first opener's.
@@ -394,6 +445,7 @@ class RedisFrontier:
                     f"reads version {VERSION}. Finish the crawl with the version that wrote it, "
                     "or start a new crawl under another FRONTIER_REDIS_KEY prefix."
                 )
+            self._check_partition(meta)
             if meta.get("levels") != str(self.levels):
                 raise RedisFrontierDataError(
                     f"{meta_key!r} was created with {meta.get('levels')} front queues, this "
@@ -403,6 +455,18 @@ class RedisFrontier:
 
         self._call("checking the frontier's keys", check)
 
+    def _check_partition(self, meta: dict[str, str]) -> None:
+        """The partition this frontier was opened as is the one its meta key records."""
+        want = self.partition or (0, 1)
+        got = (int(meta.get("partition", "0")), int(meta.get("partitions", "1")))
+        if meta.get("format") == FORMAT and got != want:
+            raise RedisFrontierDataError(
+                f"{self.key('meta')!r} is partition {got[0]} of {got[1]}, but it was opened "
+                f"as partition {want[0]} of {want[1]}: a crawl keeps the partition count it "
+                f"started with. Set FRONTIER_REDIS_PARTITIONS={got[1]} to continue it, or "
+                "start a new crawl under another FRONTIER_REDIS_KEY prefix."
+            )
+
     def _glob(self) -> str:
         out = []
         for ch in self.prefix:
@@ -410,8 +474,10 @@ class RedisFrontier:
         return "".join(out)
 
     def server_time(self) -> float:
-        sec, usec = self._call("reading the server time", self.client.time)
-        return float(sec) + usec / 1e6
+        """The clock of the Redis that holds this frontier (on a cluster: its node's)."""
+        sec, usec = self._call("reading the server time", lambda: self._clock(
+            keys=[self.key("meta")], client=self.client))
+        return float(sec) + int(usec) / 1e6
 
     # -- adding -----------------------------------------------------------------------
 
@@ -542,7 +608,7 @@ class RedisFrontier:
         return RoundReply(
             [int(x) for x in reply[2]], completed, leases,
             None if wake is None else float(wake), int(reply[6]), int(reply[7]),
-            int(reply[8]), reclaimed)
+            int(reply[8]), reclaimed, int(reply[9]))
 
     def expire_leases(self, limit: int = 1000) -> list[tuple[str, bytes]]:
         """Return the items of leases past their deadline to their hosts' queues.
@@ -640,22 +706,17 @@ class RedisFrontier:
     def next_lease_deadline(self) -> float | None:
         """Seconds from now until the earliest lease deadline, if any lease is out."""
 
-        def read() -> list[Any]:
-            pipe = self.client.pipeline(transaction=True)
-            pipe.time()
-            pipe.zrange(self.key("deadlines"), 0, 0, withscores=True)
-            return pipe.execute()  # type: ignore[no-any-return]
-
-        (sec, usec), first = self._call("reading lease deadlines", read)
+        first = self._call("reading lease deadlines", lambda: self.client.zrange(
+            self.key("deadlines"), 0, 0, withscores=True))
         if not first:
             return None
-        return max(0.0, float(first[0][1]) - (sec + usec / 1e6))
+        return max(0.0, float(first[0][1]) - self.server_time())
 
     def sizes(self) -> tuple[int, int, int]:
         """(URLs in front queues, URLs in back queues, leases), in one round trip."""
 
         def read() -> list[Any]:
-            pipe = self.client.pipeline(transaction=True)
+            pipe = self._pipeline()
             pipe.hmget(self.key("count"), "front", "back")
             pipe.hlen(self.key("leases"))
             return pipe.execute()  # type: ignore[no-any-return]
@@ -721,16 +782,15 @@ class RedisFrontier:
         names = ("budget_hosts", "budget_items")
 
         def read() -> list[Any]:
-            pipe = self.client.pipeline(transaction=True)
-            pipe.time()
+            pipe = self._pipeline()
             pipe.hmget(self.key("stats"), names)
             pipe.scard(self.key("retired"))
             pipe.scard(self.key("capped"))
             pipe.zrange(self.key("blocked"), 0, -1, withscores=True)
             return pipe.execute()  # type: ignore[no-any-return]
 
-        (sec, usec), raw, retired, capped, blocked = self._call("reading stats", read)
-        now = sec + usec / 1e6
+        raw, retired, capped, blocked = self._call("reading stats", read)
+        now = self.server_time()
         out = {n: int(v) for n, v in zip(names, raw, strict=True) if v is not None}
         out["blocked"] = sum(1 for _, until in blocked if float(until) > now)
         out["retired"] = int(retired) - int(capped)

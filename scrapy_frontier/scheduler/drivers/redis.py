@@ -52,9 +52,15 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from scrapy_frontier.backends.redis.connection import describe, redis_from_settings
-from scrapy_frontier.backends.redis.frontier import Quarantined, RedisFrontier, RedisLease
-from scrapy_frontier.backends.redis.history import RedisHistoryStore
-from scrapy_frontier.backends.redis.seen import RedisSeenSet
+from scrapy_frontier.backends.redis.frontier import Quarantined, RedisLease
+from scrapy_frontier.backends.redis.partitions import (
+    Layout,
+    PartitionedFrontier,
+    PartitionedSeen,
+    open_frontier,
+    open_history,
+    open_seen,
+)
 from scrapy_frontier.codec import request_codec, saved_url
 from scrapy_frontier.core.frontier import Frontier
 from scrapy_frontier.core.history import QUARANTINE_LOGGED
@@ -119,8 +125,9 @@ class RedisDriver:
         self.config = context.config
         self.stats = context.stats
         self._client = client
-        self.remote: RedisFrontier | None = None
-        self.seen: RedisSeenSet | None = None
+        self.remote: PartitionedFrontier | None = None
+        self.seen: PartitionedSeen | None = None
+        self._layout: Layout | None = None
         self.recrawler: Recrawler | None = None
         self._codec: Any = None
         self._pool: ThreadPool | None = None
@@ -179,16 +186,17 @@ class RedisDriver:
         client = (self._client if self._client is not None
                   else redis_from_settings(self.ctx.crawler.settings))
         self._client = client
-        frontier_key, seen_key, self._history_key = config.redis.keys_for(spider.name)
-        self.remote = RedisFrontier(
-            client, frontier_key,
+        layout = self._layout = Layout(*config.redis.keys_for(spider.name),
+                                       count=config.redis.partitions, tagged=config.redis.tagged)
+        self.remote = open_frontier(
+            client, layout,
             front_queues=config.front_queues, priority_bias=config.priority_bias,
             back_queues=config.back_queues, back_queues_max=config.back_queues_max,
             policy=config.policy, lease_timeout=config.lease_timeout, spider=spider.name,
             rng=random.Random(config.seed), liveness=config.redis.liveness,
         )
         self.remote.save_delay_rule()
-        self.seen = RedisSeenSet(client, seen_key, expected=config.redis.seen_expected)
+        self.seen = open_seen(client, layout, expected=config.redis.seen_expected)
         self._rounds = RoundRunner(self.remote, self.seen, budget_for=config.budget_for,
                                    clock=self.ctx.clock, unfetched=self._unfetched,
                                    recrawler=self.recrawler)
@@ -208,13 +216,13 @@ class RedisDriver:
         self._stall.start()
         self._poll = LoopingCall(self._tick)
         self._poll.start(0.5, now=True)
-        self.location = f"{describe(client)}, keys {self.remote.prefix}*"
-        redis_log.debug("Frontier on Redis: prefix %r, seen set %r, prefetch %d",
-                        self.remote.prefix, seen_key, self.config.redis.prefetch)
+        self.location = f"{describe(client)}, keys {layout.describe()}"
+        redis_log.debug("Frontier on Redis: keys %s, %d partition(s), prefetch %d",
+                        layout.describe(), layout.count, self.config.redis.prefetch)
 
     def open_history(self) -> HistoryStore:
-        assert self._client is not None
-        return RedisHistoryStore(self._client, self._history_key)
+        assert self._client is not None and self._layout is not None
+        return open_history(self._client, self._layout)
 
     def attach_recrawler(self, recrawler: Recrawler) -> None:
         self.recrawler = recrawler
@@ -494,6 +502,7 @@ class RedisDriver:
         if self._linger_call is not None:
             self._linger_call.cancel()
             self._linger_call = None
+        nxt.poll = poll
         if poll and self._want_due:
             nxt.feed, self._want_due = self._want_due, 0
         # Any round may carry it: under load the poll ticks rarely find the thread free.

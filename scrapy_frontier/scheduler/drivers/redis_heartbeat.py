@@ -19,7 +19,7 @@ import threading
 import uuid
 from collections.abc import Callable
 
-from scrapy_frontier.backends.redis.frontier import RedisFrontier
+from scrapy_frontier.backends.redis.partitions import PartitionedFrontier
 from scrapy_frontier.errors import RedisFrontierError
 
 redis_log = logging.getLogger("scrapy_frontier.redis")
@@ -34,7 +34,7 @@ class Heartbeat:
     """Renews ``leases()`` (host, lease id pairs) in ``remote`` every ``remote.liveness / 4``
     seconds until stopped."""
 
-    def __init__(self, remote: RedisFrontier, leases: Callable[[], list[tuple[str, int]]],
+    def __init__(self, remote: PartitionedFrontier, leases: Callable[[], list[tuple[str, int]]],
                  worker: str | None = None) -> None:
         self.remote = remote
         self.leases = leases

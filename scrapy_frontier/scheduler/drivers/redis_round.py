@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, NamedTuple
 from scrapy_frontier.backends.redis.frontier import (
     Finished,
     Quarantined,
-    RedisFrontier,
     RedisLease,
     SharedCensus,
 )
-from scrapy_frontier.backends.redis.seen import RedisSeenSet
+from scrapy_frontier.backends.redis.partitions import PartitionedFrontier, PartitionedSeen
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -84,6 +83,8 @@ class Round:
     #: Fingerprints of the sitemaps and feeds those claims came from.
     sources: list[int] = field(default_factory=list)
     want: int = 0
+    poll: bool = False
+    """A poll round: its claims look at every partition."""
     feed: int = 0
     """How many due pages of the history to claim for recrawling."""
     census: float | None = None
@@ -136,7 +137,7 @@ class RoundRunner:
     """Runs rounds for one worker: the shared frontier, its seen set and page history, and
     what the rounds remember between them (when the budget and the recrawl marks were read)."""
 
-    def __init__(self, remote: RedisFrontier, seen: RedisSeenSet, *,
+    def __init__(self, remote: PartitionedFrontier, seen: PartitionedSeen, *,
                  budget_for: Callable[[str], int], clock: Callable[[], float],
                  unfetched: set[int], recrawler: Recrawler | None = None) -> None:
         self.remote = remote
@@ -176,13 +177,14 @@ class RoundRunner:
             # Start URLs with a page history look first, to pass the start gate (a seen
             # one may be due for a recrawl). Every other push is tested in the round
             # script itself, atomically with the push.
-            tested = [p.key for p in rnd.pushes if p.dedupe and p.start and p.key == p.fp]
+            tested = [(p.host, p.key) for p in rnd.pushes
+                      if p.dedupe and p.start and p.key == p.fp]
             known = (dict(zip(tested, seen.contains_many(tested), strict=True))
                      if tested and recrawler is not None else {})
             for index, p in enumerate(rnd.pushes):
                 test = p.dedupe
                 if p.start and p.key == p.fp and recrawler is not None:
-                    seen_before = p.dedupe and known.get(p.key, False)
+                    seen_before = p.dedupe and known.get((p.host, p.key), False)
                     if not recrawler.admit_start(p.fp, seen_before, shared=True)[0]:
                         skipped += 1
                         dropped.append(index)
@@ -191,7 +193,7 @@ class RoundRunner:
                         test = False  # a start URL due for a recrawl: queued although seen
                 mark = p.mark or p.dedupe
                 fresh.append((p.host, p.level, p.item,
-                              (*seen.bucket(p.key), test) if mark else None))
+                              (*seen.bucket(p.host, p.key), test) if mark else None))
                 starts.append(p.start)
                 indexes.append(index)
         for host, rest in rnd.min_rests:
@@ -220,7 +222,7 @@ class RoundRunner:
             # still, so the rest it counts from its own clock starts no earlier.
             ago = 0.0 if ended_at is None else max(0.0, clock() - ended_at)
             finished.append(Finished(done, seconds, rest, budget, ago))
-        reply = remote.round(fresh, finished, rnd.want)
+        reply = remote.round(fresh, finished, rnd.want, everywhere=rnd.poll)
         for start, index, outcome in zip(starts, indexes, reply.pushed, strict=True):
             if outcome == 2:  # in the seen set already (queued by any worker, any time)
                 dropped.append(index)

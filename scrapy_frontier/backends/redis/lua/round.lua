@@ -37,5 +37,6 @@ if want > 0 then
 end
 local wake = false
 if #leases < want then wake = next_wakeup() end
+-- Hosts ready now: a partitioned frontier shares its next claims out by them.
 return {fmt(now), #expired / 2, pushed, done, leases, wake, counted('front'), counted('back'),
-        redis.call('HLEN', K_LEASES)}
+        redis.call('HLEN', K_LEASES), redis.call('ZCOUNT', K_READY, '-inf', fmt(now))}
