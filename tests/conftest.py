@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from tests.redis_cluster import RedisClusterServers
 from tests.redis_server import RedisServer
 
 _prefixes = itertools.count()
@@ -39,3 +40,15 @@ def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
 def redis_prefix() -> str:
     """A key prefix no other test uses, so tests share one server without interfering."""
     return f"t{next(_prefixes)}:frontier:"
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterServers]:
+    """One Redis Cluster of three masters per test session (127.0.0.1, free ports)."""
+    cluster = RedisClusterServers(masters=3)
+    try:
+        cluster.start()
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield cluster
+    cluster.stop()

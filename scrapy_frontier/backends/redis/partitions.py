@@ -25,7 +25,7 @@ import hashlib
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from scrapy_frontier.backends.redis.connection import guard
@@ -137,6 +137,19 @@ class PartitionedFrontier:
         self._sizes = [(0, 0, 0)] * self.count
         self._turn = 0
 
+    # Lease ids count per partition: across the crawl a lease is known by
+    # ``id * count + partition``, so that a worker's leases never share an id.
+
+    def _crawl_lease(self, lease: RedisLease, i: int) -> RedisLease:
+        if self.count == 1:
+            return lease
+        return replace(lease, ticket=lease.ticket * self.count + i)
+
+    def _partition_lease(self, lease: RedisLease) -> RedisLease:
+        if self.count == 1:
+            return lease
+        return replace(lease, ticket=lease.ticket // self.count)
+
     def part(self, host: str) -> RedisFrontier:
         return self.parts[partition_of(host, self.count)]
 
@@ -237,13 +250,15 @@ class PartitionedFrontier:
             part = self.parts[i]
             pg = push_groups[i] if with_writes else []
             dg = done_groups[i] if with_writes else []
-            reply = part.round([e for _, e in pg], [f for _, f in dg], share)
+            reply = part.round(
+                [e for _, e in pg],
+                [f._replace(lease=self._partition_lease(f.lease)) for _, f in dg], share)
             called.add(i)
             for (n, _), got in zip(pg, reply.pushed, strict=True):
                 pushed[n] = got
             for (n, _), comp in zip(dg, reply.completed, strict=True):
                 completed[n] = comp
-            leases.extend(reply.leases)
+            leases.extend(self._crawl_lease(lease, i) for lease in reply.leases)
             nonlocal reclaimed
             reclaimed += reply.reclaimed
             if reply.wakeup is not None:
@@ -280,7 +295,7 @@ class PartitionedFrontier:
     # -- per host ----------------------------------------------------------------------
 
     def complete(self, lease: RedisLease, fetch_seconds: float, **kw: Any) -> Completion | None:
-        return self.part(lease.host).complete(lease, fetch_seconds, **kw)
+        return self.part(lease.host).complete(self._partition_lease(lease), fetch_seconds, **kw)
 
     def pop(self) -> RedisLease | None:
         for _ in range(self.count):
@@ -288,7 +303,7 @@ class PartitionedFrontier:
             self._turn = (self._turn + 1) % self.count
             lease = self.parts[i].pop()
             if lease is not None:
-                return lease
+                return self._crawl_lease(lease, i)
         return None
 
     claim = pop
@@ -322,7 +337,7 @@ class PartitionedFrontier:
     def renew(self, worker: str, leases: Iterable[tuple[str, int]]) -> int:
         """A heartbeat in every partition (each keeps its own live workers)."""
         groups = self._grouped(leases, lambda lease: lease[0])
-        return sum(part.renew(worker, [x for _, x in group])
+        return sum(part.renew(worker, [(host, ticket // self.count) for _, (host, ticket) in group])
                    for part, group in zip(self.parts, groups, strict=True))
 
     def leave(self, worker: str) -> None:
@@ -380,7 +395,8 @@ class PartitionedFrontier:
         return out
 
     def leases(self) -> list[RedisLease]:
-        return [lease for part in self.parts for lease in part.leases()]
+        return [self._crawl_lease(lease, i) for i, part in enumerate(self.parts)
+                for lease in part.leases()]
 
     def iter_queued(self) -> Iterator[tuple[str, int, bytes]]:
         for part in self.parts:
