@@ -30,7 +30,9 @@ from scrapy_frontier import FetchTimingMiddleware
 
 ADDON = {"scrapy_frontier.Addon": 0}
 DRIVERS = ("memory", "sqlite", "redis")
-PERSISTENT = frozenset({"sqlite", "redis"})
+#: The scheduler contract also runs on a three-master Redis Cluster, three partitions.
+CONTRACT_DRIVERS = (*DRIVERS, "redis-cluster")
+PERSISTENT = frozenset({"sqlite", "redis", "redis-cluster"})
 
 #: The backend settings of each driver: the one place to change when the values of
 #: FRONTIER_BACKEND change. "memory" and "sqlite" leave FRONTIER_BACKEND unset: they
@@ -47,6 +49,15 @@ DRIVER_SETTINGS: dict[str, dict[str, Any]] = {
         "FRONTIER_REDIS_HISTORY_KEY": "{redis_base}history:",
         # How long the cluster must look idle before has_pending_requests() says
         # False (default 5 s): short, so that drains to the end stay quick.
+        "FRONTIER_REDIS_IDLE_GRACE": 0.2,
+    },
+    "redis-cluster": {
+        "FRONTIER_BACKEND": "redis",
+        "REDIS_URL": "{redis_url}",
+        "FRONTIER_REDIS_CLUSTER": True,
+        "FRONTIER_REDIS_PARTITIONS": 3,
+        "FRONTIER_REDIS_KEY": "{redis_prefix}",
+        "FRONTIER_REDIS_HISTORY_KEY": "{redis_base}history:",
         "FRONTIER_REDIS_IDLE_GRACE": 0.2,
     },
 }
@@ -72,6 +83,11 @@ class Driver:
     @property
     def persistent(self) -> bool:
         return self.name in PERSISTENT
+
+    @property
+    def backend(self) -> str:
+        """FRONTIER_BACKEND's value: "redis" for a Redis Cluster too."""
+        return self.name.removesuffix("-cluster")
 
 
 def driver_settings(

@@ -39,7 +39,7 @@ from frontier_testweb import ServerProcess, audit, read_log
 from frontier_testweb.crawl import run_crawl
 from tests.contract_helpers import (
     ADDON,
-    DRIVERS,
+    CONTRACT_DRIVERS,
     Driver,
     Run,
     driver_settings,
@@ -51,12 +51,13 @@ from tests.contract_helpers import (
 inline_callbacks = pytest_twisted.inlineCallbacks
 
 
-@pytest.fixture(params=DRIVERS)
+@pytest.fixture(params=CONTRACT_DRIVERS)
 def driver(request: pytest.FixtureRequest, tmp_path: Path) -> Driver:
     name: str = request.param
     state_dir = tmp_path / "state"
-    if name == "redis":
-        server = request.getfixturevalue("redis_server")
+    if name.startswith("redis"):
+        server = request.getfixturevalue(
+            "redis_cluster" if name == "redis-cluster" else "redis_server")
         prefix: str = request.getfixturevalue("redis_prefix")
         settings = driver_settings(name, state_dir=state_dir, redis_url=server.url,
                                    redis_prefix=prefix)
@@ -371,7 +372,7 @@ def test_scrapys_scheduler_stats(driver: Driver) -> Gen:
         assert stats["scheduler/enqueued"] == len(requests) == sum(accepted[:-1])
         assert stats["scheduler/dequeued"] == len(requests)
         where = {"memory": "scheduler/enqueued/memory", "sqlite": "scheduler/enqueued/disk",
-                 "redis": "scheduler/enqueued/redis"}[driver.name]
+                 "redis": "scheduler/enqueued/redis"}[driver.backend]
         assert stats[where] == len(requests)
         others = {k for k in stats if k.startswith("scheduler/enqueued/")} - {where}
         assert not {k for k in others if stats[k]}, others
@@ -446,7 +447,7 @@ def test_start_request_for_a_page_fetched_this_run(driver: Driver) -> Gen:
         assert urls(out) == [url]
         run.enqueue(_start_request(url))
         out = yield run.drain()
-        assert urls(out) == ([] if driver.name == "redis" else [url])
+        assert urls(out) == ([] if driver.backend == "redis" else [url])
     finally:
         yield run.close()
 
@@ -560,16 +561,20 @@ def test_the_queue_forgets_a_fetched_page_only_after_its_visit_is_kept(
     if not driver.persistent:
         pytest.skip("memory: nothing outlives the run")
     forgotten: list[bool] = []  # for each moment: was the visit kept by then?
-    if driver.name == "redis":
+    if driver.backend == "redis":
         from scrapy_frontier.backends.redis.frontier import RedisFrontier
+        from scrapy_frontier.backends.redis.partitions import Layout
 
         run_round = RedisFrontier.round
+        count = driver.settings.get("FRONTIER_REDIS_PARTITIONS", 1)
+        history = Layout("", "", driver.settings["FRONTIER_REDIS_HISTORY_KEY"], count=count,
+                         tagged=driver.name == "redis-cluster")
 
         def checked(self: Any, pushes: Any, finished: Any, want: int) -> Any:
             finished = list(finished)
             for done in finished:  # each completion: the lease's page, kept by then?
                 fp = int.from_bytes(done.lease.item[:8], "big", signed=True)
-                key = driver.settings["FRONTIER_REDIS_HISTORY_KEY"] + "pages"
+                key = history.history_prefix(fp % count) + "pages"
                 forgotten.append(bool(self.client.hexists(key, fp)))
             return run_round(self, pushes, finished, want)
 
