@@ -21,6 +21,7 @@ import pytest
 
 from frontier_testweb import ServerProcess, audit, read_log
 from frontier_testweb.crawl import FRONTIER_ADDON, CrawlResult, run_crawl
+from tests.redis_cluster import RedisClusterServers
 from tests.redis_server import RedisServer, free_port
 
 pytestmark = pytest.mark.crawl
@@ -52,8 +53,11 @@ def as_json(proc: subprocess.CompletedProcess[str]) -> Any:
 class Backend:
     """The settings of a crawl on one backend, and what the command needs to find it."""
 
-    def __init__(self, name: str, tmp: Path, redis_server: RedisServer | None) -> None:
+    def __init__(self, name: str, tmp: Path, redis_server: RedisServer | None,
+                 cluster: RedisClusterServers | None = None) -> None:
         self.name = name
+        #: What ``scrapy frontier status`` calls it.
+        self.backend = name.removesuffix("-cluster")
         self.crawl: dict[str, Any] = {"ADDONS": FRONTIER_ADDON}
         self.command: dict[str, Any] = {}
         self.args: list[str] = []
@@ -66,6 +70,17 @@ class Backend:
                       "FRONTIER_REDIS_KEY": f"op{n}:frontier:",
                       "FRONTIER_REDIS_SEEN_KEY": f"op{n}:seen:",
                       "FRONTIER_REDIS_HISTORY_KEY": f"op{n}:history:"}
+            self.crawl.update(shared, FRONTIER_REDIS_IDLE_GRACE=1.0)
+            self.command.update(shared)
+            self.args = ["--spider", "testweb"]
+        elif name == "redis-cluster":
+            # Three partitions on a three-master cluster: the commands read all of them.
+            assert cluster is not None
+            n = next(_names)
+            shared = {"FRONTIER_BACKEND": "redis", "REDIS_URL": cluster.url,
+                      "FRONTIER_REDIS_CLUSTER": True, "FRONTIER_REDIS_PARTITIONS": 3,
+                      "FRONTIER_REDIS_KEY": f"opc{n}:frontier:",
+                      "FRONTIER_REDIS_HISTORY_KEY": f"opc{n}:history:"}
             self.crawl.update(shared, FRONTIER_REDIS_IDLE_GRACE=1.0)
             self.command.update(shared)
             self.args = ["--spider", "testweb"]
@@ -108,11 +123,14 @@ def pages(log: Path, host: str | None = None) -> list[Any]:
 # -- inspected while it runs -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+@pytest.mark.parametrize("backend", ["sqlite", "redis", "redis-cluster"])
 @pytest.mark.slow  # 10 s or more: the newest leg runs it, the oldest leg leaves it out
 def test_a_running_crawl_is_inspected_and_the_numbers_agree_with_the_server(
-        backend: str, tmp_path: Path, redis_server: RedisServer) -> None:
-    b = Backend(backend, tmp_path, redis_server)
+        backend: str, tmp_path: Path, redis_server: RedisServer,
+        request: pytest.FixtureRequest) -> None:
+    b = Backend(backend, tmp_path, redis_server,
+                request.getfixturevalue("redis_cluster") if backend == "redis-cluster" else None)
+    backend = b.backend
     b.crawl["FRONTIER_MIN_DELAY"] = b.command["FRONTIER_MIN_DELAY"] = 0.3
     log = tmp_path / "server.jsonl"
     web_args = ["--shape", "wide", "--hosts", "4", "--pages", "12", "--latency", "0.005",
@@ -190,11 +208,14 @@ def test_a_running_crawl_is_inspected_and_the_numbers_agree_with_the_server(
 # -- steering ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+@pytest.mark.parametrize("backend", ["sqlite", "redis", "redis-cluster"])
 @pytest.mark.slow  # 10 s or more: the newest leg runs it, the oldest leg leaves it out
 def test_block_and_delay_reach_the_running_crawl_and_lose_nothing(
-        backend: str, tmp_path: Path, redis_server: RedisServer) -> None:
-    b = Backend(backend, tmp_path, redis_server)
+        backend: str, tmp_path: Path, redis_server: RedisServer,
+        request: pytest.FixtureRequest) -> None:
+    b = Backend(backend, tmp_path, redis_server,
+                request.getfixturevalue("redis_cluster") if backend == "redis-cluster" else None)
+    backend = b.backend
     b.crawl["FRONTIER_MIN_DELAY"] = 0.2
     log = tmp_path / "server.jsonl"
     web_args = ["--shape", "wide", "--hosts", "3", "--pages", "30", "--latency", "0.005",

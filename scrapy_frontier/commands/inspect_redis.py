@@ -12,8 +12,9 @@ import math
 import time
 from typing import Any
 
-from scrapy_frontier.backends.redis.connection import describe, guard, text
+from scrapy_frontier.backends.redis.connection import describe, guard, is_cluster, text
 from scrapy_frontier.backends.redis.frontier import FORMAT, VERSION
+from scrapy_frontier.backends.redis.partitions import Layout, partition_of
 from scrapy_frontier.backends.redis.seen import RedisSeenSet
 from scrapy_frontier.commands import shapes
 from scrapy_frontier.commands.shapes import HostView, HostViews
@@ -32,7 +33,8 @@ def _floats(pairs: list[tuple[bytes, float]]) -> dict[str, float]:
 
 
 class RedisInspector:
-    """A read-only look at one spider's frontier, seen set and page history in Redis."""
+    """A read-only look at one spider's frontier, seen set and page history in Redis, over
+    all of its partitions (see backends/redis/partitions.py)."""
 
     backend = "redis"
     #: Whether workers run is not known from Redis: a command applies to the keys at once.
@@ -41,15 +43,32 @@ class RedisInspector:
     def __init__(self, config: FrontierConfig, client: Any, spider: str) -> None:
         self.config = config
         self.client = client
-        self.prefix, self.seen_prefix, self.history_prefix = config.redis.keys_for(spider)
+        self.cluster = is_cluster(client)
+        layout = self.layout = Layout(*config.redis.keys_for(spider),
+                                      count=config.redis.partitions, tagged=config.redis.tagged)
+        self.count = layout.count
+        #: Partition 0's prefixes (the only ones of an unpartitioned crawl).
+        self.prefix = layout.frontier_prefix(0)
+        self.seen_prefix = layout.seen_prefix(0)
+        self.history_prefix = layout.history_prefix(0)
         meta = self._read("reading the frontier's meta key",
                           lambda: client.hgetall(self.prefix + "meta"))
         meta = {text(k): text(v) for k, v in meta.items()}
         if not meta:
+            other = self._read("reading the frontier's meta key",
+                               lambda: client.exists(layout.other_layout()))
+            hint = (f" Its keys are there in the other layout ({layout.other_layout()!r}): "
+                    "pass the crawl's FRONTIER_REDIS_PARTITIONS and FRONTIER_REDIS_CLUSTER "
+                    "(-s NAME=VALUE)." if other else "")
             raise FrontierCommandError(
                 f"no frontier under {self.prefix!r} on {describe(client)}: no crawl of spider "
-                f"{spider!r} has run there. Check --spider, FRONTIER_REDIS_KEY and REDIS_URL. "
-                "Nothing was created.")
+                f"{spider!r} has run there. Check --spider, FRONTIER_REDIS_KEY and REDIS_URL."
+                f"{hint} Nothing was created.")
+        if int(meta.get("partitions", "1")) != self.count:
+            raise FrontierCommandError(
+                f"the crawl of spider {spider!r} has {meta.get('partitions', '1')} "
+                f"partition(s), not {self.count}: pass -s FRONTIER_REDIS_PARTITIONS="
+                f"{meta.get('partitions', '1')}. Nothing was changed.")
         if meta.get("format") != FORMAT or meta.get("version") != str(VERSION):
             raise FrontierCommandError(
                 f"{self.prefix}meta says format {meta.get('format')!r} version "
@@ -66,17 +85,60 @@ class RedisInspector:
     def close(self) -> None:
         self.client.close()
 
-    def k(self, name: str) -> str:
-        return self.prefix + name
+    def k(self, name: str, partition: int = 0) -> str:
+        return self.layout.frontier_prefix(partition) + name
+
+    def partition(self, host: str) -> int:
+        return partition_of(host, self.count)
+
+    def frontier(self, partition: int) -> Any:
+        """Partition ``partition``'s frontier, opened with the crawl's shape (for writes)."""
+        from scrapy_frontier.backends.redis.frontier import RedisFrontier
+
+        config = self.config
+        return RedisFrontier(
+            self.client, self.layout.frontier_prefix(partition), front_queues=self.levels,
+            back_queues=config.back_queues, back_queues_max=config.back_queues_max,
+            policy=config.policy, lease_timeout=config.lease_timeout,
+            partition=(partition, self.count) if self.layout.tagged else None)
+
+    def history(self) -> Any:
+        """The crawl's page history over its partitions (for writes)."""
+        from scrapy_frontier.backends.redis.partitions import open_history
+
+        return open_history(self.client, self.layout)
+
+    def server_time(self) -> float:
+        sec, usec = self._read("reading the server time", self.client.time)
+        return float(sec) + int(usec) / 1e6
 
     # -- hosts -------------------------------------------------------------------------
 
     def _snapshot(self) -> dict[str, Any]:
-        k = self.k
+        """Every partition's host state, merged (a host is in one partition)."""
+        merged: dict[str, Any] = {}
+        for i in range(self.count):
+            snap = self._partition_snapshot(i)
+            if not merged:
+                merged = snap
+                continue
+            for name, value in snap.items():
+                if name == "count":
+                    for field, n in value.items():
+                        merged[name][field] = merged[name].get(field, 0) + n
+                elif isinstance(value, dict | set):
+                    merged[name].update(value)
+        return merged
+
+    def _partition_snapshot(self, i: int) -> dict[str, Any]:
+        def k(name: str) -> str:
+            return self.k(name, i)
 
         def read() -> list[Any]:
-            pipe = self.client.pipeline(transaction=True)  # one consistent view
-            pipe.time()
+            # One consistent view (on a cluster, a pipeline to the partition's node).
+            pipe = self.client.pipeline(transaction=not self.cluster)
+            if not self.cluster:
+                pipe.time()
             pipe.hgetall(k("count"))
             pipe.hgetall(k("active"))
             pipe.hkeys(k("leases"))
@@ -90,7 +152,10 @@ class RedisInspector:
             pipe.smembers(k("capped"))
             pipe.hgetall(k("budgets"))
             pipe.hgetall(k("fetched"))
-            return pipe.execute()  # type: ignore[no-any-return]
+            out = pipe.execute()
+            if self.cluster:
+                return [self.client.time(), *out]
+            return out  # type: ignore[no-any-return]
 
         (sec, usec), count, active, leases, ready, rest, blocked, fetch, minrest, delay, \
             retired, capped, budgets, fetched = self._read("reading the frontier", read)
@@ -112,8 +177,8 @@ class RedisInspector:
         """URLs per host in the front queues (reads at most FRONT_CAP entries)."""
         out: dict[str, int] = {}
         read = 0
-        for level in range(1, self.levels + 1):
-            key = self.k(f"f:{level}")
+        for i, level in ((i, lv) for i in range(self.count) for lv in range(1, self.levels + 1)):
+            key = self.k(f"f:{level}", i)
             start = 0
             while read < FRONT_CAP:
                 chunk = self._read("reading a front queue",
@@ -169,8 +234,12 @@ class RedisInspector:
     def _claim_checks(self) -> dict[str, tuple[int, int]]:
         from scrapy_frontier.backends.redis.history import trust_counts
 
-        return trust_counts(self._read("reading the hosts' claim checks",
-                                       lambda: self.client.hgetall(self.history_prefix + "trust")))
+        out: dict[str, tuple[int, int]] = {}
+        for i in range(self.count):
+            key = self.layout.history_prefix(i) + "trust"
+            out.update(trust_counts(self._read("reading the hosts' claim checks",
+                                               lambda key=key: self.client.hgetall(key))))
+        return out
 
     def notes(self, views: dict[str, HostView], snap: dict[str, Any]) -> dict[str, str]:
         notes: dict[str, str] = {}
@@ -187,8 +256,12 @@ class RedisInspector:
     # -- seen set and history ----------------------------------------------------------
 
     def _seen_count(self) -> int:
+        return sum(self._partition_seen_count(self.layout.seen_prefix(i))
+                   for i in range(self.count))
+
+    def _partition_seen_count(self, seen_prefix: str) -> int:
         bits = self._read("reading the seen set", lambda: self.client.hget(
-            self.seen_prefix + "meta", "bits"))
+            seen_prefix + "meta", "bits"))
         if bits is None:
             return 0
         n = 1 << int(bits)
@@ -198,23 +271,26 @@ class RedisInspector:
             for first in range(0, n, 4096):
                 pipe = self.client.pipeline(transaction=False)
                 for b in range(first, min(n, first + 4096)):
-                    pipe.scard(f"{self.seen_prefix}{b:x}")
+                    pipe.scard(f"{seen_prefix}{b:x}")
                 total += sum(pipe.execute())
             return total
 
         return int(self._read("counting the seen set", count))
 
     def _history_counts(self) -> tuple[int, int]:
-        h = self.history_prefix
+        pages = due = 0
+        for i in range(self.count):
+            h = self.layout.history_prefix(i)
 
-        def read() -> list[Any]:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hlen(h + "pages")
-            pipe.zcount(h + "due", "-inf", time.time())  # the history runs on wall clocks
-            return pipe.execute()  # type: ignore[no-any-return]
+            def read(h: str = h) -> list[Any]:
+                pipe = self.client.pipeline(transaction=False)
+                pipe.hlen(h + "pages")
+                pipe.zcount(h + "due", "-inf", time.time())  # the history runs on wall clocks
+                return pipe.execute()  # type: ignore[no-any-return]
 
-        pages, due = self._read("reading the page history", read)
-        return int(pages), int(due)
+            n, d = self._read("reading the page history", read)
+            pages, due = pages + int(n), due + int(d)
+        return pages, due
 
     # -- the subcommands -------------------------------------------------------------
 
@@ -242,18 +318,20 @@ class RedisInspector:
     def url(self, url: str, host: str, fp: int) -> dict[str, Any]:
         client = self.client
         seen = False
+        seen_prefix = self.layout.seen_prefix(self.partition(host))
+        history_prefix = self.layout.history_prefix(fp % self.count)
         bits = self._read("reading the seen set",
-                          lambda: client.hget(self.seen_prefix + "meta", "bits"))
+                          lambda: client.hget(seen_prefix + "meta", "bits"))
         if bits is not None:
             probe = RedisSeenSet.__new__(RedisSeenSet)  # no setup: it would write the meta key
             probe.bits = int(bits)
-            probe.prefix = self.seen_prefix
+            probe.prefix = seen_prefix
             key, member = probe.bucket(fp)
             seen = bool(self._read("reading the seen set",
                                    lambda: client.sismember(key, member)))
         queued = self._queued(host, url, fp)
         raw = self._read("reading the page history",
-                         lambda: client.hget(self.history_prefix + "pages", fp))
+                         lambda: client.hget(history_prefix + "pages", fp))
         record = None if raw is None else readable_record(fp, text(raw))
         return shapes.url(url, host, seen, queued, record, self.config.recrawl.predictor)
 
@@ -264,9 +342,10 @@ class RedisInspector:
             # Entries are 8 bytes of fingerprint, then the request.
             return data[:8] == fp.to_bytes(8, "big", signed=True) or saved_url(data[8:]) == url
 
+        part = self.partition(host)
         for level in range(1, self.levels + 1):
             items = self._read("reading a back queue", lambda level=level: self.client.lrange(
-                self.k(f"b:{level}:{host}"), 0, -1))
+                self.k(f"b:{level}:{host}", part), 0, -1))
             if any(matches(bytes(i)) for i in items):
                 return True
         prefix = host.encode() + b"\0"
@@ -275,7 +354,7 @@ class RedisInspector:
             while start < FRONT_CAP:
                 chunk = self._read("reading a front queue",
                                    lambda level=level, start=start: self.client.lrange(
-                                       self.k(f"f:{level}"), start, start + CHUNK - 1))
+                                       self.k(f"f:{level}", part), start, start + CHUNK - 1))
                 for entry in chunk:
                     e = bytes(entry)
                     if e.startswith(prefix) and matches(e[len(prefix):]):
@@ -286,14 +365,20 @@ class RedisInspector:
         return False
 
     def due(self, limit: int) -> list[dict[str, Any]]:
-        h = self.history_prefix
-        first = self._read("reading the page history",
-                           lambda: self.client.zrange(h + "due", 0, limit - 1))
-        if not first:
-            return []
-        raws = self._read("reading the page history",
-                          lambda: self.client.hmget(h + "pages", first))
+        """The ``limit`` pages due first, over every history partition."""
+        found: list[tuple[float, Any, Any]] = []
+        for i in range(self.count):
+            h = self.layout.history_prefix(i)
+            first = self._read("reading the page history", lambda h=h: self.client.zrange(
+                h + "due", 0, limit - 1, withscores=True))
+            if not first:
+                continue
+            fps = [fp for fp, _ in first]
+            raws = self._read("reading the page history",
+                              lambda h=h, fps=fps: self.client.hmget(h + "pages", fps))
+            found += [(float(score), fp, raw)
+                      for (fp, score), raw in zip(first, raws, strict=True) if raw is not None]
+        found.sort(key=lambda row: row[0])
         now = time.time()
-        records = (readable_record(int(fp), text(raw))
-                   for fp, raw in zip(first, raws, strict=True) if raw is not None)
+        records = (readable_record(int(fp), text(raw)) for _, fp, raw in found[:limit])
         return [shapes.due_row(r, now) for r in records if r is not None]

@@ -175,39 +175,47 @@ def _sqlite_move_records(path: Path, action: str) -> tuple[int, int]:
 
 
 def redis_quarantine(inspector: Any, action: str, limit: int) -> dict[str, Any]:
+    """The quarantine over every partition of the crawl."""
     from scrapy_frontier.backends.redis.connection import text
     from scrapy_frontier.backends.redis.frontier import Quarantined
 
     client = inspector.client
-    queue_key = inspector.k("quarantine")
-    history_key = inspector.history_prefix + "quarantine"
+    keys = [(inspector.k("quarantine", i), inspector.layout.history_prefix(i) + "quarantine")
+            for i in range(inspector.count)]
 
-    def read() -> list[Any]:
-        pipe = client.pipeline(transaction=True)
+    def read(queue_key: str, history_key: str) -> list[Any]:
+        pipe = client.pipeline(transaction=not inspector.cluster)
         pipe.llen(queue_key)
         pipe.hlen(history_key)
         pipe.lrange(queue_key, 0, max(limit, 1) - 1)
         pipe.hscan(history_key, 0, count=max(limit, 1))
         return pipe.execute()
 
-    n_requests, n_records, entries, (_, fields) = _guard(inspector, "reading the quarantine",
-                                                                  read)
-    requests = []
-    for entry in entries[:limit]:
-        q = Quarantined.decode(bytes(entry))
-        requests.append(_request_row(saved_url(q.item[8:]), q.host, q.level, q.error, q.at))
-    records = []
-    for fp, raw in list(fields.items())[:limit]:
-        info = json.loads(text(raw))
-        records.append(_record_row(int(fp), info.get("data", ""), info.get("error", ""),
-                                   info.get("at", "")))
-    counts = (int(n_requests), int(n_records))
+    n_requests = n_records = 0
+    requests: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
+    for queue_key, history_key in keys:
+        nq, nh, entries, (_, fields) = _guard(inspector, "reading the quarantine",
+                                              lambda q=queue_key, h=history_key: read(q, h))
+        n_requests, n_records = n_requests + int(nq), n_records + int(nh)
+        for entry in entries[:max(0, limit - len(requests))]:
+            q = Quarantined.decode(bytes(entry))
+            requests.append(_request_row(saved_url(q.item[8:]), q.host, q.level, q.error,
+                                         q.at))
+        for fp, raw in list(fields.items())[:max(0, limit - len(records))]:
+            info = json.loads(text(raw))
+            records.append(_record_row(int(fp), info.get("data", ""), info.get("error", ""),
+                                       info.get("at", "")))
+    counts = (n_requests, n_records)
     if action == "list":
         return result(action, requests, records, counts,
                       "nothing changed" if any(counts) else "the quarantine is empty")
     if action == "requeue":
-        moved, refused = _redis_requeue_requests(inspector)
-        back, kept = _redis_requeue_records(inspector)
+        moved = refused = back = kept = 0
+        for i in range(inspector.count):
+            m, r = _redis_requeue_requests(inspector, i)
+            b, k = _redis_requeue_records(inspector, i)
+            moved, refused, back, kept = moved + m, refused + r, back + b, kept + k
         done = (f"{moved} requests queued again and {back} page records back in the history "
                 "(due now); the workers take them at once")
         if refused:
@@ -217,14 +225,19 @@ def redis_quarantine(inspector: Any, action: str, limit: int) -> dict[str, Any]:
             done += (f"; {kept} page records stay in the quarantine: the page was fetched "
                      "again since, and its new record is kept")
     else:
-        def delete() -> list[Any]:
-            pipe = client.pipeline(transaction=True)
+        def delete(queue_key: str, history_key: str) -> list[Any]:
+            pipe = client.pipeline(transaction=not inspector.cluster)
             pipe.llen(queue_key)
             pipe.hlen(history_key)
-            pipe.delete(queue_key, history_key)
+            pipe.delete(queue_key)
+            pipe.delete(history_key)
             return pipe.execute()
 
-        gone_requests, gone_records, _ = _guard(inspector, "clearing the quarantine", delete)
+        gone_requests = gone_records = 0
+        for queue_key, history_key in keys:
+            nq, nh, _, _ = _guard(inspector, "clearing the quarantine",
+                                  lambda q=queue_key, h=history_key: delete(q, h))
+            gone_requests, gone_records = gone_requests + int(nq), gone_records + int(nh)
         done = f"{gone_requests} requests and {gone_records} page records dropped"
     return result(action, requests, records, counts, done)
 
@@ -235,18 +248,8 @@ def _guard(inspector: Any, doing: str, fn: Any) -> Any:
     return guard(inspector.client, inspector.prefix, doing, fn)
 
 
-def _redis_frontier(inspector: Any) -> Any:
-    from scrapy_frontier.backends.redis.frontier import RedisFrontier
-
-    config = inspector.config
-    return RedisFrontier(
-        inspector.client, inspector.prefix, front_queues=inspector.levels,
-        back_queues=config.back_queues, back_queues_max=config.back_queues_max,
-        policy=config.policy, lease_timeout=config.lease_timeout)
-
-
-def _redis_requeue_requests(inspector: Any) -> tuple[int, int]:
-    remote = _redis_frontier(inspector)
+def _redis_requeue_requests(inspector: Any, partition: int) -> tuple[int, int]:
+    remote = inspector.frontier(partition)
     moved = refused = 0
     total = remote.quarantine_size()
     start = 0
@@ -267,10 +270,10 @@ def _redis_requeue_requests(inspector: Any) -> tuple[int, int]:
     return moved, refused
 
 
-def _redis_requeue_records(inspector: Any) -> tuple[int, int]:
+def _redis_requeue_records(inspector: Any, partition: int) -> tuple[int, int]:
     """(records put back, records kept because the page has a newer one)."""
     client = inspector.client
-    h = inspector.history_prefix
+    h = inspector.layout.history_prefix(partition)
 
     def run() -> tuple[int, int]:
         back = kept = 0
@@ -279,7 +282,7 @@ def _redis_requeue_records(inspector: Any) -> tuple[int, int]:
             if not client.hsetnx(h + "pages", fp, data):
                 kept += 1
                 continue
-            pipe = client.pipeline(transaction=True)
+            pipe = client.pipeline(transaction=not inspector.cluster)
             pipe.zadd(h + "due", {fp: 0.0})
             pipe.zadd(h + "weight", {fp: 1.0})
             pipe.hdel(h + "quarantine", fp)  # only once back: a failure leaves a copy

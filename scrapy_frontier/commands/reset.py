@@ -31,7 +31,9 @@ def _scan(client: Any, pattern: str) -> list[bytes]:
 
 def redis_reset(inspector: Any, confirm: Callable[[str], bool]) -> dict[str, Any]:
     """Delete the crawl's keys if ``confirm(question)`` says yes; what was done."""
-    prefixes = sorted({inspector.prefix, inspector.seen_prefix, inspector.history_prefix})
+    layout = inspector.layout
+    prefixes = sorted({p for i in range(layout.count) for p in (
+        layout.frontier_prefix(i), layout.seen_prefix(i), layout.history_prefix(i))})
     if any(not p for p in prefixes):
         raise FrontierCommandError(
             "an empty FRONTIER_REDIS_*KEY would name every key of that Redis: reset refuses. "
@@ -45,7 +47,9 @@ def redis_reset(inspector: Any, confirm: Callable[[str], bool]) -> dict[str, Any
         # Leases past their deadline belong to workers that are gone (no claim has taken
         # them back yet, since no worker runs): they do not hold the reset back.
         sec, usec = client.time()
-        return int(client.zcount(inspector.k("deadlines"), f"({sec + usec / 1e6!r}", "+inf"))
+        now = f"({sec + usec / 1e6!r}"
+        return sum(int(client.zcount(inspector.k("deadlines", i), now, "+inf"))
+                   for i in range(layout.count))
 
     leased = run("reading the leases", live_leases)
     if leased:
@@ -59,8 +63,9 @@ def redis_reset(inspector: Any, confirm: Callable[[str], bool]) -> dict[str, Any
         pattern = glob_literal(prefix) + "*"
         keys.update(run("listing the crawl's keys", partial(_scan, client, pattern)))
     where = describe(client)
+    shown = prefixes if len(prefixes) <= 6 else [*prefixes[:5], "..."]
     question = (f"This deletes {len(keys)} key(s) of spider {inspector.spider!r} on {where} "
-                f"({', '.join(p + '*' for p in prefixes)}): its queue, seen set and page "
+                f"({', '.join(p + '*' for p in shown)}): its queue, seen set and page "
                 "history. It cannot be undone.")
     if not confirm(question):
         return {"spider": inspector.spider, "deleted": 0, "confirmed": False,

@@ -76,13 +76,7 @@ def _unwritable(control: ControlFile, exc: sqlite3.Error) -> FrontierCommandErro
 def steer_redis(inspector: RedisInspector, action: str, host: str,
                 value: float | None) -> dict[str, Any]:
     check_value(action, value)
-    from scrapy_frontier.backends.redis.frontier import RedisFrontier
-
-    remote = RedisFrontier(
-        inspector.client, inspector.prefix, front_queues=inspector.levels,
-        back_queues=inspector.config.back_queues,
-        back_queues_max=inspector.config.back_queues_max, policy=inspector.config.policy,
-        lease_timeout=inspector.config.lease_timeout)
+    remote = inspector.frontier(inspector.partition(host))  # the host's partition
     if action == "block":
         remote.control("block", host, math.inf if value is None else float(value))
     elif action == "unblock":
@@ -137,11 +131,10 @@ def recrawl(inspector: Any, fp: int | None, host: str | None) -> dict[str, Any]:
                    else "applied when the crawl starts again")
         return {"action": "recrawl", "fp": fp, "host": host, "marked": pages,
                 "applied": f"{pages} pages, {applied}"}
-    from scrapy_frontier.backends.redis.history import RedisHistoryStore
     from scrapy_frontier.core.history import make_due
     from scrapy_frontier.scheduler.recrawl import select_records
 
-    store = RedisHistoryStore(inspector.client, inspector.history_prefix)
+    store = inspector.history()
     records = select_records(store, [(fp, host)])
     if not records:
         raise FrontierCommandError(_nothing_to_recrawl(fp, host))
