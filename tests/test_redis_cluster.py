@@ -215,3 +215,42 @@ def test_three_workers_one_killed_on_the_cluster(redis_cluster: RedisClusterServ
 
 def _open(client: redis.Redis, layout: Layout) -> PartitionedFrontier:
     return open_frontier(client, layout)
+
+
+def test_reset_deletes_every_partition_of_one_crawl_on_the_cluster(
+        redis_cluster: RedisClusterServers) -> None:
+    """``scrapy frontier reset`` on a partitioned crawl deletes the keys of all its
+    partitions, on every node, and nothing of the spider whose name starts the same way."""
+    import subprocess
+    import sys
+
+    from scrapy_frontier.backends.redis.partitions import open_history
+    from scrapy_frontier.core.history import PageRecord
+
+    client = redis_cluster.client()
+    for spider in ("crst", "crstx"):
+        layout = Layout(f"{spider}:frontier:", f"{spider}:seen:", f"{spider}:history:",
+                        count=3, tagged=True)
+        frontier = open_frontier(client, layout)
+        frontier.push_many([(f"r{i}.example", 1, b"x") for i in range(12)])
+        seen = open_seen(client, layout, expected=1000)
+        frontier.push_unseen([("r0.example", 1, b"y", (*seen.bucket("r0.example", 7), True))])
+        history = open_history(client, layout)
+        for fp in range(6):
+            history.put(PageRecord(fp=fp, url=f"http://r{fp}.example/"))
+        history.flush()
+
+    def keys(spider: str) -> set[bytes]:
+        return {k for k in client.scan_iter(match="*", count=1000)
+                if f"{spider}:".encode() in k}
+
+    mine, others = keys("crst"), keys("crstx")
+    assert len({client.get_node_from_key(k).name for k in mine}) >= 2  # spread over nodes
+    done = subprocess.run(
+        [sys.executable, "-m", "scrapy.cmdline", "frontier", "reset", "--spider", "crst",
+         "--yes", "-s", "FRONTIER_BACKEND=redis", "-s", f"REDIS_URL={redis_cluster.url}",
+         "-s", "FRONTIER_REDIS_CLUSTER=True", "-s", "FRONTIER_REDIS_PARTITIONS=3"],
+        capture_output=True, text=True, timeout=120, cwd="/tmp")
+    assert done.returncode == 0, done.stderr
+    assert f"deleted {len(mine)} key(s)" in done.stdout
+    assert keys("crst") == set() and keys("crstx") == others
