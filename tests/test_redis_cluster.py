@@ -254,3 +254,25 @@ def test_reset_deletes_every_partition_of_one_crawl_on_the_cluster(
     assert done.returncode == 0, done.stderr
     assert f"deleted {len(mine)} key(s)" in done.stdout
     assert keys("crst") == set() and keys("crstx") == others
+
+
+def test_a_master_without_replicas_in_sync_is_waited_for_and_nothing_is_lost(
+        redis_cluster: RedisClusterServers) -> None:
+    """``min-replicas-to-write`` on a master without a replica refuses writes (NOREPLICAS),
+    as during a failover: the frontier says Redis is unavailable for now (the workers retry),
+    not that the crawl failed; once writes are taken again, the push lands."""
+    from scrapy_frontier.errors import RedisFrontierUnavailable
+
+    client = redis_cluster.client()
+    layout = _layout(f"norep{next(_names)}", 1)
+    frontier = open_frontier(client, layout)
+    host = "n.example"
+    node = client.get_node_from_key(layout.frontier_prefix(0) + "meta")
+    direct = redis.Redis(host=node.host, port=node.port)
+    direct.config_set("min-replicas-to-write", 1)
+    try:
+        with pytest.raises(RedisFrontierUnavailable, match="min-replicas-to-write"):
+            frontier.push(host, 1, b"x")
+    finally:
+        direct.config_set("min-replicas-to-write", 0)
+    assert frontier.push(host, 1, b"x") and len(frontier) == 1

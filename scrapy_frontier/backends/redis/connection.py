@@ -22,8 +22,12 @@ from scrapy_frontier.errors import (
 R = TypeVar("R")
 
 UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+#: A cluster between masters (a failover, a resharding, no node for a slot yet): retried.
+CLUSTER_MOVING = (redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
+                  redis.exceptions.SlotNotCoveredError)
 #: The errors ``guard`` turns into frontier errors; others (DataError: a bad argument) are bugs.
-HANDLED = (*UNAVAILABLE, redis.exceptions.ResponseError, redis.exceptions.InvalidResponse)
+HANDLED = (*UNAVAILABLE, *CLUSTER_MOVING, redis.exceptions.ResponseError,
+           redis.exceptions.InvalidResponse)
 #: First bytes of every RESP2/RESP3 reply.
 _RESP_TYPES = b"+-:$*_,#!=(%~>|"
 _PROBE_TIMEOUT = 2.0
@@ -75,13 +79,19 @@ def guard(client: redis.Redis, prefix: str, doing: str, fn: Callable[[], R]) -> 
 
 
 def frontier_error(client: redis.Redis, prefix: str, doing: str,
-                   exc: redis.exceptions.RedisError) -> RedisFrontierError:
+                   exc: Exception) -> RedisFrontierError:
     """The frontier error for ``exc``, raised by ``client`` while ``doing``.
 
     Only RedisFrontierUnavailable is worth retrying: the others need a person to
     change a setting (or Redis's configuration) first.
     """
     where = describe(client)
+    if isinstance(exc, CLUSTER_MOVING) or str(exc).startswith("NOREPLICAS"):
+        return RedisFrontierUnavailable(
+            f"{where} cannot take writes for now while {doing} ({type(exc).__name__}: {exc}): "
+            "a master is failing over, its slots are moving, or it has no replica in sync "
+            "(min-replicas-to-write). Nothing was removed on this side; the worker retries "
+            "until the cluster serves the slot again.")
     if isinstance(exc, redis.exceptions.AuthenticationError):
         return RedisFrontierAuthError(
             f"{where} refused the connection while {doing}: it needs a password, or the one "
@@ -182,7 +192,7 @@ def _not_redis(client: redis.Redis, doing: str,
     )
 
 
-def _full(client: redis.Redis, doing: str, exc: redis.exceptions.RedisError) -> RedisFrontierFull:
+def _full(client: redis.Redis, doing: str, exc: Exception) -> RedisFrontierFull:
     memory: dict[str, Any] = {}
     try:
         memory = dict(client.info("memory"))
@@ -208,7 +218,7 @@ def _full(client: redis.Redis, doing: str, exc: redis.exceptions.RedisError) -> 
     )
 
 
-def _no_database(client: redis.Redis, exc: redis.exceptions.RedisError) -> RedisFrontierError:
+def _no_database(client: redis.Redis, exc: Exception) -> RedisFrontierError:
     if is_cluster(client):
         return RedisFrontierSettingsError(
             f"{describe(client)} has only database 0: set REDIS_URL without a database "
@@ -314,7 +324,7 @@ def _cluster_from_settings(settings: Any, params: dict[str, Any]) -> Any:
         ) from exc
 
 
-def frontier_error_plain(where: str, exc: redis.exceptions.RedisError) -> RedisFrontierError:
+def frontier_error_plain(where: str, exc: Exception) -> RedisFrontierError:
     """The error for a cluster client that could not even be built (no client to describe)."""
     return RedisFrontierUnavailable(
         f"the Redis Cluster at {where} did not answer while discovering its nodes "
