@@ -37,7 +37,7 @@ from scrapy_frontier.observe.census import Census, HostCounts
 from scrapy_frontier.observe.progress import progress_line
 from scrapy_frontier.settings import FrontierConfig
 from tests.contract_helpers import DRIVERS, Driver, Run, driver_settings, spider_named
-from tests.redis_server import RedisServer, free_port
+from tests.redis_server import free_port
 
 inline_callbacks = pytest_twisted.inlineCallbacks
 Gen = Generator[Any, Any, None]
@@ -283,7 +283,7 @@ class Scraper(threading.Thread):
             self.stop.wait(0.2)
 
 
-def _metrics_settings(backend: str, tmp_path: Path, redis_server: RedisServer | None,
+def _metrics_settings(backend: str, tmp_path: Path, redis_server: Any,
                       port: int, linger: Path) -> dict[str, Any]:
     settings: dict[str, Any] = {
         "ADDONS": FRONTIER_ADDON, "FRONTIER_MIN_DELAY": 0.1, "FRONTIER_METRICS_PORT": port,
@@ -299,15 +299,24 @@ def _metrics_settings(backend: str, tmp_path: Path, redis_server: RedisServer | 
                          "FRONTIER_REDIS_KEY": f"{name}:frontier:",
                          "FRONTIER_REDIS_SEEN_KEY": f"{name}:seen:",
                          "FRONTIER_REDIS_HISTORY_KEY": f"{name}:history:"})
+    if backend == "redis-cluster":  # three partitions on a three-master cluster
+        name = f"metrics{port}"
+        settings.update({"FRONTIER_BACKEND": "redis", "REDIS_URL": redis_server.url,
+                         "FRONTIER_REDIS_CLUSTER": True, "FRONTIER_REDIS_PARTITIONS": 3,
+                         "FRONTIER_REDIS_IDLE_GRACE": 1.0,
+                         "FRONTIER_REDIS_KEY": f"{name}:frontier:",
+                         "FRONTIER_REDIS_HISTORY_KEY": f"{name}:history:"})
     return settings
 
 
 @pytest.mark.crawl
-@pytest.mark.parametrize("backend", DRIVERS)
+@pytest.mark.parametrize("backend", [*DRIVERS, "redis-cluster"])
 @pytest.mark.slow  # 10 s or more: the newest leg runs it, the oldest leg leaves it out
 def test_metrics_endpoint_during_and_after_a_real_crawl(backend: str, tmp_path: Path,
                                                         request: pytest.FixtureRequest) -> None:
-    redis_server = request.getfixturevalue("redis_server") if backend == "redis" else None
+    redis_server = (request.getfixturevalue("redis_server") if backend == "redis" else
+                    request.getfixturevalue("redis_cluster") if backend == "redis-cluster"
+                    else None)
     log = tmp_path / "server.jsonl"
     linger = tmp_path / "linger"
     linger.mkdir()
@@ -332,7 +341,7 @@ def test_metrics_endpoint_during_and_after_a_real_crawl(backend: str, tmp_path: 
     # On Redis the shared totals appear once the worker's I/O thread read them (the first
     # scrape asks for them): no series rather than a wrong one.
     during = [s for s in during if any(dict(lbl)["scope"] == "shared" for _, lbl in s)]
-    assert len(scraper.during) - len(during) <= (3 if backend == "redis" else 0)
+    assert len(scraper.during) - len(during) <= (3 if backend.startswith("redis") else 0)
     assert len(during) >= 2
     fetches = [_value(s, "scrapy_frontier_fetches_total", "shared") for s in during + after]
     assert fetches == sorted(fetches) and fetches[0] < fetches[-1]  # the counter grows
@@ -363,7 +372,16 @@ def test_metrics_endpoint_during_and_after_a_real_crawl(backend: str, tmp_path: 
         assert _value(final, "scrapy_frontier_recrawl_due_pages", "shared") == 0
         assert _value(final, "scrapy_frontier_history_pages", "shared") == fetched
     labels = next(dict(lbl) for (n, lbl) in final if n == "scrapy_frontier_in_flight")
-    assert labels["backend"] == backend and labels["spider"] == "testweb"
+    assert labels["backend"] == backend.removesuffix("-cluster")
+    assert labels["spider"] == "testweb"
+    # A partitioned crawl shows each partition too, adding up to the shared totals.
+    parts = [(dict(lbl)["partition"], v) for (n, lbl), v in final.items()
+             if n == "scrapy_frontier_fetches_total" and dict(lbl)["scope"] == "partition"]
+    if backend == "redis-cluster":
+        assert sorted(p for p, _ in parts) == ["0", "1", "2"]
+        assert sum(v for _, v in parts) == fetched
+    else:
+        assert parts == []
     # Closed with the crawl.
     with pytest.raises(OSError):
         _scrape(port)

@@ -66,6 +66,9 @@ class Census:
     """On a shared frontier (Redis): the whole frontier's totals, as last read."""
     shared_age: float | None = None
     """How old ``shared`` may be: seconds since its read was sent to the shared store."""
+    partitions: tuple[Census, ...] = ()
+    """The whole frontier of a partitioned crawl, partition by partition (in the ``shared``
+    census; scope ``partition``)."""
 
     @property
     def whole(self) -> Census:

@@ -6,11 +6,13 @@ clash) holding one collector that takes a census when Prometheus scrapes, so not
 is updated per request. The page is served by Twisted on the reactor thread, the
 thread the frontier lives on: the census never races the crawl.
 
-Every series carries ``scope`` and ``worker`` labels. ``scope="worker"`` is this
-process's own share; ``scope="shared"`` is the whole frontier as this process sees it
+Every series carries ``scope``, ``worker`` and ``partition`` labels. ``scope="worker"`` is
+this process's own share; ``scope="shared"`` is the whole frontier as this process sees it
 (on Redis, every worker exports the same shared values; on a local backend both scopes
 agree). Sum ``scope="worker"`` series over workers; take one (``max``) of the
-``scope="shared"`` ones; never add the two scopes.
+``scope="shared"`` ones; never add the two scopes. A partitioned Redis crawl also exports
+the shared values of each partition, with ``scope="partition"`` and ``partition="<i>"``
+(``partition`` is empty on the other scopes).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class CensusCollector:
         gauge, counter = core.GaugeMetricFamily, core.CounterMetricFamily
         self.scrapes += 1
         census = self._census()
-        labels = ["spider", "backend", "scope", "worker"]
+        labels = ["spider", "backend", "scope", "worker", "partition"]
         queued = gauge("scrapy_frontier_queued_requests",
                        "Requests queued in the frontier, not in flight", labels=labels)
         front = gauge("scrapy_frontier_front_queued_requests",
@@ -79,18 +81,20 @@ class CensusCollector:
                       labels=labels)
         seen = gauge("scrapy_frontier_seen_fingerprints", "Fingerprints in the seen set",
                      labels=labels)
-        views = [("worker", census)]
+        views = [("worker", "", census)]
         if census.totals is not None:
-            views.append(("shared", census.totals))
-        for scope, view in views:
-            values = [self.spider, census.backend, scope, self.worker]
+            views.append(("shared", "", census.totals))
+            views += [("partition", str(i), part)
+                      for i, part in enumerate(census.totals.partitions)]
+        for scope, partition, view in views:
+            values = [self.spider, census.backend, scope, self.worker, partition]
             queued.add_metric(values, view.queued)
             in_flight.add_metric(values, view.in_flight)
             fetches.add_metric(values, view.fetched)
             if view.waiting_for_queue is not None:
                 front.add_metric(values, view.waiting_for_queue)
             h = view.hosts
-            if view is census.totals:  # a worker's share has no host states of its own
+            if view is census.totals or scope == "partition":  # not a worker's share
                 for state in ("active", "waiting", "resting", "blocked", "retired"):
                     hosts.add_metric([*values, state], getattr(h, state))
             if h.known is not None:
@@ -103,7 +107,7 @@ class CensusCollector:
         yield from (queued, front, in_flight, hosts, known, fetches, wait, due, pages, seen)
         slots = self._slots()
         if slots is not None:
-            values = [self.spider, census.backend, "worker", self.worker]
+            values = [self.spider, census.backend, "worker", self.worker, ""]
             busy = gauge("scrapy_frontier_download_slots_busy",
                          "Requests in Scrapy's downloader", labels=labels)
             busy.add_metric(values, slots[0])
@@ -115,7 +119,7 @@ class CensusCollector:
         if census.shared_age is not None:
             age = gauge("scrapy_frontier_shared_census_age_seconds",
                         "Seconds since the shared totals were read", labels=labels)
-            age.add_metric([self.spider, census.backend, "shared", self.worker],
+            age.add_metric([self.spider, census.backend, "shared", self.worker, ""],
                            census.shared_age)
             yield age
 

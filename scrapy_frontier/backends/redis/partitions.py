@@ -136,6 +136,7 @@ class PartitionedFrontier:
         self._wake_at = [0.0] * self.count
         self._sizes = [(0, 0, 0)] * self.count
         self._turn = 0
+        self.censuses: list[SharedCensus] = []
 
     # Lease ids count per partition: across the crawl a lease is known by
     # ``id * count + partition``, so that a worker's leases never share an id.
@@ -373,8 +374,10 @@ class PartitionedFrontier:
         return self.sizes()[2]
 
     def census(self) -> SharedCensus:
-        """The partitions' censuses added up."""
+        """The partitions' censuses added up (each kept in :attr:`censuses`)."""
         cs = [part.census() for part in self.parts]
+        #: Each partition's census, as the last :meth:`census` read them.
+        self.censuses = cs
         return SharedCensus(*(sum(col) for col in zip(*cs, strict=True)))
 
     def budget_stats(self) -> dict[str, int]:

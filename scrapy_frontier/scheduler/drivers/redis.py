@@ -544,7 +544,8 @@ class RedisDriver:
                 # line and the metrics that outlive the crawl (the last poll's may be older).
                 census = self.remote.census()
                 history = self.recrawler.census() if self.recrawler is not None else None
-                self.view.read_final(census, history)
+                self.view.read_final(census, history,
+                                     self.remote.censuses if self.remote.count > 1 else None)
         if self.recrawler is not None:
             self.recrawler.close()
         if self._heartbeat is not None:

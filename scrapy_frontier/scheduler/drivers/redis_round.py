@@ -123,6 +123,8 @@ class RoundAnswer:
     dropped: list[int] = field(default_factory=list)
     """Indexes (in the round's pushes) of duplicates and skipped start requests."""
     census: SharedCensus | None = None
+    partitions: list[SharedCensus] = field(default_factory=list)
+    """Each partition's census, read with ``census`` (a partitioned crawl only)."""
     history: tuple[int, int | None] | None = None
     """(pages, due) of the shared page history, read with the census."""
     next_due: float | None = None
@@ -256,6 +258,8 @@ class RoundRunner:
         answer.dropped = dropped
         if rnd.census is not None:
             answer.census = remote.census()
+            if remote.count > 1:
+                answer.partitions = remote.censuses
             if recrawler is not None:
                 answer.history = recrawler.census()
         if recrawler is not None:

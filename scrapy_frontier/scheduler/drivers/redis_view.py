@@ -70,6 +70,7 @@ class SharedView:
         self.census_wanted = False
         self.census_asked_at = -CENSUS_REFRESH
         self.census: SharedCensus | None = None
+        self.partitions: list[SharedCensus] = []
         self.history: tuple[int, int | None] | None = None
         self.read_at: float | None = None
 
@@ -92,6 +93,7 @@ class SharedView:
         self.in_flight = answer.in_flight
         if answer.census is not None:
             self.census, self.history = answer.census, answer.history
+            self.partitions = answer.partitions
             self.read_at = census_asked  # the census is at least that recent
         if answer.idle and not busy:
             if self.idle_since is None:
@@ -101,9 +103,11 @@ class SharedView:
         self.idle_since = None
         return False
 
-    def read_final(self, census: SharedCensus, history: tuple[int, int | None] | None) -> None:
+    def read_final(self, census: SharedCensus, history: tuple[int, int | None] | None,
+                   partitions: list[SharedCensus] | None = None) -> None:
         """The census read at close, after this worker's last writes."""
         self.census, self.history = census, history
+        self.partitions = partitions or []
         self.read_at = self.clock()
 
     def whole(self, mine: Census) -> Census:
@@ -112,13 +116,19 @@ class SharedView:
         if shared is None or read_at is None:
             return mine
         pages, due = self.history or (None, None)
-        whole = Census(
-            backend=mine.backend, scope="shared", queued=shared.queued,
-            in_flight=shared.in_flight, waiting_for_queue=shared.front,
-            hosts=HostCounts(known=shared.known, active=shared.active, waiting=shared.waiting,
-                             resting=shared.resting, blocked=shared.blocked,
-                             retired=shared.retired, queued=shared.queued_hosts),
-            fetched=shared.fetched, politeness_wait_seconds=shared.politeness_wait_seconds,
-            history_pages=pages, history_due=due,
-        )
+        whole = replace(_as_census(mine.backend, "shared", shared), history_pages=pages,
+                        history_due=due,
+                        partitions=tuple(_as_census(mine.backend, "partition", part)
+                                         for part in self.partitions))
         return replace(mine, shared=whole, shared_age=self.clock() - read_at)
+
+
+def _as_census(backend: str, scope: str, shared: SharedCensus) -> Census:
+    return Census(
+        backend=backend, scope=scope, queued=shared.queued,
+        in_flight=shared.in_flight, waiting_for_queue=shared.front,
+        hosts=HostCounts(known=shared.known, active=shared.active, waiting=shared.waiting,
+                         resting=shared.resting, blocked=shared.blocked,
+                         retired=shared.retired, queued=shared.queued_hosts),
+        fetched=shared.fetched, politeness_wait_seconds=shared.politeness_wait_seconds,
+    )
