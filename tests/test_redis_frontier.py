@@ -459,3 +459,19 @@ def test_a_dead_workers_host_rests_as_after_its_fetch_not_after_the_lapse(
     # No measurement: claim to the last renewal (none: the claim) plus a beat, 0.1 s.
     assert new_rest <= 1.0 + 1e-3, new_rest
     check_redis_frontier(b)
+
+
+def test_a_push_refused_for_a_retired_host_is_not_marked_seen(
+        redis_client: redis.Redis, redis_prefix: str) -> None:
+    """The push tests and marks the seen set in one command; a push refused because its host
+    is retired takes its mark back, so the URL is queued once the host is taken back."""
+    frontier = RedisFrontier(redis_client, redis_prefix)
+    seen = RedisSeenSet(redis_client, redis_prefix + "seen:", expected=1000)
+    entry = ("gone.example", 1, b"u", (*seen.bucket(42), True))
+    frontier.retire("gone.example")
+    assert frontier.push_unseen([entry]) == [0]
+    assert seen.contains_many([42]) == [False]
+    frontier.control("unretire", "gone.example")
+    assert frontier.push_unseen([entry]) == [1]
+    assert frontier.push_unseen([entry]) == [2]  # marked now
+    assert seen.contains_many([42]) == [True]

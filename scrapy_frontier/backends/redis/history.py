@@ -285,13 +285,16 @@ class RedisHistoryStore:
                     pipe.hincrby(self.key("trust"), f"{host}|agreed", a)
                 if d:
                     pipe.hincrby(self.key("trust"), f"{host}|disagreed", d)
-            for r in batch:
-                pipe.hset(self.key("pages"), r.fp, r.to_json())
-                if r.retired is None:
-                    pipe.zadd(self.key("due"), {str(r.fp): r.eligible})
-                else:
-                    pipe.zrem(self.key("due"), r.fp)
-                pipe.zadd(self.key("weight"), {str(r.fp): r.weight})
+            # One command per key for the whole batch, not three per page.
+            if batch:
+                pipe.hset(self.key("pages"), mapping={r.fp: r.to_json() for r in batch})
+                pipe.zadd(self.key("weight"), {str(r.fp): r.weight for r in batch})
+            due = {str(r.fp): r.eligible for r in batch if r.retired is None}
+            if due:
+                pipe.zadd(self.key("due"), due)
+            gone = [r.fp for r in batch if r.retired is not None]
+            if gone:
+                pipe.zrem(self.key("due"), *gone)
             return pipe.execute()
 
         try:

@@ -428,8 +428,10 @@ end
 -- if the member is there already (two workers pushing one URL at once cannot both queue
 -- it). Returns 1 queued, 0 refused (retired host), 2 duplicate.
 local function push_one(host, lv, item, seen_key, member, mode)
-  if mode == 2 and redis.call('SISMEMBER', seen_key, member) == 1 then return 2 end
+  -- Test and mark in one command; a refused push takes its mark back.
+  if mode == 2 and redis.call('SADD', seen_key, member) == 0 then return 2 end
   if is_retired(host) then
+    if mode == 2 then redis.call('SREM', seen_key, member) end
     count_refused(host)
     return 0
   end
@@ -443,6 +445,6 @@ local function push_one(host, lv, item, seen_key, member, mode)
     count('front', 1)
     fill_to_floor()
   end
-  if mode > 0 then redis.call('SADD', seen_key, member) end
+  if mode == 1 then redis.call('SADD', seen_key, member) end
   return 1
 end
