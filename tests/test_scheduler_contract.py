@@ -570,13 +570,13 @@ def test_the_queue_forgets_a_fetched_page_only_after_its_visit_is_kept(
         history = Layout("", "", driver.settings["FRONTIER_REDIS_HISTORY_KEY"], count=count,
                          tagged=driver.name == "redis-cluster")
 
-        def checked(self: Any, pushes: Any, finished: Any, want: int) -> Any:
+        def checked(self: Any, pushes: Any, finished: Any, want: int, **kw: Any) -> Any:
             finished = list(finished)
             for done in finished:  # each completion: the lease's page, kept by then?
                 fp = int.from_bytes(done.lease.item[:8], "big", signed=True)
                 key = history.history_prefix(fp % count) + "pages"
                 forgotten.append(bool(self.client.hexists(key, fp)))
-            return run_round(self, pushes, finished, want)
+            return run_round(self, pushes, finished, want, **kw)
 
         monkeypatch.setattr(RedisFrontier, "round", checked)
     else:

@@ -579,11 +579,13 @@ class RedisFrontier:
                           int(reply[3]) if len(reply) > 3 else -1)
 
     def round(self, pushes: Iterable[tuple[str, int, bytes, tuple[str, int, bool] | None]],
-              finished: Iterable[Finished], want: int) -> RoundReply:
+              finished: Iterable[Finished], want: int, *, count_ready: bool = False,
+              ) -> RoundReply:
         """One worker's round in one atomic script call: the pushes (as
         :meth:`push_unseen`), then the completions (as :meth:`complete`), then up to
         ``want`` claims (as :meth:`pop`), then the sizes (as :meth:`sizes`) and, if fewer
-        leases than wanted were claimed, the next wake-up (as :meth:`next_wakeup`)."""
+        leases than wanted were claimed, the next wake-up (as :meth:`next_wakeup`);
+        ``count_ready``: also how many hosts are ready now (``ready_hosts``)."""
         push_args = self._push_args(pushes)
         done = list(finished)
         done_args: list[Any] = []
@@ -594,7 +596,8 @@ class RedisFrontier:
                           repr(max(0.0, float(f.ended_ago)))]
         reply = self._run(
             self._round, "running a round", self.expire_batch, repr(float(self.liveness)),
-            int(want), len(push_args) // 6, len(done), *push_args, *done_args)
+            int(want), len(push_args) // 6, len(done), int(count_ready), *push_args,
+            *done_args)
         at = float(reply[0])
         reclaimed = int(reply[1])
         self.reclaimed += reclaimed

@@ -253,7 +253,8 @@ class PartitionedFrontier:
             dg = done_groups[i] if with_writes else []
             reply = part.round(
                 [e for _, e in pg],
-                [f._replace(lease=self._partition_lease(f.lease)) for _, f in dg], share)
+                [f._replace(lease=self._partition_lease(f.lease)) for _, f in dg], share,
+                count_ready=True)
             called.add(i)
             for (n, _), got in zip(pg, reply.pushed, strict=True):
                 pushed[n] = got

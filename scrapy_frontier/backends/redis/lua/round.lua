@@ -2,10 +2,11 @@
 -- its completions (so a killed worker never leaves a completed lease without the URLs its
 -- fetch found), then up to `want` claims, then the sizes.
 -- ARGV[13] expire batch, [14] liveness window, [15] want, [16] pushes, [17] completions,
--- then six fields per push (as push.lua), then six per completion (as complete.lua).
+-- [18] 1 to count the hosts ready now (a partitioned frontier shares its claims out by
+-- them), then six fields per push (as push.lua), then six per completion (as complete.lua).
 local want, npush, ndone = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17])
 local pushed = {}
-local at = 18
+local at = 19
 for _ = 1, npush do
   pushed[#pushed + 1] = push_one(ARGV[at], tonumber(ARGV[at + 1]), ARGV[at + 2],
                                  ARGV[at + 3], ARGV[at + 4], tonumber(ARGV[at + 5]))
@@ -37,6 +38,7 @@ if want > 0 then
 end
 local wake = false
 if #leases < want then wake = next_wakeup() end
--- Hosts ready now: a partitioned frontier shares its next claims out by them.
+local ready = 0
+if ARGV[18] == '1' then ready = redis.call('ZCOUNT', K_READY, '-inf', fmt(now)) end
 return {fmt(now), #expired / 2, pushed, done, leases, wake, counted('front'), counted('back'),
-        redis.call('HLEN', K_LEASES), redis.call('ZCOUNT', K_READY, '-inf', fmt(now))}
+        redis.call('HLEN', K_LEASES), ready}
