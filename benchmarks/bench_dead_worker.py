@@ -10,6 +10,8 @@ killed with SIGKILL, as README's ``sleep 6; kill -9 %4`` does. Configurations, i
   after the dead worker's last heartbeat);
 * ``lease-timeout-30`` -- this tree with the heartbeat off, and the settings README's example
   needed before it (DOWNLOAD_TIMEOUT = 20, FRONTIER_LEASE_TIMEOUT = 30);
+* ``cluster-p3`` (with ``--cluster``) -- this tree with its defaults on a private Redis Cluster
+  of three masters (loopback), three partitions;
 * ``baseline`` (with ``--baseline TREE``) -- another checkout of scrapy-frontier (say an earlier
   commit: ``git worktree add /tmp/base <commit>``) with those same settings, imported ahead of
   this one through PYTHONPATH.
@@ -25,6 +27,7 @@ last worker's exit.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -48,11 +51,18 @@ WEB = ["--shape", "skewed", "--hosts", "20", "--largest", "40"]
 OLD_README = {"DOWNLOAD_TIMEOUT": 20, "FRONTIER_LEASE_TIMEOUT": 30}
 
 
-def configs(baseline: str | None) -> dict[str, tuple[dict[str, Any], str | None]]:
+#: The settings that put a crawl on the cluster, three partitions.
+CLUSTER = {"FRONTIER_REDIS_CLUSTER": True, "FRONTIER_REDIS_PARTITIONS": 3}
+
+
+def configs(baseline: str | None, cluster: bool,
+            ) -> dict[str, tuple[dict[str, Any], str | None]]:
     out: dict[str, tuple[dict[str, Any], str | None]] = {
         "heartbeat": ({}, None),
         "lease-timeout-30": ({**OLD_README, "FRONTIER_REDIS_LIVENESS": 0}, None),
     }
+    if cluster:
+        out["cluster-p3"] = (dict(CLUSTER), None)
     if baseline:
         out["baseline"] = (dict(OLD_README), baseline)
     return out
@@ -71,6 +81,8 @@ def one_round(settings: dict[str, Any], tree: str | None, redis_url: str, key: s
                 "FRONTIER_REDIS_KEY": f"{key}:frontier:", "FRONTIER_REDIS_SEEN_KEY": f"{key}:seen:",
                 "FRONTIER_REDIS_HISTORY_KEY": f"{key}:history:", "LOG_LEVEL": "INFO",
                 **settings}
+        if "FRONTIER_REDIS_CLUSTER" in settings:  # partitioned: the seen set is per partition
+            del spec["FRONTIER_REDIS_SEEN_KEY"]
         args = [a for name, value in spec.items() for a in ("-s", f"{name}={value}")]
         started = time.monotonic()
         procs = [subprocess.Popen(
@@ -122,14 +134,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kill-at", type=float, default=6.0)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--baseline", help="another scrapy-frontier checkout, for the baseline")
+    parser.add_argument("--cluster", action="store_true",
+                        help="also on a three-master Redis Cluster, three partitions")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
     runs: dict[str, list[dict[str, Any]]] = {}
-    with RedisServer() as redis_server:
+    with contextlib.ExitStack() as stack:
+        redis_server = stack.enter_context(RedisServer())
+        cluster_url = ""
+        if args.cluster:
+            from tests.redis_cluster import RedisClusterServers
+
+            cluster_url = stack.enter_context(RedisClusterServers(masters=3)).url
         for r in range(args.repeat):
-            for name, (settings, tree) in configs(args.baseline).items():
+            for name, (settings, tree) in configs(args.baseline, args.cluster).items():
                 tmp = Path(tempfile.mkdtemp(prefix=f"bench-dead-{name}-"))
-                row = one_round(settings, tree, redis_server.url, f"dead{r}{name}",
+                url = cluster_url if "FRONTIER_REDIS_CLUSTER" in settings else redis_server.url
+                row = one_round(settings, tree, url, f"dead{r}{name}",
                                 args.kill_at, args.timeout, tmp)
                 runs.setdefault(name, []).append(row)
                 print(f"[{name} round {r + 1}] makespan {row['makespan']:.1f} s, floor "

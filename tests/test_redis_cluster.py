@@ -276,3 +276,69 @@ def test_a_master_without_replicas_in_sync_is_waited_for_and_nothing_is_lost(
     finally:
         direct.config_set("min-replicas-to-write", 0)
     assert frontier.push(host, 1, b"x") and len(frontier) == 1
+
+
+def _host_in(partition: int, count: int, stem: str) -> str:
+    return next(h for h in (f"{stem}{i}.example" for i in range(1000))
+                if partition_of(h, count) == partition)
+
+
+def test_a_fetch_lets_go_of_its_lease_only_after_its_links_are_queued(
+        redis_server: RedisServer) -> None:
+    """A round's completion in one partition runs only after its pushes to the others have
+    landed: at the moment the lease goes, the links are queued, so no other worker can see
+    the crawl empty between the two."""
+    client = redis_server.client()
+    layout = _layout(f"order{next(_names)}", 3)
+    frontier = open_frontier(client, layout, policy=DelayPolicy(0.0, 0.0, 0.0))
+    fetched = _host_in(2, 3, "f")
+    links = [_host_in(0, 3, "a"), _host_in(1, 3, "b"), _host_in(2, 3, "c")]
+    frontier.push(fetched, 1, b"page")
+    lease = frontier.round([], [], 1).leases[0]
+    queued_at_completion: list[int] = []
+    for part in frontier.parts:
+        original = part.round
+
+        def spy(pushes: Any, finished: Any, want: int, _original: Any = original,
+                **kw: Any) -> Any:
+            if list(finished):
+                queued_at_completion.append(len(frontier))
+            return _original(pushes, finished, want, **kw)
+
+        part.round = spy  # type: ignore[method-assign]
+    from scrapy_frontier.backends.redis.frontier import Finished
+
+    reply = frontier.round([(h, 1, h.encode(), None) for h in links], [Finished(lease, 0.0)], 0)
+    assert reply.pushed == [1, 1, 1] and reply.completed[0] is not None
+    # The completing partition (2) pushes its own link in the same script, before it completes.
+    assert queued_at_completion == [2]
+
+
+def test_idle_is_said_only_when_nothing_moved_between_two_reads(
+        redis_server: RedisServer) -> None:
+    """The partitions are read one after another. When another worker queues, claims and
+    completes a URL while they are read, every partition can look empty at its own read:
+    the counters differ between the two reads, and the frontier is not said idle."""
+    client = redis_server.client()
+    layout = _layout(f"settle{next(_names)}", 3)
+    frontier = open_frontier(client, layout, policy=DelayPolicy(0.0, 0.0, 0.0))
+    other = open_frontier(client, layout, policy=DelayPolicy(0.0, 0.0, 0.0))
+    host = _host_in(0, 3, "s")
+    assert frontier.settled()  # nothing anywhere, nothing moving
+    last = frontier.parts[2]
+    read = last.activity
+    moved = []
+
+    def activity() -> Any:
+        out = read()
+        if not moved:  # between the first and the second read: a whole fetch elsewhere
+            other.push(host, 1, b"x")
+            lease = other.pop()
+            assert lease is not None
+            other.complete(lease, 0.0)
+            moved.append(1)
+        return out
+
+    last.activity = activity  # type: ignore[method-assign]
+    assert not frontier.settled()
+    assert frontier.settled()  # and once nothing moves, it is idle

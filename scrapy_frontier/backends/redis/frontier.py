@@ -178,6 +178,9 @@ class RoundReply(NamedTuple):
     """Lapsed leases the claims gave back to their hosts first."""
     ready_hosts: int = 0
     """Hosts with queued URLs that may be contacted now (after the claims)."""
+    settled: bool = True
+    """False: the sizes say idle, but a partition changed while they were read (see
+    PartitionedFrontier.settled): not idle yet."""
 
 
 class Completion(NamedTuple):
@@ -726,6 +729,21 @@ class RedisFrontier:
 
         (front, back), leases = self._call("reading sizes", read)
         return int(front or 0), int(back or 0), int(leases)
+
+    def activity(self) -> tuple[int, int, int, int, int, int]:
+        """(front URLs, back URLs, leases, then the pushed, completed and expired counters),
+        in one round trip: what changes whenever work moves."""
+
+        def read() -> list[Any]:
+            pipe = self._pipeline()
+            pipe.hmget(self.key("count"), "front", "back")
+            pipe.hlen(self.key("leases"))
+            pipe.hmget(self.key("stats"), "pushed", "completed", "expired")
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        (front, back), leases, counters = self._call("reading the sizes", read)
+        pushed, completed, expired = (int(x or 0) for x in counters)
+        return int(front or 0), int(back or 0), int(leases), pushed, completed, expired
 
     def census(self) -> SharedCensus:
         """The whole frontier's sizes and host states, in one script call."""

@@ -228,10 +228,15 @@ class PartitionedFrontier:
 
     def round(self, pushes: Iterable[Push], finished: Iterable[Finished], want: int, *,
               everywhere: bool = False) -> RoundReply:
-        """One round over the partitions: one script call to each that has pushes or
-        completions or claims to make, merged as one partition's reply. The sizes of a
-        partition not called are those its last round read; when they all add up to an
-        idle frontier, the partitions not called are read again, so idle is never stale."""
+        """One round over the partitions, merged as one partition's reply.
+
+        Every push lands before any completion: a fetch's lease is let go only once the
+        links it found are queued, whichever partitions hold them, so the crawl never looks
+        empty between the two. A partition with only pushes, or with the round's only
+        completions, is one script call; claims ride on those calls. The sizes of a
+        partition not called are those its last round read; when the sum says idle, every
+        partition is read twice and the crawl is idle only if nothing moved in between
+        (see :meth:`settled`)."""
         pushes, done = list(pushes), list(finished)
         if self.count == 1:
             reply = self.parts[0].round(pushes, done, want)
@@ -247,10 +252,10 @@ class PartitionedFrontier:
         reclaimed = 0
         called: set[int] = set()
 
-        def call(i: int, share: int, with_writes: bool) -> None:
+        def call(i: int, share: int, with_pushes: bool, with_done: bool) -> None:
             part = self.parts[i]
-            pg = push_groups[i] if with_writes else []
-            dg = done_groups[i] if with_writes else []
+            pg = push_groups[i] if with_pushes else []
+            dg = done_groups[i] if with_done else []
             reply = part.round(
                 [e for _, e in pg],
                 [f._replace(lease=self._partition_lease(f.lease)) for _, f in dg], share,
@@ -273,9 +278,18 @@ class PartitionedFrontier:
             self._ready[i] = reply.ready_hosts
             self._sizes[i] = (reply.front, reply.back, reply.in_flight)
 
+        completing = [i for i in range(self.count) if done_groups[i]]
+        # The one partition with completions may push in the same call, last (its script
+        # pushes before it completes); with several, each pushes first, then completes.
+        last = completing[0] if len(completing) == 1 else None
         for i in range(self.count):
-            if push_groups[i] or done_groups[i] or shares[i]:
-                call(i, shares[i], True)
+            if push_groups[i] and i != last:
+                call(i, 0 if i in completing else shares[i], True, False)
+        for i in completing:
+            call(i, shares[i], i == last, True)
+        for i in range(self.count):
+            if shares[i] and i not in called:
+                call(i, shares[i], False, False)
         # Claims that fell short where the guess was wrong: once more, from the partitions
         # that have hosts ready now (their pushes of this round may have made them so).
         missing = want - len(leases)
@@ -285,14 +299,39 @@ class PartitionedFrontier:
                     break
                 if self._ready[i]:
                     before = len(leases)
-                    call(i, min(missing, self._ready[i]), False)
+                    call(i, min(missing, self._ready[i]), False, False)
                     missing -= len(leases) - before
+            # Then the partitions not asked yet that may have some by now, one by one.
+            for i in range(self.count):
+                if missing <= 0:
+                    break
+                if i not in called and self._wake_at[i] <= time.monotonic():
+                    before = len(leases)
+                    call(i, missing, False, False)
+                    missing -= len(leases) - before
+        now = time.monotonic()
+        for i in set(range(self.count)) - called:  # their wake-ups, as last read
+            if now < self._wake_at[i] < math.inf:
+                wakes.append(self._wake_at[i] - now)
+        settled = True
         if not any(map(sum, self._sizes)):
-            for i in set(range(self.count)) - called:
-                self._sizes[i] = self.parts[i].sizes()
+            settled = self.settled()
         front, back, in_flight = (sum(col) for col in zip(*self._sizes, strict=True))
         return RoundReply(pushed, completed, leases, min(wakes) if wakes else None, front, back,
-                          in_flight, reclaimed, sum(self._ready))
+                          in_flight, reclaimed, sum(self._ready), settled)
+
+    def settled(self) -> bool:
+        """Whether every partition is empty and unleased, read twice with nothing pushed,
+        completed or taken back in between (the partitions are read one after another, not
+        at one instant: a fetch completed in one after the first read of another that its
+        links went to shows as a change of counts). Updates the sizes it read."""
+        first = [part.activity() for part in self.parts]
+        if any(sum(a[:3]) for a in first):
+            self._sizes = [a[:3] for a in first]
+            return True  # not idle: nothing to settle
+        second = [part.activity() for part in self.parts]
+        self._sizes = [a[:3] for a in second]
+        return first == second
 
     # -- per host ----------------------------------------------------------------------
 

@@ -250,7 +250,8 @@ class RoundRunner:
             self._budget_read_at = self.clock() + BUDGET_INTERVAL
             self.shared_budget = remote.budget_stats()
         queued = reply.front + reply.back
-        answer = RoundAnswer(leases, duplicates, queued + reply.in_flight == 0, queued,
+        answer = RoundAnswer(leases, duplicates,
+                             queued + reply.in_flight == 0 and reply.settled, queued,
                              reply.in_flight, reply.wakeup)
         answer.reclaimed = reply.reclaimed
         answer.lost = lost
