@@ -429,6 +429,41 @@ def test_one_round_pushes_completes_claims_and_reads_the_sizes(
     check_redis_frontier(f)
 
 
+def test_a_round_claims_ahead_only_what_comes_ready_soon_and_never_shortens_a_rest(
+        redis_server: RedisServer) -> None:
+    """With ``ahead``, a round that finds no host ready claims the one ready first within
+    that many seconds, and the lease says how long to wait; a host ready now comes first;
+    a lease claimed ahead and given back unfetched leaves its host resting until its ready
+    time, not until the giving back (0 s fetch, no rest)."""
+    from scrapy_frontier.backends.redis.frontier import Finished
+
+    client = redis_server.client()
+    prefix = f"ahead{time.monotonic_ns()}:frontier:"
+    f = RedisFrontier(client, prefix, policy=DelayPolicy(10.0, 0.0, 60.0), liveness=5.0)
+    for item in (b"a1", b"a2", b"b1", b"b2"):
+        f.push(item[:1].decode(), 1, item)
+    first = f.round([], [], want=2)
+    a, b = sorted(first.leases, key=lambda lease: lease.host)
+    assert a.wait == 0.0 and b.wait == 0.0
+    # a rests 0.5 s (10 x 0.05 s), b 3 s.
+    f.round([], [Finished(a, 0.05), Finished(b, 0.3)], want=0)
+    assert f.round([], [], want=2).leases == []  # nothing ready now, none ahead
+    assert f.round([], [], want=2, ahead=0.1).leases == []  # a is 0.5 s away
+    time.sleep(0.45)
+    f.push("c", 1, b"c1")  # a new host: ready now
+    now_first = f.round([], [], want=1, ahead=0.2)
+    assert [(lease.host, lease.wait) for lease in now_first.leases] == [("c", 0.0)]
+    got = f.round([], [], want=2, ahead=0.2)
+    assert [lease.host for lease in got.leases] == ["a"]  # b is still 2.5 s away
+    early = got.leases[0]
+    assert early.item == b"a2" and 0.0 < early.wait <= 0.2
+    assert early.ready_at > early.handed_at
+    # Given back unfetched at once: a still rests until the ready time it was claimed in.
+    done = f.round([], [Finished(early, 0.0, budget=-1)], want=0).completed[0]
+    assert done is not None and done.next_contact >= early.ready_at - EPS
+    check_redis_frontier(f)
+
+
 def test_a_dead_workers_host_rests_as_after_its_fetch_not_after_the_lapse(
         redis_server: RedisServer) -> None:
     """A lapsed lease's host rests after the fetch its dead worker could have made: its last

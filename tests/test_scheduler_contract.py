@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -331,6 +332,43 @@ def test_a_download_slot_groups_hosts_but_never_splits_one(driver: Driver,
 
 
 # -- 8. len() and has_pending_requests() ---------------------------------------------------
+
+
+@inline_callbacks
+def test_a_hosts_rest_holds_its_next_request(driver: Driver) -> Gen:
+    """Each request of one host comes out only after the rest that followed the fetch
+    before it (FRONTIER_MIN_DELAY here). On Redis, a round that finds no host ready
+    claims the one ready within a fraction of a second ahead of its time: the worker
+    must hold it until then."""
+    rest = 0.15
+    run = Run(driver, extra={"FRONTIER_MIN_DELAY": rest})
+    requests = [Request(f"http://rest.example/{i}") for i in range(4)]
+    gaps: list[float] = []
+    try:
+        yield run.open()
+        run.enqueue(*requests)
+        # From one handout to the next: the fetch in between ends at once (the rest counts
+        # from its end, which the simulated fetch reports before the page's visit is kept).
+        handed: float | None = None
+        for _ in range(len(requests)):
+            request = None
+            deadline = time.monotonic() + 10.0
+            while request is None and time.monotonic() < deadline:
+                request = run.scheduler.next_request()
+                if request is None:
+                    yield sleep(0.002)
+            assert request is not None, f"{len(gaps)} gaps, then nothing came out"
+            now = time.monotonic()
+            if handed is not None:
+                gaps.append(now - handed)
+            handed = now
+            run.fetcher.fetch(request)
+        assert min(gaps) >= rest - 0.002, gaps
+        if driver.backend == "redis":  # the rest outlasts no round: claims went ahead
+            stats = run.crawler.stats.get_stats()
+            assert stats.get("frontier/redis/claimed_ahead", 0) >= 1, (gaps, stats)
+    finally:
+        yield run.close()
 
 
 @inline_callbacks

@@ -110,6 +110,12 @@ class RedisLease:
     ready_at: float
     """Server time at which the host became contactable."""
 
+    @property
+    def wait(self) -> float:
+        """Seconds from the claim until the host may be contacted (0 unless the lease was
+        claimed ahead of the host's ready time)."""
+        return max(0.0, self.ready_at - self.handed_at)
+
 
 class Quarantined(NamedTuple):
     """A claimed item that cannot be rebuilt, kept in ``P quarantine``."""
@@ -583,12 +589,18 @@ class RedisFrontier:
 
     def round(self, pushes: Iterable[tuple[str, int, bytes, tuple[str, int, bool] | None]],
               finished: Iterable[Finished], want: int, *, count_ready: bool = False,
-              ) -> RoundReply:
+              ahead: float = 0.0) -> RoundReply:
         """One worker's round in one atomic script call: the pushes (as
         :meth:`push_unseen`), then the completions (as :meth:`complete`), then up to
         ``want`` claims (as :meth:`pop`), then the sizes (as :meth:`sizes`) and, if fewer
-        leases than wanted were claimed, the next wake-up (as :meth:`next_wakeup`);
-        ``count_ready``: also how many hosts are ready now (``ready_hosts``)."""
+        leases than wanted were claimed or a fetch completed, the next wake-up (as
+        :meth:`next_wakeup`);
+        ``count_ready``: also how many hosts are ready now (``ready_hosts``).
+
+        ``ahead``: when no host is ready now, a claim takes the host that is ready first
+        within that many seconds. Its lease's ``ready_at`` is then later than its
+        ``handed_at``: the worker must not fetch before ``ready_at - handed_at`` seconds
+        after the reply (see :meth:`RedisLease.wait`)."""
         push_args = self._push_args(pushes)
         done = list(finished)
         done_args: list[Any] = []
@@ -599,8 +611,8 @@ class RedisFrontier:
                           repr(max(0.0, float(f.ended_ago)))]
         reply = self._run(
             self._round, "running a round", self.expire_batch, repr(float(self.liveness)),
-            int(want), len(push_args) // 6, len(done), int(count_ready), *push_args,
-            *done_args)
+            int(want), len(push_args) // 6, len(done), int(count_ready),
+            repr(max(0.0, float(ahead))), *push_args, *done_args)
         at = float(reply[0])
         reclaimed = int(reply[1])
         self.reclaimed += reclaimed

@@ -191,11 +191,11 @@ class PartitionedFrontier:
     def push(self, host: str, level: int, item: bytes) -> bool:
         return self.part(host).push(host, level, item)
 
-    def shares(self, want: int, everywhere: bool) -> list[int]:
+    def shares(self, want: int, everywhere: bool, ahead: float = 0.0) -> list[int]:
         """How many of ``want`` claims each partition is asked for: first the partitions
         whose last round left hosts ready, in proportion to them; what is left probes, in
-        turn, the partitions that may have some by now (never read, or past the wake-up
-        they read; every one, ``everywhere``: a poll looks at all of them)."""
+        turn, the partitions that may have some by now (never read, or within ``ahead``
+        of the wake-up they read; every one, ``everywhere``: a poll looks at all of them)."""
         n = self.count
         if n == 1:
             return [want]
@@ -220,14 +220,14 @@ class PartitionedFrontier:
         if left:
             now = time.monotonic()
             probes = [i for i in order if not ready[i]
-                      and (everywhere or self._wake_at[i] <= now)]
+                      and (everywhere or self._wake_at[i] <= now + ahead)]
             for k, i in enumerate(probes):
                 share = left // len(probes) + (k < left % len(probes))
                 out[i] += share
         return out
 
     def round(self, pushes: Iterable[Push], finished: Iterable[Finished], want: int, *,
-              everywhere: bool = False) -> RoundReply:
+              everywhere: bool = False, ahead: float = 0.0) -> RoundReply:
         """One round over the partitions, merged as one partition's reply.
 
         Every push lands before any completion: a fetch's lease is let go only once the
@@ -239,12 +239,12 @@ class PartitionedFrontier:
         (see :meth:`settled`)."""
         pushes, done = list(pushes), list(finished)
         if self.count == 1:
-            reply = self.parts[0].round(pushes, done, want)
+            reply = self.parts[0].round(pushes, done, want, ahead=ahead)
             self._sizes[0] = (reply.front, reply.back, reply.in_flight)
             return reply
         push_groups = self._grouped(pushes, lambda e: e[0])
         done_groups = self._grouped(done, lambda f: f.lease.host)
-        shares = self.shares(want, everywhere)
+        shares = self.shares(want, everywhere, ahead)
         pushed = [0] * len(pushes)
         completed: list[Completion | None] = [None] * len(done)
         leases: list[RedisLease] = []
@@ -259,7 +259,7 @@ class PartitionedFrontier:
             reply = part.round(
                 [e for _, e in pg],
                 [f._replace(lease=self._partition_lease(f.lease)) for _, f in dg], share,
-                count_ready=True)
+                count_ready=True, ahead=ahead)
             called.add(i)
             for (n, _), got in zip(pg, reply.pushed, strict=True):
                 pushed[n] = got
@@ -270,9 +270,10 @@ class PartitionedFrontier:
             reclaimed += reply.reclaimed
             if reply.wakeup is not None:
                 wakes.append(reply.wakeup)
-            if share:
-                self._wake_at[i] = (math.inf if reply.wakeup is None
-                                    else time.monotonic() + reply.wakeup)
+            if reply.wakeup is not None:  # read by a claim or a completion
+                self._wake_at[i] = time.monotonic() + reply.wakeup
+            elif share:
+                self._wake_at[i] = math.inf
             if reply.pushed:
                 self._wake_at[i] = 0.0  # its pushes may have made a host ready
             self._ready[i] = reply.ready_hosts
@@ -305,7 +306,7 @@ class PartitionedFrontier:
             for i in range(self.count):
                 if missing <= 0:
                     break
-                if i not in called and self._wake_at[i] <= time.monotonic():
+                if i not in called and self._wake_at[i] <= time.monotonic() + ahead:
                     before = len(leases)
                     call(i, missing, False, False)
                     missing -= len(leases) - before

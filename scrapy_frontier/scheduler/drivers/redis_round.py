@@ -118,6 +118,9 @@ class RoundAnswer:
     """Seconds until a host becomes ready, when the round could not claim all it wanted."""
     validators: dict[int, tuple[str | None, str | None]] = field(default_factory=dict)
     """Lease ticket -> (ETag, Last-Modified) of the page's last full response."""
+    not_before: dict[int, float] = field(default_factory=dict)
+    """Lease ticket -> clock time before which its host must not be contacted (a lease
+    claimed ahead of its host's ready time)."""
     due: list[PageRecord] = field(default_factory=list)
     starts_skipped: int = 0
     dropped: list[int] = field(default_factory=list)
@@ -141,8 +144,12 @@ class RoundRunner:
 
     def __init__(self, remote: PartitionedFrontier, seen: PartitionedSeen, *,
                  budget_for: Callable[[str], int], clock: Callable[[], float],
-                 unfetched: set[int], recrawler: Recrawler | None = None) -> None:
+                 unfetched: set[int], recrawler: Recrawler | None = None,
+                 claim_ahead: float = 0.0) -> None:
         self.remote = remote
+        #: Seconds ahead of a host's ready time that a claim may take it, when no host is
+        #: ready now (RedisFrontier.round's ``ahead``).
+        self.claim_ahead = claim_ahead
         self.seen = seen
         self.recrawler = recrawler
         self.budget_for = budget_for
@@ -224,7 +231,11 @@ class RoundRunner:
             # still, so the rest it counts from its own clock starts no earlier.
             ago = 0.0 if ended_at is None else max(0.0, clock() - ended_at)
             finished.append(Finished(done, seconds, rest, budget, ago))
-        reply = remote.round(fresh, finished, rnd.want, everywhere=rnd.poll)
+        reply = remote.round(fresh, finished, rnd.want, everywhere=rnd.poll,
+                             ahead=self.claim_ahead)
+        # Read after the reply: the wait of a lease claimed ahead then ends no earlier
+        # than the host's ready time on the server's clock.
+        received = self.clock()
         for start, index, outcome in zip(starts, indexes, reply.pushed, strict=True):
             if outcome == 2:  # in the seen set already (queued by any worker, any time)
                 dropped.append(index)
@@ -253,6 +264,8 @@ class RoundRunner:
         answer = RoundAnswer(leases, duplicates,
                              queued + reply.in_flight == 0 and reply.settled, queued,
                              reply.in_flight, reply.wakeup)
+        answer.not_before = {lease.ticket: received + lease.wait for lease in leases
+                             if lease.wait > 0}
         answer.reclaimed = reply.reclaimed
         answer.lost = lost
         answer.starts_skipped = skipped

@@ -239,12 +239,14 @@ local function deactivate(host)
 end
 
 -- End of a fetch (complete or expiry): the host rests, then is ready again or
--- gives up its back queue.
-local function release(host, fetch, at_least, ago)
+-- gives up its back queue. not_before: the host's ready time when its lease was claimed
+-- (a lease claimed ahead and given back unfetched must not end the rest it was claimed in).
+local function release(host, fetch, at_least, ago, not_before)
   local mr, od = 0, 0
   if filled(K_MINREST, 'HLEN') then mr = tonumber(redis.call('HGET', K_MINREST, host) or '0') end
   if filled(K_DELAY, 'HLEN') then od = tonumber(redis.call('HGET', K_DELAY, host) or '0') end
   local nc = now + rest_after_fetch(delay(fetch), ago or 0, mr, at_least, od)
+  if not_before and not_before > nc then nc = not_before end
   redis.call('HDEL', K_LEASES, host)
   redis.call('ZREM', K_DEADLINES, host)
   redis.call('ZADD', K_REST, fmt(nc), host)
@@ -280,7 +282,7 @@ local function expire(limit, live)
   for i = 1, #due, 2 do
     local host, deadline = due[i], tonumber(due[i + 1])
     local rec = redis.call('HGET', K_LEASES, host)
-    local _, lv, handed, _, item = parse_lease(rec)
+    local _, lv, handed, ready, item = parse_lease(rec)
     local fetch = now - handed
     if live > 0 and deadline < handed + LEASE_T - 0.001 then
       fetch = math.max(0, math.min(fetch, deadline - handed - 0.75 * live))
@@ -293,7 +295,7 @@ local function expire(limit, live)
       -- Back to the head of its level: it was next before, it is next again.
       add_to_back(host, lv, item, true)
     end
-    release(host, fetch, 0)
+    release(host, fetch, 0, 0, ready)
     stat('expired', 1)
     out[#out + 1] = host
     out[#out + 1] = item
@@ -352,15 +354,20 @@ local function prepare_claims()
 end
 
 -- The due host whose next URL is best (highest level, then least slack) gives it up under
--- a lease: {id, host, level, item, deadline, ready time}; nil if no host is due.
-local function claim_one(deadline)
+-- a lease: {id, host, level, item, deadline, ready time}; nil if no host is due. ahead
+-- (seconds): with no host due now, the host that is due first within ahead is claimed
+-- ahead of its time; its worker holds the request until the ready time.
+local function claim_one(deadline, ahead)
   for _ = 1, BMAX + 1 do
-    local due = redis.call('ZRANGEBYSCORE', K_READY, '-inf', fmt(now), 'WITHSCORES',
-                           'LIMIT', 0, WINDOW)
+    local due = redis.call('ZRANGEBYSCORE', K_READY, '-inf', fmt(now + (ahead or 0)),
+                           'WITHSCORES', 'LIMIT', 0, WINDOW)
     if #due > 0 then
       local best, best_lv, best_slack, best_te = nil, -1, 0, 0
       local hosts = {}
-      for i = 1, #due, 2 do hosts[#hosts + 1] = due[i] end
+      for i = 1, #due, 2 do
+        -- Hosts due later than now are candidates only when none is due now (the first).
+        if i == 1 or tonumber(due[i + 1]) <= now then hosts[#hosts + 1] = due[i] end
+      end
       local heads = redis.call('HMGET', K_HEAD, unpack(hosts))
       local fetches = redis.call('HMGET', K_FETCH, unpack(hosts))
       local queued = redis.call('HMGET', K_ACTIVE, unpack(hosts))
@@ -406,9 +413,9 @@ end
 local function complete_one(host, id, fetch, at_least, given, ago)
   local rec = redis.call('HGET', K_LEASES, host)
   if not rec then return {0} end
-  local lid = parse_lease(rec)
+  local lid, _, _, ready = parse_lease(rec)
   if lid ~= id then return {0} end
-  local nc = release(host, fetch, at_least, ago)
+  local nc = release(host, fetch, at_least, ago, ready)
   stat('completed', 1)
   local shared = filled(K_BUDGETS, 'HLEN')
   local budget = math.max(given, 0)

@@ -1,12 +1,14 @@
 -- round: see RedisFrontier.round(). One worker's I/O round in one call: its pushes, then
 -- its completions (so a killed worker never leaves a completed lease without the URLs its
--- fetch found), then up to `want` claims, then the sizes.
+-- fetch found), then up to `want` claims, then the sizes and the next wake-up.
 -- ARGV[13] expire batch, [14] liveness window, [15] want, [16] pushes, [17] completions,
 -- [18] 1 to count the hosts ready now (a partitioned frontier shares its claims out by
--- them), then six fields per push (as push.lua), then six per completion (as complete.lua).
+-- them), [19] seconds ahead to claim a host not due yet when none is due now (claim_one),
+-- then six fields per push (as push.lua), then six per completion (as complete.lua).
 local want, npush, ndone = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17])
 local pushed = {}
-local at = 19
+local ahead = tonumber(ARGV[19])
+local at = 20
 for _ = 1, npush do
   pushed[#pushed + 1] = push_one(ARGV[at], tonumber(ARGV[at + 1]), ARGV[at + 2],
                                  ARGV[at + 3], ARGV[at + 4], tonumber(ARGV[at + 5]))
@@ -31,13 +33,14 @@ if want > 0 then
   local deadline = lease_deadline(tonumber(ARGV[14]))
   prepare_claims()
   for _ = 1, want do
-    local lease = claim_one(deadline)
+    local lease = claim_one(deadline, ahead)
     if not lease then break end
     leases[#leases + 1] = lease
   end
 end
 local wake = false
-if #leases < want then wake = next_wakeup() end
+-- Completions start rests: their end is a wake-up even when the round claimed nothing.
+if #leases < want or ndone > 0 then wake = next_wakeup() end
 local ready = 0
 if ARGV[18] == '1' then ready = redis.call('ZCOUNT', K_READY, '-inf', fmt(now)) end
 return {fmt(now), #expired / 2, pushed, done, leases, wake, counted('front'), counted('back'),
