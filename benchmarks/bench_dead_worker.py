@@ -4,10 +4,17 @@ soon the survivors stop.
 Three ``scrapy crawl webcrawl`` processes of the example project share one frontier in a
 private redis-server (127.0.0.1, no persistence) over a loopback test web (README's:
 skewed, 20 hosts, largest 40 pages). ``--kill-at`` seconds after they start, the third is
-killed with SIGKILL, as README's ``sleep 6; kill -9 %4`` does. Configurations, in one run:
+killed with SIGKILL, as README's ``sleep 6; kill -9 %4`` does, but only once it holds a lease:
+a worker holds one only while it fetches (or just before), so a kill at a fixed time mostly
+finds it holding nothing, and measures nothing. The benchmark stops it (SIGSTOP), reads the
+leases twice 0.5 s apart (the others' fetches end within that), and kills it if some were
+held both times; otherwise it lets it go on (SIGCONT) and tries again 1 s later (after 20
+tries, it is killed holding nothing).
+Configurations, in one run:
 
 * ``heartbeat`` -- this tree with its defaults (leases lapse FRONTIER_REDIS_LIVENESS = 5 s
   after the dead worker's last heartbeat);
+* ``liveness-3`` -- the same with a 3 s window;
 * ``lease-timeout-30`` -- this tree with the heartbeat off, and the settings README's example
   needed before it (DOWNLOAD_TIMEOUT = 20, FRONTIER_LEASE_TIMEOUT = 30);
 * ``cluster-p3`` (with ``--cluster``) -- this tree with its defaults on a private Redis Cluster
@@ -18,8 +25,8 @@ killed with SIGKILL, as README's ``sleep 6; kill -9 %4`` does. Configurations, i
 
 Reported per configuration (median of ``--repeat`` rounds, interleaved): the makespan and
 the floor from the server log's audit (the largest host's polite bound), their ratio,
-repeats against the leases the survivors took back, and the time from the last fetch to the
-last worker's exit.
+the leases the victim held when killed, repeats against the leases the survivors took back,
+and the time from the last fetch to the last worker's exit.
 
     python benchmarks/bench_dead_worker.py --repeat 3 --baseline /tmp/base
 """
@@ -27,6 +34,7 @@ last worker's exit.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
@@ -59,6 +67,7 @@ def configs(baseline: str | None, cluster: bool,
             ) -> dict[str, tuple[dict[str, Any], str | None]]:
     out: dict[str, tuple[dict[str, Any], str | None]] = {
         "heartbeat": ({}, None),
+        "liveness-3": ({"FRONTIER_REDIS_LIVENESS": 3}, None),
         "lease-timeout-30": ({**OLD_README, "FRONTIER_REDIS_LIVENESS": 0}, None),
     }
     if cluster:
@@ -92,11 +101,20 @@ def one_round(settings: dict[str, Any], tree: str | None, redis_url: str, key: s
             stderr=subprocess.DEVNULL) for i in range(3)]
         ended: dict[int, float] = {}
         killed = False
+        held: set[tuple[str, int]] = set()
+        frontier = _frontier(redis_url, key, "FRONTIER_REDIS_CLUSTER" in settings)
+        next_try = started + kill_at
+        tries = 0
         while len(ended) < 3:
             now = time.monotonic()
-            if not killed and now - started >= kill_at:
-                procs[2].send_signal(signal.SIGKILL)
-                killed = True
+            if not killed and now >= next_try and procs[2].poll() is None:
+                tries += 1
+                held = _stopped_holding(frontier, procs[2])
+                if held or tries == 20:
+                    procs[2].send_signal(signal.SIGKILL)
+                    killed = True
+                else:
+                    next_try = time.monotonic() + 1.0
             for i, p in enumerate(procs):
                 if i not in ended and p.poll() is not None:
                     ended[i] = time.monotonic()
@@ -109,6 +127,8 @@ def one_round(settings: dict[str, Any], tree: str | None, redis_url: str, key: s
         expected = web.expected
     entries = read_log(log)
     report = audit(entries, expected=expected, min_delay=0.0)
+    pages = collections.Counter(host for host, _ in expected)
+    largest = max(pages, key=pages.__getitem__)
     last_fetch = max(e.end for e in entries)
     survivors = [i for i in range(3) if codes[i] == 0]
     reclaimed = 0
@@ -119,13 +139,41 @@ def one_round(settings: dict[str, Any], tree: str | None, redis_url: str, key: s
         if at >= 0:
             reclaimed += int(text[at + len(marker):].split(",", 1)[0].split("}", 1)[0])
     return {
-        "codes": codes, "killed_early": codes[2] == -signal.SIGKILL,
+        "codes": codes, "killed_early": codes[2] == -signal.SIGKILL, "held": len(held),
+        "tries": tries,
+        "held_largest": largest in {host for host, _ in held},
         "makespan": report.makespan, "floor": report.floor(),
         "ratio": report.makespan / report.floor(), "duplicates": report.duplicates,
         "reclaimed": reclaimed, "coverage": report.coverage, "overlaps": report.overlaps,
         "short_gaps": report.short_gaps,
         "exit_after_last_fetch": max(ended[i] for i in survivors) - last_fetch,
     }
+
+
+def _frontier(redis_url: str, key: str, cluster: bool) -> Any:
+    """The crawl's frontier, to read its leases (3 partitions on the cluster)."""
+    import redis
+    from redis.cluster import RedisCluster
+
+    from scrapy_frontier.backends.redis.partitions import Layout, open_frontier
+
+    client = RedisCluster.from_url(redis_url) if cluster else redis.Redis.from_url(redis_url)
+    layout = Layout(f"{key}:frontier:", f"{key}:seen:", f"{key}:history:",
+                    count=3 if cluster else 1, tagged=cluster)
+    return open_frontier(client, layout)
+
+
+def _stopped_holding(frontier: Any, victim: subprocess.Popen[bytes]) -> set[tuple[str, int]]:
+    """Stop ``victim``; the leases held across two reads 0.5 s apart are its own (the other
+    workers' fetches end sooner). Empty: it held none, and goes on."""
+    victim.send_signal(signal.SIGSTOP)
+    time.sleep(0.5)
+    first = {(lease.host, lease.ticket) for lease in frontier.leases()}
+    time.sleep(0.5)
+    held = first & {(lease.host, lease.ticket) for lease in frontier.leases()}
+    if not held:
+        victim.send_signal(signal.SIGCONT)
+    return held
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,22 +201,26 @@ def main(argv: list[str] | None = None) -> int:
                 row = one_round(settings, tree, url, f"dead{r}{name}",
                                 args.kill_at, args.timeout, tmp)
                 runs.setdefault(name, []).append(row)
+                largest = " (the largest host's among them)" if row["held_largest"] else ""
                 print(f"[{name} round {r + 1}] makespan {row['makespan']:.1f} s, floor "
-                      f"{row['floor']:.1f} s, x{row['ratio']:.2f}, {row['duplicates']} repeats, "
+                      f"{row['floor']:.1f} s, x{row['ratio']:.2f}, killed holding "
+                      f"{row['held']} lease(s){largest}, {row['duplicates']} repeats, "
                       f"{row['reclaimed']} reclaimed, overlaps {row['overlaps']}, short gaps "
                       f"{row['short_gaps']}, coverage {row['coverage']:.3f}, last exit "
                       f"{row['exit_after_last_fetch']:.2f} s after the last fetch", flush=True)
     print()
-    print(f"{'configuration':>18} {'makespan':>9} {'floor':>6} {'x floor':>8} {'repeats':>8} "
-          f"{'reclaimed':>9} {'exit after last fetch':>22}")
+    print(f"{'configuration':>18} {'makespan':>9} {'floor':>6} {'x floor':>8} {'held':>8} "
+          f"{'repeats':>8} {'reclaimed':>9} {'exit after last fetch':>22}")
     summary = {}
     for name, rows in runs.items():
         med = {k: statistics.median(row[k] for row in rows)
                for k in ("makespan", "floor", "ratio", "exit_after_last_fetch")}
         summary[name] = {**med, "duplicates": [r["duplicates"] for r in rows],
                          "reclaimed": [r["reclaimed"] for r in rows],
+                         "held": [r["held"] for r in rows],
                          "ratios": [round(r["ratio"], 3) for r in rows]}
         print(f"{name:>18} {med['makespan']:8.1f}s {med['floor']:5.1f}s {med['ratio']:8.2f} "
+              f"{str(summary[name]['held']):>8} "
               f"{str(summary[name]['duplicates']):>8} {str(summary[name]['reclaimed']):>9} "
               f"{med['exit_after_last_fetch']:21.2f}s")
     if not args.no_write:

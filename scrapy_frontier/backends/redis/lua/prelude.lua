@@ -274,7 +274,8 @@ end
 -- lapse took to notice is not the server's. Then the fetch counts as lasting from the
 -- claim to one heartbeat after the last renewal (live: the liveness window of the workers,
 -- as the caller's; they beat every quarter of it), or the host's last measured fetch if
--- that is shorter.
+-- that is shorter, and the rest counts from two beats after the last renewal: the worker
+-- was dead by then, and a dead worker's connections are closed.
 local function expire(limit, live)
   local due = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', fmt(now), 'WITHSCORES',
                          'LIMIT', 0, limit)
@@ -284,10 +285,12 @@ local function expire(limit, live)
     local rec = redis.call('HGET', K_LEASES, host)
     local _, lv, handed, ready, item = parse_lease(rec)
     local fetch = now - handed
+    local ago = 0
     if live > 0 and deadline < handed + LEASE_T - 0.001 then
       fetch = math.max(0, math.min(fetch, deadline - handed - 0.75 * live))
       local measured = redis.call('HGET', K_FETCH, host)
       if measured then fetch = math.min(fetch, tonumber(measured)) end
+      ago = math.max(0, now - (deadline - 0.5 * live))
     end
     if is_retired(host) then
       if not count_refused(host) then redis.call('RPUSH', K_DROPPED, host .. '\0' .. item) end
@@ -295,7 +298,7 @@ local function expire(limit, live)
       -- Back to the head of its level: it was next before, it is next again.
       add_to_back(host, lv, item, true)
     end
-    release(host, fetch, 0, 0, ready)
+    release(host, fetch, 0, ago, ready)
     stat('expired', 1)
     out[#out + 1] = host
     out[#out + 1] = item
@@ -355,13 +358,20 @@ end
 
 -- The due host whose next URL is best (highest level, then least slack) gives it up under
 -- a lease: {id, host, level, item, deadline, ready time}; nil if no host is due. ahead
--- (seconds): with no host due now, the host that is due first within ahead is claimed
--- ahead of its time; its worker holds the request until the ready time.
+-- (seconds): with no host due now, and no new host to activate, the host that is due first
+-- within ahead is claimed ahead of its time; its worker holds the request until then.
 local function claim_one(deadline, ahead)
   for _ = 1, BMAX + 1 do
     local due = redis.call('ZRANGEBYSCORE', K_READY, '-inf', fmt(now + (ahead or 0)),
                            'WITHSCORES', 'LIMIT', 0, WINDOW)
-    if #due > 0 then
+    local activated = false
+    if (#due == 0 or tonumber(due[2]) > now)
+        and redis.call('HLEN', K_ACTIVE) < BMAX and front_len() > 0 then
+      -- A host activated now is ready now: before one claimed ahead.
+      activated = activate_one()
+    end
+    if not activated then
+      if #due == 0 then return nil end
       local best, best_lv, best_slack, best_te = nil, -1, 0, 0
       local hosts = {}
       for i = 1, #due, 2 do
@@ -394,11 +404,6 @@ local function claim_one(deadline, ahead)
       redis.call('ZADD', K_DEADLINES, fmt(deadline), best)
       stat('popped', 1)
       return {id, best, best_lv, item, fmt(deadline), fmt(best_te)}
-    end
-    if redis.call('HLEN', K_ACTIVE) < BMAX and front_len() > 0 then
-      if not activate_one() then return nil end
-    else
-      return nil
     end
   end
   return nil
