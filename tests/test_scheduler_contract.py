@@ -533,6 +533,48 @@ def test_start_request_not_due_is_skipped_in_a_later_run(driver: Driver) -> Gen:
         yield second.close()
 
 
+@inline_callbacks
+def test_due_pages_of_a_later_run_come_out_on_the_schedulers_own_wake_ups(
+        driver: Driver) -> Gen:
+    """A recrawl's first requests are the pages due in the history. The engine here asks
+    for requests only when the scheduler wakes it (never on its own 5 s heartbeat): each
+    due page must come out all the same (on Redis the due pages arrive with a later I/O
+    round, after the first ask found none)."""
+    if not driver.persistent:
+        pytest.skip("memory keeps no page history")
+    pages = [f"http://due.example/{i}" for i in range(3)]
+    extra = {"FRONTIER_RECRAWL_INITIAL": 0.2, "FRONTIER_RECRAWL_MIN": 0.1}
+    first = Run(driver, extra=extra)
+    try:
+        yield first.open()
+        first.enqueue(*[Request(url) for url in pages])
+        out = yield first.drain(expect=len(pages))
+        assert sorted(urls(out)) == sorted(pages)
+    finally:
+        yield first.close()
+    yield sleep(0.3)  # every page falls due
+    second = Run(driver, extra=extra)
+    wakes = second.crawler.engine._slot.nextcall
+    got: list[Request] = []
+    try:
+        yield second.open()
+        seen_wakes = -1
+        deadline = time.monotonic() + 15.0
+        while len(got) < len(pages) and time.monotonic() < deadline:
+            if wakes.calls == seen_wakes:
+                yield sleep(0.005)
+                continue
+            seen_wakes = wakes.calls
+            request = second.scheduler.next_request()
+            while request is not None:
+                got.append(request)
+                second.fetcher.fetch(request)
+                request = second.scheduler.next_request()
+        assert sorted(urls(got)) == sorted(pages), (urls(got), wakes.calls)
+    finally:
+        yield second.close()
+
+
 # -- 11. two spiders on one state -----------------------------------------------------------
 
 

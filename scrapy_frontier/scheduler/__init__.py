@@ -112,6 +112,7 @@ class FrontierScheduler:
         context = DriverContext(
             crawler=crawler, config=config, stats=self.stats, clock=clock,
             dupefilter=dupefilter, wake=self.waker.nudge, fail=self.run.fail,
+            due_arrived=self._due_arrived,
         )
         cls = driver_cls if driver_cls is not None else load_driver(config.driver_path)
         self.driver: Driver = cls(context)
@@ -587,6 +588,13 @@ class FrontierScheduler:
         if len(records) < batch:
             # Nothing more is due for now: look again in a second (continuous mode).
             recrawl.feed_at = now + 1.0
+
+    def _due_arrived(self) -> None:
+        """The driver has due pages it did not have when last asked: feed them at the
+        engine's next request, not after the feed's one-second pause."""
+        if self.recrawl is not None:
+            self.recrawl.feed_at = 0.0
+        self.waker.nudge()
 
     def _on_spider_idle(self, spider: Spider) -> None:
         """Continuous recrawl: stay open, pages fall due later. Stop with a signal."""

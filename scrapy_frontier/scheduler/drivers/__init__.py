@@ -73,6 +73,9 @@ class DriverContext:
     """Make the engine ask for requests now (new requests became available)."""
     fail: Callable[[str, BaseException], None]
     """Stop the crawl cleanly with this finish reason; the error is logged once."""
+    due_arrived: Callable[[], None] = lambda: None  # noqa: E731 -- a default callable
+    """Due pages of the history arrived that ``take_due`` did not have when last asked (a
+    remote history answers a later I/O round): the scheduler asks again at once."""
 
 
 class Driver(Protocol):
@@ -145,7 +148,9 @@ class Driver(Protocol):
         """Page ``fp`` is a sitemap or a feed (see Recrawler.signal_source)."""
 
     def take_due(self, limit: int) -> list[PageRecord]:
-        """Pages of the history due for a recrawl (claimed), at most ``limit``."""
+        """Pages of the history due for a recrawl (claimed), at most ``limit``. A driver
+        whose history answers later returns what it has, and calls
+        ``DriverContext.due_arrived`` when more arrive."""
 
     def quarantine_size(self) -> int:
         """Requests set aside because they could not be rebuilt (any run), for the

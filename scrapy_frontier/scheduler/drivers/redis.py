@@ -616,7 +616,9 @@ class RedisDriver:
             self._not_before.update(answer.not_before)
             self._count("redis/claimed_ahead", len(answer.not_before))
         self._buffer.extend(answer.leases)
-        self._due.extend(answer.due)
+        if answer.due:
+            self._due.extend(answer.due)
+            self.ctx.due_arrived()
         busy = bool(self._buffer or self._held or self._unacked or self._due)
         if answer.queued or answer.in_flight or sent.pushes:
             self._seen_work = True
