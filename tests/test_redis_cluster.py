@@ -8,7 +8,6 @@ one partition, so politeness stays exact across the cluster. Crawl tests run rea
 from __future__ import annotations
 
 import itertools
-import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -27,11 +26,10 @@ from scrapy_frontier.backends.redis.partitions import (
 )
 from scrapy_frontier.core import DelayPolicy
 from scrapy_frontier.errors import RedisFrontierDataError
-from scrapy_frontier.hostkey import url_host_key
 from tests.invariants import check_redis_frontier
 from tests.redis_cluster import RedisClusterServers
 from tests.redis_server import RedisServer
-from tests.test_redis_crawl import _reap, _spec, _wait_for, _worker
+from tests.test_redis_crawl import _reap, _spec, _wait_for, _worker, check_one_killed
 
 _names = itertools.count()
 
@@ -197,20 +195,7 @@ def test_three_workers_one_killed_on_the_cluster(redis_cluster: RedisClusterServ
             _reap(procs)
         entries = read_log(log)
         expired = _open(client, layout).stats().get("expired", 0)
-    frozen_host = url_host_key(frozen_url)
-    assert codes[0] == 0 and codes[2] == 0 and codes[1] == -signal.SIGKILL, codes
-    report = audit(entries, expected=web.expected, min_delay=0.0, factor=1.0)
-    print(report.summary())
-    print(f"frozen at {frozen_url}; leased then: {sorted(leased)}; expired: {expired}")
-    assert frozen_host in leased or expired >= 1, leased
-    assert report.coverage == 1.0, report.summary()
-    assert report.overlaps == 0 and report.short_gaps == 0, report.summary()
-    assert expired >= 1
-    assert report.duplicates <= expired, report.summary()
-    survivors = [json.loads(outs[i].read_text()) for i in (0, 2)]
-    assert all(s["finish_reason"] == "finished" for s in survivors)
-    assert all(s.get("frontier/dequeued", 0) > 0 for s in survivors)
-    assert sum(s.get("frontier/leases/reclaimed", 0) for s in survivors) == expired
+    check_one_killed(codes, entries, web.expected, frozen_url, leased, expired, outs)
 
 
 def _open(client: redis.Redis, layout: Layout) -> PartitionedFrontier:

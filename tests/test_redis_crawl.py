@@ -128,24 +128,7 @@ def test_three_workers_one_killed_share_one_polite_crawl(redis_server: RedisServ
             _reap(procs)
         entries = read_log(log)
         expired = int(client.hget(f"{name}:frontier:stats", "expired") or 0)
-    frozen_host = url_host_key(frozen_url)
-    assert codes[0] == 0 and codes[2] == 0 and codes[1] == -signal.SIGKILL, codes
-    report = audit(entries, expected=web.expected, min_delay=0.0, factor=1.0)
-    print(report.summary())
-    print(f"frozen at {frozen_url}; leased then: {sorted(leased)}; expired: {expired}")
-    # Either it was still leased when read, or a survivor had already expired its lease.
-    assert frozen_host in leased or expired >= 1, leased
-    assert report.coverage == 1.0, report.summary()
-    assert report.overlaps == 0 and report.short_gaps == 0, report.summary()
-    # The frozen lease is never completed: a survivor expires it.
-    assert expired >= 1
-    # Repeats only come from the killed worker's leases, each expired and handed out again.
-    assert report.duplicates <= expired, report.summary()
-    survivors = [json.loads(outs[i].read_text()) for i in (0, 2)]
-    assert all(s["finish_reason"] == "finished" for s in survivors)
-    assert all(s.get("frontier/dequeued", 0) > 0 for s in survivors)
-    # The survivors took back every expired lease, and say so in their stats.
-    assert sum(s.get("frontier/leases/reclaimed", 0) for s in survivors) == expired
+    check_one_killed(codes, entries, web.expected, frozen_url, leased, expired, outs)
 
 
 @pytest.mark.crawl
@@ -504,3 +487,27 @@ def test_a_worker_closes_when_the_frontier_is_empty_and_waits_only_if_it_saw_no_
     assert driver.has_pending() and kicked == [True]
     driver.view.read_at = driver.view.idle_since + 0.1  # a round read it since
     assert not driver.has_pending()
+
+
+def check_one_killed(codes: list[int], entries: list[Any], expected: Any, frozen_url: str,
+                     leased: set[str], expired: int, outs: list[Path]) -> None:
+    """Three workers, the second killed while it held the lease of ``frozen_url``: the
+    survivors finished a complete, polite crawl, repeating only what the dead one held."""
+    frozen_host = url_host_key(frozen_url)
+    assert codes[0] == 0 and codes[2] == 0 and codes[1] == -signal.SIGKILL, codes
+    report = audit(entries, expected=expected, min_delay=0.0, factor=1.0)
+    print(report.summary())
+    print(f"frozen at {frozen_url}; leased then: {sorted(leased)}; expired: {expired}")
+    # Either it was still leased when read, or a survivor had already expired its lease.
+    assert frozen_host in leased or expired >= 1, leased
+    assert report.coverage == 1.0, report.summary()
+    assert report.overlaps == 0 and report.short_gaps == 0, report.summary()
+    # The frozen lease is never completed: a survivor expires it.
+    assert expired >= 1
+    # Repeats only come from the killed worker's leases, each expired and handed out again.
+    assert report.duplicates <= expired, report.summary()
+    survivors = [json.loads(outs[i].read_text()) for i in (0, 2)]
+    assert all(s["finish_reason"] == "finished" for s in survivors)
+    assert all(s.get("frontier/dequeued", 0) > 0 for s in survivors)
+    # The survivors took back every expired lease, and say so in their stats.
+    assert sum(s.get("frontier/leases/reclaimed", 0) for s in survivors) == expired
