@@ -102,13 +102,17 @@ def one_round(settings: dict[str, Any], tree: str | None, redis_url: str, key: s
         ended: dict[int, float] = {}
         killed = False
         held: set[tuple[str, int]] = set()
-        frontier = _frontier(redis_url, key, "FRONTIER_REDIS_CLUSTER" in settings)
+        # Opened at the first try, once the workers have opened the crawl: opening it
+        # first would write its meta key with this process's defaults.
+        frontier: Any = None
         next_try = started + kill_at
         tries = 0
         while len(ended) < 3:
             now = time.monotonic()
             if not killed and now >= next_try and procs[2].poll() is None:
                 tries += 1
+                if frontier is None:
+                    frontier = _frontier(redis_url, key, "FRONTIER_REDIS_CLUSTER" in settings)
                 held = _stopped_holding(frontier, procs[2])
                 if held or tries == 20:
                     procs[2].send_signal(signal.SIGKILL)

@@ -627,7 +627,7 @@ class RedisDriver:
         # Fewer leases than asked for: no other host is ready now, so the next claim waits
         # for the wake-up the round read (or the next poll).
         self._claim_more = len(answer.leases) >= sent.want
-        if answer.leases or answer.due:
+        if answer.leases:  # (due pages woke it already: due_arrived above)
             self.ctx.wake()
         if answer.wakeup is not None and answer.wakeup < 0.5:
             # A little early: the host is claimed ahead, so its fetch waits for no round.
