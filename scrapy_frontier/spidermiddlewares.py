@@ -13,12 +13,13 @@ them. For each response it reports to the scheduler's
 * 304: a visit with no change;
 * 404 / 410: the page is retired; other 4xx / 5xx: a failed visit.
 
-A 304 is not passed to the callback unless ``FRONTIER_RECRAWL_PASS_304`` is set:
-it raises :class:`NotModified` (an ``HttpError``), which Scrapy's
-HttpErrorMiddleware ignores like any unhandled status (the request's errback,
-if any, sees it). HttpErrorMiddleware's INFO line for each ignored response is
-filtered out for these 304s (:class:`QuietNotModified`): they are counted in
-``frontier/recrawl/not_modified`` instead, and a recrawl answers many of them.
+A 304 is an unchanged page, not a failure. The middleware sends
+:data:`scrapy_frontier.signals.page_unchanged` and lets the response past Scrapy's
+HttpErrorMiddleware to a callback that puts the spider's request back on it and returns
+nothing (:class:`Unchanged`): no errback runs, no callback of the spider either (it read the
+page on an earlier visit), and no component counts an error. ``FRONTIER_RECRAWL_PASS_304``
+passes the 304 on to the spider's callback instead. They are counted in
+``frontier/recrawl/not_modified``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import hashlib
 import html
 import logging
 import re
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -36,14 +38,12 @@ from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy_frontier.core.recrawl import Visit
 from scrapy_frontier.meta import SITEMAP_META
 from scrapy_frontier.scheduler.engine import running_scheduler
+from scrapy_frontier.signals import page_unchanged
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.http import Response
-
-class NotModified(HttpError):
-    """A 304 answer to a conditional recrawl: the page did not change."""
 
 
 class SitemapRead(HttpError):
@@ -51,31 +51,38 @@ class SitemapRead(HttpError):
     change claims, and not passed to the spider, which did not ask for it."""
 
 
-#: The logger of Scrapy's HttpErrorMiddleware ("Ignoring response <304 ...>").
+#: The logger of Scrapy's HttpErrorMiddleware ("Ignoring response <200 ...>").
 HTTPERROR_LOGGER = "scrapy.spidermiddlewares.httperror"
 
 
-class QuietNotModified(logging.Filter):
-    """Drops HttpErrorMiddleware's line for a 304 this middleware turned into NotModified
-    (unless 304s go to the callbacks), and for a sitemap the frontier read itself."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.not_modified = True
+class QuietSitemapRead(logging.Filter):
+    """Drops HttpErrorMiddleware's line for a sitemap the frontier read itself."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
         response = args.get("response") if isinstance(args, dict) else None
-        if self.not_modified and getattr(response, "status", None) == 304:
-            return False
         request = getattr(response, "request", None)
         return not (request is not None and request.meta.get(SITEMAP_META))
+
+
+class Unchanged:
+    """The callback of a 304 let past HttpErrorMiddleware: puts the spider's request back on
+    the response, then calls the spider's callback (``FRONTIER_RECRAWL_PASS_304``) or returns
+    nothing."""
+
+    def __init__(self, request: Request, callback: Callable[..., Any] | None) -> None:
+        self.request = request
+        self.callback = callback
+
+    def __call__(self, response: Response, **kwargs: Any) -> Any:
+        response.request = self.request
+        return () if self.callback is None else self.callback(response, **kwargs)
 
 
 class RecrawlMiddleware:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
-        self._quiet = QuietNotModified()
+        self._quiet = QuietSitemapRead()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RecrawlMiddleware:
@@ -90,7 +97,6 @@ class RecrawlMiddleware:
         scheduler = running_scheduler(self.crawler)
         recrawler = getattr(scheduler, "recrawler", None)
         if recrawler is not None:
-            self._quiet.not_modified = not recrawler.settings.pass_304
             logging.getLogger(HTTPERROR_LOGGER).addFilter(self._quiet)
 
     def _closed(self, spider: Any) -> None:
@@ -110,8 +116,19 @@ class RecrawlMiddleware:
             scheduler.signals_received(request.url, response.body, owned=owned)
         if owned:
             raise SitemapRead(response, "Read by the frontier for its change claims")
-        if response.status == 304 and not scheduler.recrawler.settings.pass_304:
-            raise NotModified(response, "Not modified since the last visit")
+        if response.status == 304:
+            self._unchanged(response, request, scheduler.recrawler.settings.pass_304)
+
+    def _unchanged(self, response: Response, request: Request, pass_304: bool) -> None:
+        """An unchanged page: announced, then past HttpErrorMiddleware (which would take the
+        304 for an error and call the errback) to :class:`Unchanged`."""
+        spider: Any = self.crawler.spider  # set: a response is being processed
+        self.crawler.signals.send_catch_log(page_unchanged, request=request,
+                                            response=response, spider=spider)
+        callback = (request.callback or spider._parse) if pass_304 else None
+        response.request = request.replace(
+            callback=Unchanged(request, callback),
+            meta={**request.meta, "handle_httpstatus_all": True})
 
 
 def visit_of(response: Response, request: Request) -> Visit:

@@ -19,7 +19,7 @@ from scrapy_frontier.core.recrawl import Recrawler, RecrawlSettings, Visit
 from scrapy_frontier.core.recrawl_priority import HostRules, change_term, quality_term
 from scrapy_frontier.core.refresh import DAY, RefreshConfig
 from scrapy_frontier.errors import FrontierConfigError, HistoryStoreError
-from scrapy_frontier.spidermiddlewares import NotModified, RecrawlMiddleware, visit_of
+from scrapy_frontier.spidermiddlewares import RecrawlMiddleware, visit_of
 
 WORDS = " ".join(f"word{i % 97} item{i % 13}" for i in range(600))
 
@@ -414,10 +414,21 @@ def test_visit_of_html_response_extracts_validators_and_visible_text() -> None:
     assert binary_visit.text_source() is None
 
 
-def test_middleware_hides_304_from_the_callback_unless_asked() -> None:
+def test_middleware_takes_a_304_past_httperror_to_no_callback_unless_asked() -> None:
+    """A 304 is recorded and announced, then goes through Scrapy's HttpErrorMiddleware (no
+    HttpError, so no errback) to a callback that returns nothing, or to the spider's own
+    callback with FRONTIER_RECRAWL_PASS_304; either way with the spider's request back on it."""
     from types import SimpleNamespace
 
+    from scrapy import Spider
+    from scrapy.spidermiddlewares.httperror import HttpErrorMiddleware
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_frontier.signals import page_unchanged
+
     seen: list[int] = []
+    announced: list[tuple[Request, Response, Spider]] = []
+    parsed: list[tuple[Response, Request | None, dict[str, Any]]] = []
     rc, _ = make_recrawler()
 
     class FakeScheduler:  # the middleware looks for a frontier scheduler's methods
@@ -428,15 +439,54 @@ def test_middleware_hides_304_from_the_callback_unless_asked() -> None:
         def page_visited(self, request: Request, visit: Any) -> None:
             seen.append(visit.status)
 
-    scheduler = FakeScheduler()
-    crawler = SimpleNamespace(engine=SimpleNamespace(_slot=SimpleNamespace(scheduler=scheduler)))
-    mw = RecrawlMiddleware(crawler)  # type: ignore[arg-type]
-    request = Request("http://a.example/")
-    with pytest.raises(NotModified):
-        mw.process_spider_input(Response("http://a.example/", status=304, request=request))
+        def signals_received(self, *args: Any, **kwargs: Any) -> None: ...
+
+    class PageSpider(Spider):
+        name = "pages"
+
+        def page(self, response: Response, **kwargs: Any) -> list[str]:
+            parsed.append((response, response.request, kwargs))
+            return ["parsed"]
+
+        def failed(self, failure: Any) -> None:
+            raise AssertionError("no errback for an unchanged page")
+
+    crawler = get_crawler(PageSpider)
+    spider = PageSpider()
+    crawler.spider = spider
+    crawler.engine = SimpleNamespace(scheduler=FakeScheduler())  # type: ignore[assignment]
+    crawler.signals.connect(lambda **kw: announced.append(
+        (kw["request"], kw["response"], kw["spider"])), signal=page_unchanged, weak=False)
+    mw = RecrawlMiddleware(crawler)
+    httperror = HttpErrorMiddleware.from_crawler(crawler)
+
+    def deliver(request: Request) -> tuple[Response, Any]:
+        """Through both middlewares to the callback, as Scrapy's scraper calls it."""
+        response = Response("http://a.example/", status=304, request=request)
+        mw.process_spider_input(response)
+        httperror.process_spider_input(response)
+        assert response.request is not None and response.request is not request
+        callback = response.request.callback
+        assert callback is not None
+        output = callback(response, **response.request.cb_kwargs)
+        assert response.request is request and "handle_httpstatus_all" not in request.meta
+        return response, output
+
+    request = Request("http://a.example/", callback=spider.page, errback=spider.failed,
+                      cb_kwargs={"n": 1}, meta={"depth": 2})
+    response, output = deliver(request)
+    assert list(output) == [] and parsed == []
+    assert announced == [(request, response, spider)]
+
     rc.settings.pass_304 = True
-    mw.process_spider_input(Response("http://a.example/", status=304, request=request))
-    assert seen == [304, 304]
+    response, output = deliver(request)
+    assert output == ["parsed"] and parsed == [(response, request, {"n": 1})]
+    assert len(announced) == 2 and seen == [304, 304]
+
+    # A 200 is left alone: the spider's own request and callback.
+    ok = HtmlResponse("http://a.example/", body=b"<p>x</p>", request=request)
+    mw.process_spider_input(ok)
+    assert ok.request is request and len(announced) == 2 and seen == [304, 304, 200]
 
 
 # -- the scheduler: due gate, feed and conditional GET across runs --------------------------
