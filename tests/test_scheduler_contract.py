@@ -41,6 +41,7 @@ from frontier_testweb.crawl import run_crawl
 from tests.contract_helpers import (
     ADDON,
     CONTRACT_DRIVERS,
+    CONTRACT_SETTINGS,
     Driver,
     Run,
     driver_settings,
@@ -713,8 +714,8 @@ def test_requests_yielded_before_a_start_error_are_still_crawled(
 
     reached: list[str] = []
     errors: list[Any] = []
-    settings = {**driver.settings, "TWISTED_REACTOR": None, "LOG_LEVEL": "WARNING",
-                "FRONTIER_REDIS_IDLE_GRACE": 0}
+    settings = {**CONTRACT_SETTINGS, **driver.settings, "TWISTED_REACTOR": None,
+                "LOG_LEVEL": "WARNING", "FRONTIER_REDIS_IDLE_GRACE": 0}
     crawler = get_crawler(StartErrorSpider, settings_dict=settings)
     crawler.signals.connect(lambda request, spider: reached.append(request.url),
                             signals.request_reached_downloader, weak=False)
@@ -722,6 +723,7 @@ def test_requests_yielded_before_a_start_error_are_still_crawled(
                             signals.spider_error, weak=False)
     with caplog.at_level(logging.ERROR, logger="scrapy.core.engine"):
         yield crawler.crawl()
+    assert crawler.stats.get_value("frontier/backend") == driver.backend
     assert reached == ["data:,a"]
     # Scrapy >= 2.14 sends spider_error and finishes with "start_error"; 2.13 logs it.
     logged = [r for r in caplog.records if "start" in r.getMessage() and r.exc_info
@@ -730,3 +732,82 @@ def test_requests_yielded_before_a_start_error_are_still_crawled(
     assert all(isinstance(failure.value, ValueError) for failure in errors)
     if errors:
         assert crawler.stats.get_value("finish_reason") == "start_error"
+
+
+@inline_callbacks
+def test_a_start_request_still_on_its_way_to_redis_when_start_fails_is_crawled(
+        driver: Driver, monkeypatch: pytest.MonkeyPatch) -> Gen:
+    """The same spider, with the moment that could lose the request made to happen on Redis:
+    start() yields only once a round has found the whole crawl idle, and the round that
+    carries the push of ``data:,a`` waits until the engine, start() failed and nothing
+    fetched, has asked whether anything is pending. The frontier must say yes (not "idle", as
+    the last round that landed said), then fetch the request once its round lands."""
+    from scrapy import signals
+    from scrapy.spiders import Spider
+    from scrapy.utils.defer import maybe_deferred_to_future
+    from scrapy.utils.test import get_crawler
+    from twisted.internet.defer import Deferred
+
+    from scrapy_frontier.scheduler import FrontierScheduler
+    from scrapy_frontier.scheduler.drivers.redis import RedisDriver
+
+    if driver.backend != "redis":
+        pytest.skip("no I/O round: the push is queued before enqueue_request returns")
+
+    idle: Deferred[None] = Deferred()  # a round found the crawl idle
+    failed = threading.Event()  # start() raised
+    asked = threading.Event()  # ... and then the engine asked has_pending_requests()
+    answers: list[tuple[bool, bool]] = []  # (fetched by then, the answer)
+    reached: list[str] = []
+    run_round, round_done = RedisDriver._run_round, RedisDriver._round_done
+
+    def held(self: Any, rnd: Any) -> Any:  # in the I/O thread
+        if rnd.pushes:
+            assert asked.wait(30.0), "the engine never asked for pending requests"
+        return run_round(self, rnd)
+
+    def landed(self: Any, answer: Any) -> None:
+        round_done(self, answer)
+        if self.view.idle_since is not None and not idle.called:
+            idle.callback(None)
+
+    monkeypatch.setattr(RedisDriver, "_run_round", held)
+    monkeypatch.setattr(RedisDriver, "_round_done", landed)
+    has_pending = FrontierScheduler.has_pending_requests
+
+    def pending(self: Any) -> bool:
+        answer = has_pending(self)
+        if failed.is_set() and not asked.is_set():
+            answers.append((bool(reached), answer))
+            asked.set()
+        return answer
+
+    monkeypatch.setattr(FrontierScheduler, "has_pending_requests", pending)
+
+    class StartErrorSpider(Spider):
+        name = f"start_error_held_{driver.name}"
+
+        async def start(self) -> Any:
+            await maybe_deferred_to_future(idle)
+            yield Request("data:,a")
+            failed.set()
+            raise ValueError
+
+        def parse(self, response: Any) -> None:
+            return None
+
+    # No grace, and no progress line (its census would keep the crawl open a round longer).
+    settings = {**CONTRACT_SETTINGS, **driver.settings, "TWISTED_REACTOR": None,
+                "LOG_LEVEL": "WARNING", "FRONTIER_REDIS_IDLE_GRACE": 0,
+                "FRONTIER_PROGRESS_INTERVAL": 0}
+    crawler = get_crawler(StartErrorSpider, settings_dict=settings)
+    crawler.signals.connect(lambda request, spider: reached.append(request.url),
+                            signals.request_reached_downloader, weak=False)
+    try:
+        yield crawler.crawl()
+    finally:
+        asked.set()  # never leave the I/O thread waiting
+    assert crawler.stats.get_value("frontier/backend") == driver.backend
+    # The engine asked while the request was still in the held round: pending.
+    assert answers == [(False, True)]
+    assert reached == ["data:,a"]
