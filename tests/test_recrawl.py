@@ -418,6 +418,7 @@ def test_middleware_takes_a_304_past_httperror_to_no_callback_unless_asked() -> 
     """A 304 is recorded and announced, then goes through Scrapy's HttpErrorMiddleware (no
     HttpError, so no errback) to a callback that returns nothing, or to the spider's own
     callback with FRONTIER_RECRAWL_PASS_304; either way with the spider's request back on it."""
+    import inspect
     from types import SimpleNamespace
 
     from scrapy import Spider
@@ -459,12 +460,18 @@ def test_middleware_takes_a_304_past_httperror_to_no_callback_unless_asked() -> 
         (kw["request"], kw["response"], kw["spider"])), signal=page_unchanged, weak=False)
     mw = RecrawlMiddleware(crawler)
     httperror = HttpErrorMiddleware.from_crawler(crawler)
+    # Scrapy < 2.14 requires the spider argument, later versions deprecate it.
+    wants_spider = inspect.signature(httperror.process_spider_input).parameters[
+        "spider"].default is inspect.Parameter.empty
 
     def deliver(request: Request) -> tuple[Response, Any]:
         """Through both middlewares to the callback, as Scrapy's scraper calls it."""
         response = Response("http://a.example/", status=304, request=request)
         mw.process_spider_input(response)
-        httperror.process_spider_input(response)
+        if wants_spider:
+            httperror.process_spider_input(response, spider)
+        else:
+            httperror.process_spider_input(response)
         assert response.request is not None and response.request is not request
         callback = response.request.callback
         assert callback is not None
