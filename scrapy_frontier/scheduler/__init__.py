@@ -41,6 +41,7 @@ from scrapy_frontier.scheduler.change_signals import (
 )
 from scrapy_frontier.scheduler.drivers import DriverContext, load_driver
 from scrapy_frontier.scheduler.engine import EngineAdapter
+from scrapy_frontier.scheduler.feeds import FeedGuard
 from scrapy_frontier.scheduler.fetch_timing import FetchTiming
 from scrapy_frontier.scheduler.inflight import InFlight, LeaseKeeper
 from scrapy_frontier.scheduler.recrawl import RecrawlHooks
@@ -119,8 +120,10 @@ class FrontierScheduler:
         self.admission = Admission(config, dupefilter, self.driver, self.stats,
                                    Fingerprinter64(crawler.request_fingerprinter),
                                    history_failed=self.run.state_failed)
+        self.feeds = FeedGuard(crawler)
         self.leases = LeaseKeeper(self.inflight, self.engine, self.driver, self.stats,
-                                  config.lease_timeout, ended=self.fetch_finished)
+                                  config.lease_timeout, ended=self.fetch_finished,
+                                  items_safe=self.feeds.flush)
         self.observer: Observer | None = None
 
     @classmethod
@@ -157,6 +160,8 @@ class FrontierScheduler:
             self._use_signals()
         sig = self.crawler.signals
         sig.connect(self._on_headers_received, signal=signals.headers_received)
+        # After the feed exporter's own receiver: it makes its slots at spider_opened.
+        sig.connect(self._on_spider_opened, signal=signals.spider_opened)
         self.timing.open(self.crawler.settings.getwithbase("DOWNLOAD_HANDLERS"),
                          self.stats.set_value)
         self.engine.on_robots_parsed(self._on_robots_parsed)
@@ -210,6 +215,9 @@ class FrontierScheduler:
         self.df.open()
         return None
 
+    def _on_spider_opened(self, spider: Spider) -> None:
+        self.feeds.open(resumable=self.driver.persistent)
+
     def _log_opening(self) -> None:
         """What this run is: the frontier in force, then what the history will recrawl."""
         logger.info("%s", frontier_line(self.config, getattr(self.driver, "location",
@@ -244,9 +252,16 @@ class FrontierScheduler:
             self.signals.close()
         self.timing.close()
         out, ended = self.inflight.take_all()
-        # The engine has processed every response by now.
-        for fetch in ended:
-            self.driver.ack(fetch.token)
+        # The engine has processed every response by now; the feeds close after this.
+        try:
+            if ended:
+                self.feeds.flush()
+        except StoreError as exc:
+            self.run.count(exc)
+            logger.error("%s", exc)
+        else:
+            for fetch in ended:
+                self.driver.ack(fetch.token)
         self._report_dropped()
         if self.observer is not None:
             self.observer.stop()  # the last progress line: the crawl's final numbers
@@ -655,6 +670,8 @@ class FrontierScheduler:
         if inflight.ended:
             set_value("frontier/completed", inflight.ended)
         set_value("frontier/queued", len(self.driver))
+        if self.feeds.flushes:
+            set_value("frontier/feeds/flushes", self.feeds.flushes)
         self.timing.publish_stats(set_value)
         self.driver.publish_stats(self.stats)
         if self.recrawl is not None:

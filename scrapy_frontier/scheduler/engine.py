@@ -20,6 +20,9 @@ version number. Across the supported range (docs/quickstart.rst, "Supported vers
   robots.txt response the robots.txt middleware fetched (``response_received``
   fires before that middleware parses it), read with Protego.
 
+It reads the feed exporter's open slots (``FeedExporter.slots``, :func:`feed_exporter`), so
+that a page's items are on disk before the frontier forgets the page.
+
 It also finds the TCP transport an HTTP/1.x answer is read from (:func:`answer_transport`),
 for the kernel's fetch times (``scheduler.tcp_timing``): no signal carries the connection,
 so it looks for the HTTP/1.1 handler's ``_cb_bodyready`` frame (the same name in every
@@ -237,6 +240,17 @@ class EngineAdapter:
             return None
         return any(f"{c.__module__}.{c.__qualname__}" == path
                    for mw in middlewares for c in type(mw).__mro__)
+
+
+def feed_exporter(crawler: Crawler) -> Any:
+    """Scrapy's running feed exporter (its ``slots`` list the open feeds: each slot has
+    ``storage``, ``file``, ``format`` and ``feed_options``), or None without feeds."""
+    manager = getattr(crawler, "extensions", None)
+    for extension in getattr(manager, "middlewares", ()):
+        if isinstance(getattr(extension, "slots", None), list) and \
+                type(extension).__name__ == "FeedExporter":
+            return extension
+    return None
 
 
 def robots_view(robotparser: Any) -> Any:

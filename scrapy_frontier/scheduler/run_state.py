@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from scrapy_frontier.errors import HistoryStoreError, RedisFrontierError
+from scrapy_frontier.errors import FeedWriteError, HistoryStoreError, RedisFrontierError
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
 
@@ -25,6 +25,9 @@ class RunState:
         if isinstance(exc, HistoryStoreError):
             self.stats.inc_value("frontier/history/errors")
             return "frontier_history_error"
+        if isinstance(exc, FeedWriteError):
+            self.stats.inc_value("frontier/feeds/errors")
+            return "frontier_feed_error"
         if isinstance(exc, RedisFrontierError):
             self.stats.inc_value("frontier/redis/errors")
             return "frontier_redis_error"
