@@ -282,7 +282,7 @@ def _kill_self_after(crawler: Any, seconds: float, report: Path) -> None:
     def opened(spider: Any) -> None:
         from twisted.internet import reactor
 
-        reactor.callLater(seconds, kill)  # type: ignore[attr-defined]
+        reactor.callLater(seconds, kill)  # type: ignore[attr-defined,arg-type]
 
     crawler.signals.connect(opened, signal=signals.spider_opened, weak=False)
 
