@@ -220,9 +220,6 @@ def test_a_stall_that_held_the_read_is_not_taken_off(
     clock.advance(0.304)
     sched.fetch_finished(req)
     assert _rest_after(sched, clock, req) == pytest.approx(3.14, abs=0.015)
-    sched.publish_stats()
-    for gone in ("stalled", "discounted", "seconds_discounted"):
-        assert sched.stats.get_value(f"frontier/fetch/{gone}") is None
 
 
 def test_a_stall_in_the_middle_of_a_fetch_is_not_discounted() -> None:

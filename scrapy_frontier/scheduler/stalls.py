@@ -84,7 +84,7 @@ class StallMeter:
             self._schedule(self.clock())
         except RuntimeError:
             # No reactor or event loop (a scheduler driven by hand, as in the scheduler-cost
-            # benchmark): no stall can be seen, so none is recorded and nothing discounted.
+            # benchmark): no stall can be seen, so none is recorded.
             self._running = False
             self._timer = None
 
