@@ -105,7 +105,7 @@ class FrontierScheduler:
         self.rules = SiteRules(config, self.stats, clock)
         self.slots = SlotKeys()
         self.timing = FetchTiming(clock=clock, tcp_timing=config.tcp_timing,
-                                  stall_discount=config.stall_discount)
+                                  watch_stalls=config.stall_discount)
         self.recrawl: RecrawlHooks | None = None
         #: Reads sitemaps and feeds the spider fetches, with a page history only.
         self.signals: SignalReader | None = None
