@@ -9,8 +9,9 @@ Configurations, in one run:
 * ``frontier-sqlite-recrawl-off`` -- the same with FRONTIER_RECRAWL = 'off';
 * ``frontier-redis`` -- this tree on a private redis-server (loopback, no persistence);
 * ``scrapy`` -- Scrapy's own scheduler with JOBDIR (its defaults, no add-on);
-* ``baseline-sqlite`` (with ``--baseline TREE``) -- another checkout of scrapy-frontier
-  (``git worktree add /tmp/base <commit>``) with JOBDIR, imported ahead of this one.
+* ``baseline-sqlite`` and ``baseline-sqlite-recrawl-off`` (with ``--baseline TREE``) --
+  another checkout of scrapy-frontier (``git worktree add /tmp/base <commit>``) with JOBDIR,
+  imported ahead of this one.
 
 Reported per configuration: pages answered, items in the feed, pages without their item,
 lines that are not valid JSON, repeated items and fetches, what was in flight at the kills,
@@ -84,7 +85,8 @@ def run(name: str, seed: int, redis_url: str | None, baseline: str | None) -> di
         try:
             with ServerProcess(WEB, log_path=str(log)) as web:
                 crawl = crawl_with_kills(web.start_urls, settings_for(name, tmp, redis_url),
-                                         log, tmp / "items.jsonl", tmp, kills=20, seed=seed)
+                                         log, tmp / "items.jsonl", tmp, kills=20, seed=seed,
+                                         cwd=tmp)  # not this tree: it would be imported first
         finally:
             if old is None:
                 os.environ.pop("PYTHONPATH", None)
@@ -111,10 +113,13 @@ def main() -> int:
     parser.add_argument("--baseline", help="another scrapy-frontier checkout")
     parser.add_argument("--seed", type=int, default=36)
     parser.add_argument("--port", type=int, default=6391)
+    parser.add_argument("--only", nargs="*", help="run only these configurations")
     args = parser.parse_args()
     configs = ["frontier-sqlite", "frontier-sqlite-recrawl-off", "frontier-redis", "scrapy"]
     if args.baseline:
-        configs.append("baseline-sqlite")
+        configs += ["baseline-sqlite", "baseline-sqlite-recrawl-off"]
+    if args.only:
+        configs = [name for name in configs if name in args.only]
     with redis_server(args.port) as url:
         rows = [run(name, args.seed, url, args.baseline) for name in configs]
     RESULTS.mkdir(exist_ok=True)

@@ -73,10 +73,11 @@ class KilledCrawl:
 def crawl_with_kills(start_urls: list[str], settings: dict[str, Any], log: Path, feed: Path,
                      workdir: Path, *, kills: int, seed: int,
                      window: tuple[float, float] = (0.3, 1.0),
-                     timeout: float = 240.0) -> KilledCrawl:
+                     timeout: float = 240.0, cwd: Path | None = None) -> KilledCrawl:
     """Crawl with an item per page into the JSON Lines ``feed`` (which ``settings``' FEEDS
     names), killing the crawl ``kills`` times, each a random time within ``window`` after
-    the spider opened, then let it run to its end (bounded: a few runs more)."""
+    the spider opened, then let it run to its end (bounded: a few runs more). ``cwd``: where
+    the crawls run (``python -m`` imports from there first)."""
     rng = random.Random(seed)
     in_flight: collections.Counter[Page] = collections.Counter()
     done = 0
@@ -86,7 +87,7 @@ def crawl_with_kills(start_urls: list[str], settings: dict[str, Any], log: Path,
         self_kill = ({"after": rng.uniform(*window), "report": str(report)}
                      if done < kills else None)
         result = run_crawl(start_urls, settings, workdir=workdir / f"run{attempt}",
-                           items=True, self_kill=self_kill, timeout=timeout)
+                           items=True, self_kill=self_kill, timeout=timeout, cwd=cwd)
         if result.returncode == -9 and report.exists():
             in_flight.update(page_of(url) for url in json.loads(report.read_text())["in_flight"])
             done += 1
