@@ -139,10 +139,9 @@ def _robots_step(settings: Settings) -> float | None:
     robots_class = load_object(ROBOTS_MIDDLEWARE_PATH)
     robots = next((order for path, order in [*project.items(), *base.items()]
                    if path == ROBOTS_MIDDLEWARE_PATH or path is robots_class), None)
-    orders = {**base, **project}
     if not isinstance(robots, int | float):
         return None  # turned off, or replaced by another class: the timing middleware waits
-    after = [o for o in orders.values() if isinstance(o, int | float) and o > robots]
+    after = [o for o in {**base, **project}.values() if isinstance(o, int | float) and o > robots]
     return robots + min(1.0, min(after, default=robots + 1.0) - robots) / 2
 
 

@@ -28,17 +28,17 @@ class FetchTimingMiddleware:
     Install it near the downloader (order 950, the add-on does this) so that
     the time measured is the fetch itself, and every outcome -- response,
     exception, IgnoreRequest from robots.txt, timeout -- passes through it.
-    Only requests that carry a frontier lease release a host;
-    media-pipeline downloads bypass the scheduler and are ignored. robots.txt fetches
-    (which Scrapy's RobotsTxtMiddleware makes for the first request to a site, while
-    that request holds the host's lease) are timed too. The request that waited for
-    them goes on only after the host's rest from the robots.txt fetch, so a site sees
-    its robots.txt and its first page as polite as any two pages: it is queued again
-    at the robots.txt step (:class:`RobotsHoldMiddleware`), or, when that step did not
-    hold it, it waits here, once every other middleware has seen it once. A robots.txt
-    fetch sent again (RetryMiddleware, after a 500 or a timeout) waits for the rest owed
-    after the attempt before it: RetryMiddleware would send it at once, since these
-    fetches never pass through the scheduler.
+    Only requests that carry a frontier lease release a host; media-pipeline
+    downloads bypass the scheduler and are ignored. robots.txt fetches (which
+    Scrapy's RobotsTxtMiddleware makes for the first request to a site, while
+    that request holds the host's lease) are timed too. The request that waited
+    for them goes on only after the host's rest from the robots.txt fetch, so a
+    site sees its robots.txt and its first page as polite as any two pages: it is
+    queued again at the robots.txt step (:class:`RobotsHoldMiddleware`), or, if
+    that step did not hold it, it waits here, having passed every other middleware
+    once. A robots.txt fetch sent again (RetryMiddleware, after a 500 or a
+    timeout) waits for the rest owed after the attempt before it: RetryMiddleware
+    would send it at once, since these fetches never pass through the scheduler.
     """
 
     def __init__(self, crawler: Crawler) -> None:
