@@ -506,20 +506,43 @@ class FrontierScheduler:
         """If the leased ``request`` follows its host's robots.txt fetch too soon,
         a copy to queue again (the host rests until the gap is kept); else None.
 
-        The copy goes back through ``enqueue_request``, which ends the lease
-        with the rest still owed: no download slot waits.
+        For the robots.txt step (``RobotsHoldMiddleware``), before any project middleware
+        has seen the request. The copy goes back through ``enqueue_request``, which ends
+        the lease with the rest still owed: no download slot waits.
         """
+        if self._robots_owed(request, "queued again") <= 0:
+            return None
+        return request.replace(dont_filter=True)
+
+    def robots_wait_in_place(self, request: Request) -> float:
+        """Seconds the leased ``request`` waits in the downloader before it is sent: the
+        rest its host still owes after its robots.txt fetch (0 almost always).
+
+        For the timing middleware, when the request was not held at the robots.txt step
+        (a project middleware sees it before that step): sent back to the queue, it would
+        pass that middleware twice, so it waits where it is, holding a request slot.
+        """
+        wait = self._robots_owed(request, "in the downloader")
+        if wait > 0:
+            self.stats.inc_value("frontier/robots/held_in_place")
+        return wait
+
+    def _robots_owed(self, request: Request, how: str) -> float:
+        """Seconds of rest the leased ``request``'s host still owes after its robots.txt
+        fetch, counted in ``frontier/robots/held`` when any; else 0."""
+        if not self.rules.robots_done:  # the hot path: no robots.txt fetch awaits a page
+            return 0.0
         host = self.inflight.host_of(request.meta.get(LEASE_META))
         if host is None:
-            return None
+            return 0.0
         until = self.rules.robots_rest_end(host, take=False)
-        if until is None or until <= self.clock():
-            return None
+        wait = 0.0 if until is None else until - self.clock()
+        if wait <= 0:
+            return 0.0
         self.stats.inc_value("frontier/robots/held")
-        politeness_log.debug(
-            "host %r: %s waits %.3f s after robots.txt", host, request, until - self.clock()
-        )
-        return request.replace(dont_filter=True)
+        politeness_log.debug("host %r: %s waits %.3f s after robots.txt (%s)",
+                             host, request, wait, how)
+        return wait
 
     # -- incremental recrawl ---------------------------------------------------------------
 

@@ -31,6 +31,7 @@ supported Scrapy) and finds nothing, safely, anywhere else (HTTP/2, other handle
 
 from __future__ import annotations
 
+import itertools
 import logging
 import socket
 import sys
@@ -229,14 +230,28 @@ class EngineAdapter:
             return None
         return len(active), total
 
-    def has_downloader_middleware(self, path: str) -> bool | None:
-        """Whether a downloader middleware of class ``path`` (or a subclass) is
-        installed; None if this engine cannot tell. By name: no import needed."""
+    def middlewares_before(self, middleware: object) -> list[Any] | None:
+        """The downloader middlewares that see a request before ``middleware``, in order;
+        None if this engine cannot tell or ``middleware`` is not in its chain."""
+        middlewares = self._downloader_middlewares()
+        if middlewares is None or not any(m is middleware for m in middlewares):
+            return None
+        return list(itertools.takewhile(lambda m: m is not middleware, middlewares))
+
+    def _downloader_middlewares(self) -> list[Any] | tuple[Any, ...] | None:
         engine = running_engine(self.crawler)
         manager = getattr(getattr(engine, "downloader", None), "middleware", None)
         middlewares = getattr(manager, "middlewares", None)
         if not isinstance(middlewares, list | tuple):
             self._fallback("engine.downloader.middleware", type(middlewares).__name__)
+            return None
+        return middlewares
+
+    def has_downloader_middleware(self, path: str) -> bool | None:
+        """Whether a downloader middleware of class ``path`` (or a subclass) is
+        installed; None if this engine cannot tell. By name: no import needed."""
+        middlewares = self._downloader_middlewares()
+        if middlewares is None:
             return None
         return any(f"{c.__module__}.{c.__qualname__}" == path
                    for mw in middlewares for c in type(mw).__mro__)
