@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from types import SimpleNamespace
 
 from scrapy.commands import ScrapyCommand
+from scrapy.statscollectors import MemoryStatsCollector
+from scrapy.utils.test import get_crawler
 
+from scrapy_frontier.errors import RedisFrontierGone, SeenStoreError
 from scrapy_frontier.scheduler.engine import fail_command, running_command
+from scrapy_frontier.scheduler.run_state import RunState
 from tests.scrapy_project import make_project, scrapy_crawl
 
 #: Queues three pages with callback CALLBACK, then (with CLOSESPIDER_PAGECOUNT=1) stops.
@@ -84,3 +89,24 @@ def test_the_exit_code_goes_to_the_command_on_the_stack() -> None:
 def test_without_a_command_nothing_is_told() -> None:
     assert running_command() is None
     assert fail_command() is False
+
+
+def test_every_failure_of_the_run_tells_the_command() -> None:
+    """Stopping on a state error, a driver's failure, a write that fails at close."""
+    told: list[str] = []
+    engine = SimpleNamespace(fail_command=lambda: told.append("exit 1") or True,
+                             close_spider=lambda reason: told.append(reason))
+    stats = MemoryStatsCollector(get_crawler())
+    run = RunState(engine, stats)
+    run.state_failed(SeenStoreError("seen.sqlite", "cannot be written", "Free some space."))
+    run.state_failed(SeenStoreError("seen.sqlite", "cannot be written", "Again."))  # once
+    assert told == ["exit 1", "frontier_store_error"]
+
+    told.clear()
+    RunState(engine, stats).fail("frontier_redis_error", RedisFrontierGone("keys gone"))
+    assert told == ["exit 1", "frontier_redis_error"]
+
+    told.clear()
+    RunState(engine, stats).close_failed(SeenStoreError("seen.sqlite", "not written", "Retry."))
+    assert told == ["exit 1"]
+    assert stats.get_value("frontier/store/errors") == 3

@@ -142,8 +142,9 @@ def abandon_open(crawler: Crawler) -> None:
     engine = running_engine(crawler)
     if engine is None or getattr(engine, "running", False):  # started: a normal close
         return
+    spider = getattr(crawler, "spider", None)
     try:
-        if getattr(engine, "spider", None) is not None:
+        if spider is not None and getattr(engine, "spider", None) is spider:
             engine.spider = None
     except Exception:  # noqa: BLE001 -- a Mock or a foreign engine
         logger.debug("engine: cannot unset engine.spider", exc_info=True)
