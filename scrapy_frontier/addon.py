@@ -53,11 +53,11 @@ def check_startup(settings: Settings) -> None:
     """Stop a crawl that cannot start before Scrapy builds its engine: invalid settings, a
     backend whose extra is missing, a Redis that does not answer.
 
-    Scrapy applies add-ons before it makes the engine, so the crawl ends here with one
-    ERROR line and a short traceback that ends in the same message (exit code 1). Found
-    later, in the scheduler, the same error is followed by the engine's own failures.
+    Scrapy applies add-ons before it makes the engine, so the crawl ends here, under
+    ``scrapy crawl`` with one ERROR line and exit code 1 (:mod:`scrapy_frontier.scheduler.startup`).
     """
     from scrapy_frontier.errors import FrontierConfigError, FrontierError
+    from scrapy_frontier.scheduler import startup
     from scrapy_frontier.scheduler.drivers import load_driver
     from scrapy_frontier.settings import FrontierConfig
 
@@ -80,8 +80,9 @@ def check_startup(settings: Settings) -> None:
             finally:
                 client.close()
     except FrontierError as exc:
-        logger.error("scrapy-frontier cannot start: %s", exc)
-        raise FrontierConfigError(str(exc)) from None
+        error = FrontierConfigError(str(exc))
+        startup.report(logger, error)
+        raise error from None
 
 
 def check_state_dir(path: str, setting: str) -> None:

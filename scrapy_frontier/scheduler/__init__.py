@@ -31,6 +31,7 @@ from scrapy_frontier.hostkey import HostlessURL
 from scrapy_frontier.meta import LEASE_META
 from scrapy_frontier.observe.observer import Observer
 from scrapy_frontier.observe.opening import frontier_line, history_line, quarantine_line
+from scrapy_frontier.scheduler import startup
 from scrapy_frontier.scheduler.admission import Admission
 from scrapy_frontier.scheduler.change_signals import (
     SignalReader,
@@ -40,7 +41,7 @@ from scrapy_frontier.scheduler.change_signals import (
     sitemap_request,
 )
 from scrapy_frontier.scheduler.drivers import DriverContext, load_driver
-from scrapy_frontier.scheduler.engine import EngineAdapter
+from scrapy_frontier.scheduler.engine import EngineAdapter, abandon_open
 from scrapy_frontier.scheduler.feeds import FeedGuard
 from scrapy_frontier.scheduler.fetch_timing import FetchTiming
 from scrapy_frontier.scheduler.inflight import InFlight, LeaseKeeper
@@ -134,8 +135,8 @@ class FrontierScheduler:
             driver_cls = load_driver(config.driver_path)
             df = build_from_crawler(load_object(crawler.settings["DUPEFILTER_CLASS"]), crawler)
         except FrontierError as exc:
-            # One clear line before Scrapy's tracebacks.
-            logger.error("scrapy-frontier cannot start: %s", exc)
+            abandon_open(crawler)
+            startup.report(logger, exc)
             raise
         _warn_about_stacked_delays(crawler)
         for name, near in unknown_settings(crawler.settings):
@@ -196,7 +197,8 @@ class FrontierScheduler:
                                                        self.driver.open_history())
         except FrontierError as exc:
             observer.stop()
-            logger.error("scrapy-frontier cannot start: %s", exc)
+            self._abandon()
+            startup.report(logger, exc)
             raise
         self.admission.spider, self.admission.recrawl = spider, self.recrawl
         if self.recrawl is not None:
@@ -217,6 +219,14 @@ class FrontierScheduler:
 
     def _on_spider_opened(self, spider: Spider) -> None:
         self.feeds.open(resumable=self.driver.persistent)
+
+    def _abandon(self) -> None:
+        """Opening failed: close what was opened, and let the engine skip the spider."""
+        try:
+            self.close("shutdown")
+        except Exception:  # noqa: BLE001 -- the opening error is the one to report
+            logger.debug("Closing the frontier that did not open failed", exc_info=True)
+        abandon_open(self.crawler)
 
     def _log_opening(self) -> None:
         """What this run is: the frontier in force, then what the history will recrawl."""
@@ -257,8 +267,7 @@ class FrontierScheduler:
             if ended:
                 self.feeds.flush()
         except StoreError as exc:
-            self.run.count(exc)
-            logger.error("%s", exc)
+            self.run.close_failed(exc)
         else:
             for fetch in ended:
                 self.driver.ack(fetch.token)
@@ -271,8 +280,7 @@ class FrontierScheduler:
         try:
             d = self.driver.close(reason)
         except StoreError as exc:
-            self.run.count(exc)
-            logger.error("%s", exc)
+            self.run.close_failed(exc)
             d = None
         left = len(self.driver)
         if left and d is None:

@@ -22,6 +22,14 @@ version number. Across the supported range (docs/quickstart.rst, "Supported vers
 
 It reads the feed exporter's open slots (``FeedExporter.slots``, :func:`feed_exporter`), so
 that a page's items are on disk before the frontier forgets the page.
+When the frontier fails, it tells the Scrapy command that runs the crawl (:func:`fail_command`:
+``scrapy crawl`` or ``runspider``, found on the call stack as the ``ScrapyCommand`` whose ``run``
+is running) to exit with code 1: Scrapy itself exits 0 after a crawl that closed, whatever its
+finish reason, and Scrapy 2.13 also after a crawl whose engine did not open. And when the
+scheduler cannot be built or opened, it makes the engine's clean-up skip the spider
+(:func:`abandon_open`, ``engine.spider``): Scrapy would otherwise close a spider whose slot or
+scraper never opened, and its own errors (``Engine slot not assigned``) would hide the
+frontier's.
 
 It also finds the TCP transport an HTTP/1.x answer is read from (:func:`answer_transport`),
 for the kernel's fetch times (``scheduler.tcp_timing``): no signal carries the connection,
@@ -94,6 +102,55 @@ def running_engine(crawler: Crawler) -> Any:
         return crawler.engine
     except (RuntimeError, AttributeError):  # a late attribute, unset until the crawl starts
         return None
+
+
+def running_command() -> Any:
+    """The Scrapy command running this crawl (``scrapy crawl``, ``runspider``...): the
+    ``ScrapyCommand`` whose ``run`` is on the call stack; None in a script or a test."""
+    try:
+        from scrapy.commands import ScrapyCommand
+    except ImportError:  # pragma: no cover - every supported Scrapy has it
+        return None
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "run":
+            command = frame.f_locals.get("self")
+            if isinstance(command, ScrapyCommand):
+                return command
+        frame = frame.f_back
+    return None
+
+
+def fail_command() -> bool:
+    """Make the Scrapy command running this crawl exit with code 1 (a higher code it set
+    stays); False in a script or a test, where there is none."""
+    command = running_command()
+    code = getattr(command, "exitcode", None)
+    if command is None or not isinstance(code, int):
+        return False
+    if code == 0:
+        command.exitcode = 1
+    return True
+
+
+def abandon_open(crawler: Crawler) -> None:
+    """The scheduler could not be built or opened: let the engine's clean-up skip the spider.
+
+    Called before the error is raised, while the engine opens the spider. Scrapy 2.13 to
+    2.19 then close that spider anyway: without a slot (the scheduler was not built) their
+    close raises ``Engine slot not assigned`` in place of the frontier's error; with one,
+    the scraper and the stats, not opened yet, fail in turn. With ``engine.spider`` unset the
+    engine closes its downloader only, and the crawl ends with the frontier's error.
+    """
+    engine = running_engine(crawler)
+    if engine is None or getattr(engine, "running", False):  # started: a normal close
+        return
+    spider = getattr(crawler, "spider", None)
+    try:
+        if spider is not None and getattr(engine, "spider", None) is spider:
+            engine.spider = None
+    except Exception:  # noqa: BLE001 -- a Mock or a foreign engine
+        logger.debug("engine: cannot unset engine.spider", exc_info=True)
 
 
 def running_scheduler(crawler: Crawler) -> Any:
@@ -183,6 +240,11 @@ class EngineAdapter:
                 self._fallback("engine.close_spider_async", "missing")
         except Exception:  # noqa: BLE001 -- a Mock or a foreign engine
             logger.debug("engine: closing the spider (%r) failed", reason, exc_info=True)
+
+    def fail_command(self) -> bool:
+        """The crawl fails: the Scrapy command running it exits with code 1
+        (:func:`fail_command`); False in a script or a test."""
+        return fail_command()
 
     def on_robots_parsed(self, handler: RobotsHandler) -> None:
         """Call ``handler(robotparser, request)`` for each robots.txt parsed in this crawl.
