@@ -1,9 +1,10 @@
 """Nothing lost, counted as the user counts it: the items in the feed.
 
-A JOBDIR crawl (or a Redis crawl) with a JSON Lines feed and an item pipeline that holds
-each item for a few milliseconds is killed 20 times at random moments, then run to its end
-(:func:`frontier_testweb.kills.crawl_with_kills`). Each kill is made by the crawl itself: it
-writes down what was in flight, then SIGKILLs itself, so the bound on repeats is known.
+A JOBDIR crawl (or a Redis, or Redis Cluster, crawl) with a JSON Lines feed and an item
+pipeline that holds each item for a few milliseconds is killed 20 times at random moments,
+then run to its end (:func:`frontier_testweb.kills.crawl_with_kills`). Each kill is made by
+the crawl itself: it writes down what was in flight, then SIGKILLs itself, so the bound on
+repeats is known.
 
 Afterwards every page the server answered has its item in the feed, every line of the
 feed is valid JSON, and every item or fetch that came twice was in flight at a kill.
@@ -20,6 +21,7 @@ import pytest
 from frontier_testweb import ServerProcess, audit
 from frontier_testweb.crawl import FRONTIER_ADDON
 from frontier_testweb.kills import crawl_with_kills
+from tests.redis_cluster import RedisClusterServers
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.crawl
@@ -41,23 +43,30 @@ def _settings(backend: str, tmp_path: Path, request: pytest.FixtureRequest,
     if backend == "sqlite":
         settings["JOBDIR"] = str(tmp_path / "job")
     else:
-        server: RedisServer = request.getfixturevalue("redis_server")
+        cluster = backend == "cluster"
+        server: RedisServer | RedisClusterServers = request.getfixturevalue(
+            "redis_cluster" if cluster else "redis_server")
         name = f"kills{next(_names)}{recrawl}"
         settings.update({
             "FRONTIER_BACKEND": "redis", "REDIS_URL": server.url,
-            "FRONTIER_REDIS_KEY": f"{name}:frontier:", "FRONTIER_REDIS_SEEN_KEY": f"{name}:seen:",
-            "FRONTIER_REDIS_HISTORY_KEY": f"{name}:history:",
+            "FRONTIER_REDIS_KEY": f"{name}:frontier:",
             "FRONTIER_REDIS_IDLE_GRACE": 1.0,
             # A killed run's leases lapse this long after its last renewal: the next run
             # waits for them.
             "FRONTIER_REDIS_LIVENESS": 1.0,
         })
+        if cluster:  # three partitions, each with its own seen set and history
+            settings.update({"FRONTIER_REDIS_CLUSTER": True, "FRONTIER_REDIS_PARTITIONS": 3})
+        else:
+            settings.update({"FRONTIER_REDIS_SEEN_KEY": f"{name}:seen:",
+                             "FRONTIER_REDIS_HISTORY_KEY": f"{name}:history:"})
     return settings
 
 
 @pytest.mark.slow  # a minute or more: the newest leg runs it, the oldest leg leaves it out
 @pytest.mark.parametrize(("backend", "recrawl"),
-                         [("sqlite", "due"), ("sqlite", "off"), ("redis", "due")])
+                         [("sqlite", "due"), ("sqlite", "off"), ("redis", "due"),
+                          ("cluster", "due")])
 def test_twenty_kills_lose_no_item_and_repeat_only_what_was_in_flight(
         backend: str, recrawl: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     settings = _settings(backend, tmp_path, request, recrawl)
