@@ -32,6 +32,10 @@ class FetchTimingMiddleware:
     two pages. A robots.txt fetch sent again (RetryMiddleware, after a 500 or a
     timeout) waits for the rest owed after the attempt before it: RetryMiddleware
     would send it at once, since these fetches never pass through the scheduler.
+
+    It is also a shared frontier's last fence: a request whose lease may have lapsed (its
+    Redis worker did not run for about FRONTIER_REDIS_LIVENESS) is not sent but given back
+    (see FrontierScheduler.lease_lapsed).
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -47,6 +51,9 @@ class FetchTimingMiddleware:
         if LEASE_META in meta:
             scheduler = running_scheduler(self.crawler)
             if scheduler is not None:
+                lapsed: Request | None = scheduler.lease_lapsed(request)
+                if lapsed is not None:
+                    return lapsed  # given back unfetched: dropped by enqueue_request
                 again: Request | None = scheduler.robots_hold(request)
                 if again is not None:
                     return again  # back to the frontier until the host has rested
