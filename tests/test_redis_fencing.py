@@ -60,8 +60,9 @@ def _until(done: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
 @pytest.mark.slow  # 10 s or more
 def test_a_worker_paused_past_its_leases_gives_them_back_unfetched(
         redis_server: RedisServer, tmp_path: Path) -> None:
-    """Three workers; one stops itself (SIGSTOP) as a round lands with requests claimed
-    ahead of their hosts' ready times, holding no other lease. It stays stopped until the
+    """Three workers; one crawls alone until it stops itself (SIGSTOP) as a round lands
+    with requests claimed ahead of their hosts' ready times, holding no other lease; the
+    two others start then. It stays stopped until the
     others have taken every one of its leases back (read in Redis) and fetched their URLs
     (read in the server's log), then it is continued. It sends none of them: at the server,
     no overlap, no short gap, no URL fetched twice, every page fetched; and it counts the
@@ -74,11 +75,13 @@ def test_a_worker_paused_past_its_leases_gives_them_back_unfetched(
     marker = tmp_path / "frozen.json"
     with ServerProcess(web_args, log_path=str(log)) as web:
         settings = {**BASE_SETTINGS, **_settings(
-            redis_server, name, FRONTIER_REDIS_LIVENESS=1.0, FRONTIER_DELAY_FACTOR=5.0)}
+            redis_server, name, FRONTIER_REDIS_LIVENESS=2.0, FRONTIER_DELAY_FACTOR=5.0)}
         (tmp_path / "victim").mkdir()
         victim_spec = _spec(tmp_path / "victim", web, settings, freeze_claimed_ahead=3,
                             marker=str(marker))
-        spec = _spec(tmp_path, web, settings)
+        # The others start once it is stopped (as in test_redis_crawl's kill test): none can
+        # finish the crawl before the moment comes.
+        spec = _spec(tmp_path, web, settings, wait_for=str(marker))
         outs = [tmp_path / f"worker{i}.json" for i in range(3)]
         procs = [_worker(spec, outs[0]), _worker(victim_spec, outs[1]), _worker(spec, outs[2])]
         try:
@@ -291,5 +294,24 @@ def test_a_lapsed_lease_is_not_handed_out(shared: Driver) -> Gen:
         assert run.crawler.stats.get_value("frontier/leases/lapsed") == 1
         out = yield run.drain(expect=1, timeout=5.0)
         assert urls(out) == [url] and urls(run.fetcher.fetched) == [url]
+    finally:
+        yield run.close()
+
+
+@pytest.mark.parametrize("name", ["memory", "sqlite"])
+@pytest_twisted.inlineCallbacks
+def test_the_local_backends_have_no_fence(name: str, tmp_path: Path) -> Gen:
+    """Leases of the memory and SQLite backends live in the process that uses them: no other
+    process can take them, so nothing is checked before a request is sent."""
+    run = Run(Driver(name, driver_settings(name, state_dir=tmp_path / "state"),
+                     tmp_path / "state"))
+    try:
+        yield run.open()
+        assert run.scheduler._holds is None
+        run.enqueue(Request("http://local.example/a"))
+        out = yield drain(run.scheduler, 5.0, expect=1)
+        assert run.scheduler.lease_lapsed(out[0]) is None
+        run.fetcher.fetch(out[0])
+        assert urls(run.fetcher.fetched) == ["http://local.example/a"]
     finally:
         yield run.close()

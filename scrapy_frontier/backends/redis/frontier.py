@@ -52,7 +52,8 @@ put the name in ``{...}`` to keep every key in one Redis Cluster slot)::
     P seq             STRING lease id counter
     P workers         ZSET   worker -> end of its liveness window (server time), renewed by
                              its heartbeat (RedisFrontier.renew)
-    P stats           HASH   pushed, popped, completed, expired, activations, releases, ...
+    P stats           HASH   pushed, popped, completed, expired, handed_back, activations,
+                             releases, ...
 
 The seen set (:class:`RedisSeenSet`) lives under its own prefix (default
 ``P seen:``): ``S meta`` HASH (format, buckets) and ``S <bucket>`` SETs of 64-bit

@@ -25,6 +25,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 
 #: The share of the window kept as a margin: a lease is used only while more than one
 #: heartbeat (a quarter of the liveness window) of it is left, as the worker counts it.
@@ -43,7 +44,7 @@ def _clock() -> Callable[[], float]:
             time.clock_gettime(boottime)
         except OSError:
             return time.monotonic
-        return lambda: time.clock_gettime(boottime)
+        return partial(time.clock_gettime, boottime)
     return time.monotonic
 
 
