@@ -121,8 +121,9 @@ def main() -> None:
     with RedisServer() as server:
         for i, load in enumerate(loads):
             first, later = one_run(args.hosts, args.pages, load, f"fence{i}", server.url)
-            run = results["runs"][f"load-{load}"] = {"first_of_host": summary(first),
-                                                     "later": summary(later)}
+            name = f"load-{load}" if f"load-{load}" not in results["runs"] else f"load-{load}#{i}"
+            run = results["runs"][name] = {"first_of_host": summary(first),
+                                           "later": summary(later)}
             print(f"load {load}: {json.dumps(run)}", flush=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(f"written to {RESULTS}")
