@@ -39,6 +39,10 @@ class FetchTimingMiddleware:
     once. A robots.txt fetch sent again (RetryMiddleware, after a 500 or a
     timeout) waits for the rest owed after the attempt before it: RetryMiddleware
     would send it at once, since these fetches never pass through the scheduler.
+
+    It is also a shared frontier's last fence: a request whose lease may have lapsed (its
+    Redis worker did not run for about FRONTIER_REDIS_LIVENESS) is not sent but given back
+    (see FrontierScheduler.lease_lapsed).
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -49,14 +53,17 @@ class FetchTimingMiddleware:
         return cls(crawler)
 
     def process_request(self, request: Request, spider: Any = None
-                        ) -> Request | Deferred[None] | None:
+                        ) -> Request | Deferred[Request | None] | None:
         meta = request.meta
         if LEASE_META in meta:
             scheduler = running_scheduler(self.crawler)
             if scheduler is not None:
+                lapsed: Request | None = scheduler.lease_lapsed(request)
+                if lapsed is not None:
+                    return lapsed  # given back unfetched: dropped by enqueue_request
                 wait = scheduler.robots_wait_in_place(request)
                 if wait > 0:  # not held at the robots.txt step: it waits here, seen once
-                    return _after(wait, partial(scheduler.fetch_sent, request))
+                    return _after(wait, partial(_send_if_held, scheduler, request))
                 scheduler.fetch_sent(request)
         elif meta.get("dont_obey_robotstxt") and _is_robots_txt(request.url):
             scheduler = running_scheduler(self.crawler)
@@ -152,17 +159,25 @@ def _stamp(meta: dict[str, Any], now: float) -> None:
     meta[ROBOTS_START_META] = now
 
 
-def _after(seconds: float, then: Callable[[], None]) -> Deferred[None]:
-    """A Deferred that fires with None ``seconds`` from now, once ``then`` ran; the download
-    goes on then (the reactor is never blocked)."""
-    d: Deferred[None] = Deferred()
+def _after(seconds: float, then: Callable[[], Request | None]) -> Deferred[Request | None]:
+    """A Deferred that fires ``seconds`` from now with what ``then`` returns: None, and the
+    download goes on then (the reactor is never blocked), or a request given back."""
+    d: Deferred[Request | None] = Deferred()
 
     def fire() -> None:
-        then()
-        d.callback(None)
+        d.callback(then())
 
     call_later(seconds, fire)
     return d
+
+
+def _send_if_held(scheduler: Any, request: Request) -> Request | None:
+    """After a wait in place: the fence again (the lease may have lapsed meanwhile), then
+    the fetch starts."""
+    lapsed: Request | None = scheduler.lease_lapsed(request)
+    if lapsed is None:
+        scheduler.fetch_sent(request)
+    return lapsed
 
 
 def _is_robots_txt(url: str) -> bool:

@@ -28,7 +28,7 @@ from scrapy_frontier.errors import (
 )
 from scrapy_frontier.fingerprint import Fingerprinter64
 from scrapy_frontier.hostkey import HostlessURL
-from scrapy_frontier.meta import LEASE_META
+from scrapy_frontier.meta import LAPSED_META, LEASE_META
 from scrapy_frontier.observe.observer import Observer
 from scrapy_frontier.observe.opening import frontier_line, history_line, quarantine_line
 from scrapy_frontier.scheduler import startup
@@ -125,6 +125,9 @@ class FrontierScheduler:
         self.leases = LeaseKeeper(self.inflight, self.engine, self.driver, self.stats,
                                   config.lease_timeout, ended=self.fetch_finished,
                                   items_safe=self.feeds.flush)
+        #: A shared frontier's fence (see lease_lapsed): None where leases cannot lapse.
+        self._holds: Callable[[int], bool] | None = getattr(self.driver, "holds", None)
+        self._give_back: Callable[[int], None] = getattr(self.driver, "give_back", _no_op)
         self.observer: Observer | None = None
 
     @classmethod
@@ -316,6 +319,8 @@ class FrontierScheduler:
             # A redirect, a retry, or a middleware that swaps the request copies meta:
             # the fetch that held this lease is over whatever happened to it.
             ticket = meta.pop(LEASE_META, None)
+            if ticket is not None and meta.pop(LAPSED_META, False):
+                return True  # given back unfetched (lease_lapsed): the driver keeps it
             try:
                 host = self.slots.key(request)
             except HostlessURL as exc:
@@ -372,6 +377,24 @@ class FrontierScheduler:
         return request
 
     # -- fetch ends ----------------------------------------------------------------------
+
+    def lease_lapsed(self, request: Request) -> Request | None:
+        """The fence, just before ``request`` reaches the downloader: if its lease may have
+        lapsed (a shared frontier whose worker did not run for a while), the lease is given
+        back unfetched and the request is returned marked, for the timing middleware to
+        return; Scrapy then passes it to ``enqueue_request``, which drops it. No errback
+        runs, the URL stays queued in the frontier, and no rest is set: nothing was sent.
+        None (send it) otherwise, and at once where leases cannot lapse."""
+        holds = self._holds
+        if holds is None:
+            return None
+        meta = request.meta
+        ticket = meta.get(LEASE_META)
+        if ticket is None or holds(ticket) or self.inflight.end(ticket) is None:
+            return None
+        self._give_back(ticket)
+        meta[LAPSED_META] = True
+        return request
 
     def fetch_sent(self, request: Request) -> None:
         """Called as a request this frontier handed out reaches the downloader (the timing
@@ -707,6 +730,10 @@ class FrontierScheduler:
         self.driver.publish_stats(self.stats)
         if self.recrawl is not None:
             self.recrawl.publish_stats(self.stats)
+
+
+def _no_op(ticket: int) -> None:
+    pass
 
 
 def _sample_urls(requests: list[Request], limit: int = 10) -> str:

@@ -217,6 +217,9 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
     mark_at = int(spec.get("mark_at") or 0)
     if mark_at:
         _mark_request(crawler, mark_at, Path(spec["marker"]), freeze=bool(spec.get("freeze")))
+    freeze_ahead = spec.get("freeze_claimed_ahead")
+    if freeze_ahead:
+        _freeze_holding_claims_ahead(crawler, Path(spec["marker"]), after=int(freeze_ahead))
     stay_open_until = spec.get("stay_open_until")
     if stay_open_until:
         _stay_open_until(crawler, Path(stay_open_until), timeout=120.0)
@@ -328,6 +331,47 @@ def _mark_request(crawler: Any, count: int, marker: Path, *, freeze: bool) -> No
             os.kill(os.getpid(), signal.SIGSTOP)
 
     crawler.signals.connect(reached, signal=signals.request_reached_downloader, weak=False)
+
+
+def _freeze_holding_claims_ahead(crawler: Any, marker: Path, *, after: int) -> None:
+    """A Redis worker (``FRONTIER_BACKEND = "redis"``) stops itself (SIGSTOP) as an I/O round
+    lands with requests claimed ahead of their hosts' ready times, once it has fetched
+    ``after`` pages and holds no other lease: no fetch in flight, none waiting to complete.
+
+    The marker, written first and whole, holds the leases it then holds (those of the round
+    and any at hand before it) as JSON: ``[{"host", "ticket", "url", "ahead"}]``. Stopped
+    there, the worker has not handed any of them out yet; continued (SIGCONT), it goes on
+    from that very point. Reaches into the Redis driver's internals: a test hook only.
+    """
+    import signal
+
+    from scrapy import signals
+
+    from scrapy_frontier.codec import saved_url
+
+    def opened(spider: Any) -> None:
+        engine = crawler.engine
+        scheduler = getattr(engine, "scheduler", None) or engine._slot.scheduler
+        driver = scheduler.driver
+        landed_first = driver._round_done
+
+        def landed(answer: Any) -> None:
+            if (answer.not_before and not marker.exists() and driver._fetched >= after
+                    and not driver._held and not driver._unacked
+                    and not driver._next.completions):
+                leases = [*driver._buffer, *answer.leases]
+                held = [{"host": lease.host, "ticket": lease.ticket,
+                         "url": saved_url(lease.item[8:]),
+                         "ahead": lease.ticket in answer.not_before} for lease in leases]
+                partial = marker.with_suffix(".partial")
+                partial.write_text(json.dumps(held))
+                partial.replace(marker)
+                os.kill(os.getpid(), signal.SIGSTOP)
+            landed_first(answer)
+
+        driver._round_done = landed
+
+    crawler.signals.connect(opened, signal=signals.spider_opened, weak=False)
 
 
 def _stay_open_until(crawler: Any, path: Path, *, timeout: float) -> None:
