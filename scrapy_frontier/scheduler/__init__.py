@@ -703,8 +703,7 @@ class FrontierScheduler:
         rc = self.recrawler
         if rc is not None and rc.settings.mode == "continuous" and not len(self.driver):
             # Wake when the next page falls due (looked at again at least every minute).
-            next_due = getattr(self.driver, "next_due", None)  # a third party's may lack it
-            due = next_due() if next_due is not None else rc.next_due()
+            due = self.driver.next_due()
             wait = 60.0 if due is None else min(60.0, max(1.0, due - time.time()))
             at = self.clock() + wait if at is None else min(at, self.clock() + wait)
         self.waker.wake_at(at)

@@ -438,7 +438,7 @@ class RedisFrontier:
                 self._init_meta(keys=[meta_key], args=fields, client=client)
                 meta = {text(k): text(v) for k, v in client.hgetall(meta_key).items()}
             if self.spider is not None and meta.get("format") == FORMAT:
-                # Frontiers from before the spider was recorded adopt the first opener's.
+                # The first opener that names a spider records it; later ones must match.
                 client.hsetnx(meta_key, "spider", self.spider)
                 owner = text(client.hget(meta_key, "spider") or b"")
                 if owner != self.spider:

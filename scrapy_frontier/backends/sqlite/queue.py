@@ -52,11 +52,8 @@ T = TypeVar("T")
 logger = logging.getLogger("scrapy_frontier.store")
 
 FORMAT = "scrapy-frontier/sqlite"
-#: 2: request rows start with a format byte (scrapy_frontier.codec). Version 1
-#: files (bare pickled Request.to_dict rows) are still read, and are marked
-#: version 2 when opened, since new rows are written in the new format.
-VERSION = 2
-READABLE_VERSIONS = ("1", "2")
+#: The state's layout; request rows start with a format byte (scrapy_frontier.codec).
+VERSION = 1
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -249,26 +246,16 @@ class SQLiteStore(Generic[T]):
                     [("format", FORMAT), ("version", str(VERSION)), ("spider", spider)],
                 )
             return db
-        if meta.get("version") not in READABLE_VERSIONS:
+        if meta.get("version") != str(VERSION):
             raise StoreError(
                 f"{path} was written by an incompatible scrapy-frontier (state version "
-                f"{meta.get('version')}, this version reads {', '.join(READABLE_VERSIONS)}). "
+                f"{meta.get('version')}, this version reads {VERSION}). "
                 "Finish the crawl with the version that wrote it, or use a new JOBDIR."
             )
         if meta.get("spider") != spider:
             raise StoreError(
                 f"{path} belongs to spider {meta.get('spider')!r}, not {spider!r}. "
                 "Each spider needs its own JOBDIR (or FRONTIER_PATH)."
-            )
-        if meta["version"] != str(VERSION):
-            with _transaction(db):
-                db.execute("UPDATE meta SET value = ? WHERE key = 'version'", (str(VERSION),))
-            logger.info(
-                "%s: state version %s upgraded to %d (its rows are read as they are); "
-                "scrapy-frontier releases older than this one cannot resume it any more",
-                path,
-                meta["version"],
-                VERSION,
             )
         return db
 
