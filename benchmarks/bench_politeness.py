@@ -28,7 +28,8 @@ Webs:
 On ``cpu`` and ``real`` the frontier also runs with ``FRONTIER_RECRAWL = "off"``, and on
 ``cpu`` with a ``JOBDIR`` (a page history that is kept, with and without recrawl): the
 cost of the history bookkeeping. On ``stall`` it also runs with
-``FRONTIER_STALL_DISCOUNT = True`` (the discount is opt-in).
+``FRONTIER_STALL_DISCOUNT = True``, which now only records the loop's stalls (no fetch time
+is shortened by one, see docs/design.rst): the cost of the stall meter.
 
 Each crawl's own CPU seconds (user + system of the crawler process) are reported beside its
 makespan, and their ratio to the impolite crawl's of the same round: on a machine whose speed

@@ -15,6 +15,8 @@ logger = logging.getLogger("scrapy_frontier.addon")
 SCHEDULER_PATH = "scrapy_frontier.scheduler.FrontierScheduler"
 MIDDLEWARE_PATH = "scrapy_frontier.downloadermiddlewares.FetchTimingMiddleware"
 MIDDLEWARE_ORDER = 950
+HOLD_MIDDLEWARE_PATH = "scrapy_frontier.downloadermiddlewares.RobotsHoldMiddleware"
+ROBOTS_MIDDLEWARE_PATH = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 
 #: Settings the add-on sets at "addon" priority: a project's own values win.
 ADDON_SETTINGS = {
@@ -37,6 +39,9 @@ class Addon:
         for name, value in ADDON_SETTINGS.items():
             settings.set(name, value, "addon")
         _add_component(settings, "DOWNLOADER_MIDDLEWARES", MIDDLEWARE_PATH, MIDDLEWARE_ORDER)
+        robots = _robots_step(settings)
+        if robots is not None:  # just after it, before the middlewares that come next
+            _add_component(settings, "DOWNLOADER_MIDDLEWARES", HOLD_MIDDLEWARE_PATH, robots)
         # Below HttpErrorMiddleware (50): the page history sees 304s and error statuses.
         _add_component(settings, "SPIDER_MIDDLEWARES", RECRAWL_MIDDLEWARE_PATH, 40)
 
@@ -48,11 +53,11 @@ def check_startup(settings: Settings) -> None:
     """Stop a crawl that cannot start before Scrapy builds its engine: invalid settings, a
     backend whose extra is missing, a Redis that does not answer.
 
-    Scrapy applies add-ons before it makes the engine, so the crawl ends here with one
-    ERROR line and a short traceback that ends in the same message (exit code 1). Found
-    later, in the scheduler, the same error is followed by the engine's own failures.
+    Scrapy applies add-ons before it makes the engine, so the crawl ends here, under
+    ``scrapy crawl`` with one ERROR line and exit code 1 (:mod:`scrapy_frontier.scheduler.startup`).
     """
     from scrapy_frontier.errors import FrontierConfigError, FrontierError
+    from scrapy_frontier.scheduler import startup
     from scrapy_frontier.scheduler.drivers import load_driver
     from scrapy_frontier.settings import FrontierConfig
 
@@ -75,8 +80,9 @@ def check_startup(settings: Settings) -> None:
             finally:
                 client.close()
     except FrontierError as exc:
-        logger.error("scrapy-frontier cannot start: %s", exc)
-        raise FrontierConfigError(str(exc)) from None
+        error = FrontierConfigError(str(exc))
+        startup.report(logger, error)
+        raise error from None
 
 
 def check_state_dir(path: str, setting: str) -> None:
@@ -112,7 +118,7 @@ def check_state_dir(path: str, setting: str) -> None:
 STARTUP_PING_TIMEOUT = 3.0
 
 
-def _add_component(settings: Settings, name: str, path: str, order: int) -> None:
+def _add_component(settings: Settings, name: str, path: str, order: float) -> None:
     """Add a component unless the project already lists it: by this path, by another path
     to the same class (``scrapy_frontier.FetchTimingMiddleware``), or as the class itself;
     even with the order None, which turns it off."""
@@ -122,6 +128,22 @@ def _add_component(settings: Settings, name: str, path: str, order: int) -> None
             components.set(path, order, "addon")
     else:  # pragma: no cover - settings built from a plain dict
         settings.set(name, {**(components or {}), path: order}, "addon")
+
+
+def _robots_step(settings: Settings) -> float | None:
+    """Where RobotsHoldMiddleware goes: between RobotsTxtMiddleware's order and the next
+    middleware's, at most 0.5 after the former; None if robots.txt is not obeyed."""
+    if not settings.getbool("ROBOTSTXT_OBEY"):
+        return None
+    base = dict(settings["DOWNLOADER_MIDDLEWARES_BASE"] or {})
+    project = dict(settings["DOWNLOADER_MIDDLEWARES"] or {})
+    robots_class = load_object(ROBOTS_MIDDLEWARE_PATH)
+    robots = next((order for path, order in [*project.items(), *base.items()]
+                   if path == ROBOTS_MIDDLEWARE_PATH or path is robots_class), None)
+    if not isinstance(robots, int | float):
+        return None  # turned off, or replaced by another class: the timing middleware waits
+    after = [o for o in {**base, **project}.values() if isinstance(o, int | float) and o > robots]
+    return robots + min(1.0, min(after, default=robots + 1.0) - robots) / 2
 
 
 def _lists_class_of(components: BaseSettings, path: str) -> bool:

@@ -8,13 +8,10 @@ Every row starts with a format byte:
   without parsing the URL again when the URL is plain (see below);
 * ``0x02`` -- *full*: pickled ``Request.to_dict(spider=...)``, for subclasses
   (``FormRequest``, ``JsonRequest``, your own) and anything the compact form
-  does not cover; rebuilt by Scrapy's ``request_from_dict``;
-* ``0x80`` -- state version 1 rows (scrapy-frontier before the compact form): a
-  bare pickled ``Request.to_dict``, whose first byte is pickle's PROTO opcode.
-  Still read, so that a crawl started with an older release can be resumed.
+  does not cover; rebuilt by Scrapy's ``request_from_dict``.
 
 Any other first byte is refused with an :class:`UndecodableRow`: the row is
-corrupt (a newer state version is refused when the file is opened), and guessing
+corrupt (another state version is refused when the file is opened), and guessing
 would rebuild the wrong request. So is a row that does not unpickle. A callback
 the spider no longer has is a plain :class:`StoreError`: the spider's code
 changed, which concerns every row that names it, not one.
@@ -71,7 +68,6 @@ class Codec(Generic[T]):
 
 COMPACT = 0x01
 FULL = 0x02
-LEGACY = 0x80  # pickle's PROTO opcode: a version-1 row
 _COMPACT_TAG = bytes([COMPACT])
 _FULL_TAG = bytes([FULL])
 _PROTOCOL = 5
@@ -220,8 +216,6 @@ def request_codec(spider: Any, *, compact: bool = True) -> Codec[Any]:
                 return decode_compact(data)
             if tag == FULL:
                 return from_dict(pickle.loads(memoryview(data)[1:]))
-            if tag == LEGACY:
-                return from_dict(pickle.loads(data))
         except MissingCallback as exc:
             raise StoreError(
                 f"cannot rebuild a saved request ({exc}). Was the spider's code changed (a "
@@ -245,10 +239,13 @@ def saved_url(data: bytes) -> str | None:
 
     Reads the pickle's opcodes without running them, so a value that fails to
     unpickle does not hide the URL: the first string of a compact row, the value
-    after the ``"url"`` key of a full or version-1 row.
+    after the ``"url"`` key of a full row. None for a row of an unknown format byte.
     """
-    compact = data[:1] == _COMPACT_TAG
-    body = memoryview(data)[1:] if data[:1] in (_COMPACT_TAG, _FULL_TAG) else data
+    tag = data[:1]
+    if tag not in (_COMPACT_TAG, _FULL_TAG):
+        return None
+    compact = tag == _COMPACT_TAG
+    body = memoryview(data)[1:]
     previous = None
     try:
         for op, arg, _ in pickletools.genops(bytes(body)):

@@ -1,8 +1,11 @@
-"""Downloader middleware that times each fetch and reports its end to the frontier."""
+"""Downloader middlewares: one times each fetch and reports its end to the frontier, one
+holds the first request after a host's robots.txt until the host has rested."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
@@ -16,6 +19,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
+logger = logging.getLogger("scrapy_frontier.downloadermiddlewares")
+
 
 class FetchTimingMiddleware:
     """Stamps a request when it is sent and reports to the frontier when it ends.
@@ -26,12 +31,18 @@ class FetchTimingMiddleware:
     Only requests that carry a frontier lease release a host; media-pipeline
     downloads bypass the scheduler and are ignored. robots.txt fetches (which
     Scrapy's RobotsTxtMiddleware makes for the first request to a site, while
-    that request holds the host's lease) are timed too: the request that
-    waited for them is sent only after the host's rest from the robots.txt
-    fetch, so a site sees its robots.txt and its first page as polite as any
-    two pages. A robots.txt fetch sent again (RetryMiddleware, after a 500 or a
+    that request holds the host's lease) are timed too. The request that waited
+    for them goes on only after the host's rest from the robots.txt fetch, so a
+    site sees its robots.txt and its first page as polite as any two pages: it is
+    queued again at the robots.txt step (:class:`RobotsHoldMiddleware`), or, if
+    that step did not hold it, it waits here, having passed every other middleware
+    once. A robots.txt fetch sent again (RetryMiddleware, after a 500 or a
     timeout) waits for the rest owed after the attempt before it: RetryMiddleware
     would send it at once, since these fetches never pass through the scheduler.
+
+    It is also a shared frontier's last fence: a request whose lease may have lapsed (its
+    Redis worker did not run for about FRONTIER_REDIS_LIVENESS) is not sent but given back
+    (see FrontierScheduler.lease_lapsed).
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -42,14 +53,17 @@ class FetchTimingMiddleware:
         return cls(crawler)
 
     def process_request(self, request: Request, spider: Any = None
-                        ) -> Request | Deferred[None] | None:
+                        ) -> Request | Deferred[Request | None] | None:
         meta = request.meta
         if LEASE_META in meta:
             scheduler = running_scheduler(self.crawler)
             if scheduler is not None:
-                again: Request | None = scheduler.robots_hold(request)
-                if again is not None:
-                    return again  # back to the frontier until the host has rested
+                lapsed: Request | None = scheduler.lease_lapsed(request)
+                if lapsed is not None:
+                    return lapsed  # given back unfetched: dropped by enqueue_request
+                wait = scheduler.robots_wait_in_place(request)
+                if wait > 0:  # not held at the robots.txt step: it waits here, seen once
+                    return _after(wait, partial(_send_if_held, scheduler, request))
                 scheduler.fetch_sent(request)
         elif meta.get("dont_obey_robotstxt") and _is_robots_txt(request.url):
             scheduler = running_scheduler(self.crawler)
@@ -90,21 +104,80 @@ class FetchTimingMiddleware:
             finished(request, response=response, exception=exception)
 
 
+class RobotsHoldMiddleware:
+    """Sends the first request of a host back to the frontier's queue when it comes
+    right after its host's robots.txt fetch, until the host has rested.
+
+    The add-on installs it just after Scrapy's RobotsTxtMiddleware (the robots.txt
+    step), so that the request has not reached any project middleware yet: queued
+    again, it reaches each of them once, and Scrapy's download stats count it once. No
+    download slot waits while the host rests. If a middleware that is not Scrapy's own
+    comes before this one, the request is not held here (that middleware would see it
+    twice): it waits in the timing middleware instead.
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        #: Whether requests may be held here; decided at the first one (None: not yet).
+        self.holds: bool | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> RobotsHoldMiddleware:
+        return cls(crawler)
+
+    def process_request(self, request: Request, spider: Any = None) -> Request | None:
+        if LEASE_META not in request.meta or self.holds is False:
+            return None
+        scheduler = running_scheduler(self.crawler)
+        if scheduler is None:
+            return None
+        if self.holds is None:
+            self.holds = self._first_seen(scheduler.engine.middlewares_before(self))
+            if not self.holds:
+                return None
+        again: Request | None = scheduler.robots_hold(request)
+        return again  # a copy back to the frontier until the host has rested, or None
+
+    def _first_seen(self, before: list[Any] | None) -> bool:
+        """Whether requests reach this middleware before any middleware of the project's."""
+        if before is None:
+            logger.info("The downloader middlewares cannot be listed: the first request "
+                        "after each robots.txt waits for its host's rest in the downloader.")
+            return False
+        theirs = [type(m) for m in before if not type(m).__module__.startswith("scrapy.")]
+        if theirs:
+            logger.info(
+                "%s sees requests before RobotsHoldMiddleware (the robots.txt step): the "
+                "first request after each robots.txt waits for its host's rest in the "
+                "downloader, holding one of CONCURRENT_REQUESTS, instead of in the queue. "
+                "Order that middleware after RobotsTxtMiddleware to avoid this.",
+                ", ".join(f"{c.__module__}.{c.__qualname__}" for c in theirs))
+        return not theirs
+
+
 def _stamp(meta: dict[str, Any], now: float) -> None:
     meta[ROBOTS_START_META] = now
 
 
-def _after(seconds: float, then: Callable[[], None]) -> Deferred[None]:
-    """A Deferred that fires with None ``seconds`` from now, once ``then`` ran; the download
-    goes on then (the reactor is never blocked)."""
-    d: Deferred[None] = Deferred()
+def _after(seconds: float, then: Callable[[], Request | None]) -> Deferred[Request | None]:
+    """A Deferred that fires ``seconds`` from now with what ``then`` returns: None, and the
+    download goes on then (the reactor is never blocked), or a request given back."""
+    d: Deferred[Request | None] = Deferred()
 
     def fire() -> None:
-        then()
-        d.callback(None)
+        d.callback(then())
 
     call_later(seconds, fire)
     return d
+
+
+def _send_if_held(scheduler: Any, request: Request) -> Request | None:
+    """After a wait in place: the fence again (the lease may have lapsed meanwhile), then
+    the fetch starts."""
+    lapsed: Request | None = scheduler.lease_lapsed(request)
+    if lapsed is None:
+        scheduler.fetch_sent(request)
+    return lapsed
 
 
 def _is_robots_txt(url: str) -> bool:

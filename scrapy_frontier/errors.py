@@ -72,6 +72,11 @@ class HistoryStoreError(_FileError):
     kind = "page-history file"
 
 
+class FeedWriteError(StoreError):
+    """A feed export's file cannot be written: the pages whose items it holds are not
+    recorded as done, so that the next run fetches them again."""
+
+
 class RedisFrontierError(StoreError):
     """The Redis frontier cannot be used; the message says why and what to do."""
 

@@ -2,6 +2,9 @@
 
 #: Set by the scheduler: the lease ticket of a request the frontier handed out.
 LEASE_META = "frontier_lease"
+#: Set by the scheduler: the request's lease lapsed before it was sent (a shared frontier's
+#: fence); it was given back unfetched, and ``enqueue_request`` drops this copy.
+LAPSED_META = "frontier_lapsed"
 #: Set by the timing middleware on robots.txt requests (they bypass the scheduler,
 #: but they are contacts the host's rest must count).
 ROBOTS_START_META = "frontier_robots_start"

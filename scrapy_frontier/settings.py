@@ -59,7 +59,7 @@ DEFAULTS: dict[str, Any] = {
     "FRONTIER_BACKOFF_MAX": 600.0,
     "FRONTIER_RETIRE_AFTER": 10,
     "FRONTIER_IP_POLITENESS": False,
-    "FRONTIER_STALL_DISCOUNT": False,  # opt-in: see docs/design.rst
+    "FRONTIER_STALL_DISCOUNT": False,  # deprecated: records stalls only (docs/design.rst)
     "FRONTIER_TCP_TIMING": True,
     "FRONTIER_SEEN_CACHE_SIZE": DEFAULT_CACHE_SIZE,
     "FRONTIER_SEEN_CACHE_POLICY": "clock",
@@ -189,7 +189,7 @@ class FrontierConfig:
     ip_politeness: bool = False
     """Hosts that resolve to one IP address also share one fetch at a time and one rest."""
     stall_discount: bool = False
-    """Discount a stall of the crawler's loop from a fetch time, by the host's history."""
+    """Record the crawler's loop's stalls (stats only: no fetch time is shortened by one)."""
     tcp_timing: bool = True
     """Time HTTP/1.x fetches by the kernel's TCP stamps where it has them (Linux)."""
     dns_timeout: float = 60.0

@@ -18,7 +18,7 @@ from scrapy.utils.request import request_from_dict
 from scrapy_frontier import codec as codec_module
 from scrapy_frontier.backends.sqlite.queue import SQLiteStore
 from scrapy_frontier.codec import COMPACT, FULL, request_codec
-from scrapy_frontier.errors import StoreError, Unserializable
+from scrapy_frontier.errors import StoreError, UndecodableRow, Unserializable
 from scrapy_frontier.hostkey import PLAIN_URL
 
 
@@ -227,18 +227,15 @@ def test_every_plain_url_is_a_fixed_point_of_request(
     same(codec.decode(codec.encode(request)), request_from_dict(request.to_dict()))
 
 
-def test_version_1_rows_are_still_read() -> None:
-    spider = CodecSpider()
-    codec = request_codec(spider)
-    request = Request("http://a.example/old", callback=spider.parse_page, meta={"m": 1})
-    legacy = pickle.dumps(request.to_dict(spider=spider), protocol=pickle.HIGHEST_PROTOCOL)
-    same(codec.decode(legacy), request)
-
-
 def test_unknown_format_byte_is_refused_clearly() -> None:
     codec = request_codec(CodecSpider())
     with pytest.raises(StoreError, match="format byte 7.*newer release"):
         codec.decode(b"\x07whatever")
+    # A bare pickled Request.to_dict (no format byte) is not a row of this format either.
+    spider = CodecSpider()
+    bare = pickle.dumps(Request("http://a.example/").to_dict(spider=spider), protocol=5)
+    with pytest.raises(UndecodableRow, match=f"format byte {bare[0]}"):
+        request_codec(spider).decode(bare)
 
 
 def test_callbacks_that_are_not_spider_methods_are_unserializable() -> None:
@@ -278,26 +275,3 @@ def test_removed_callback_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match=f"{path}, row 1: .*'gone'"):
         store.back_lease("a.example")
     store.close()
-
-
-def test_version_1_state_file_is_upgraded_and_resumed(tmp_path: Path) -> None:
-    spider = CodecSpider()
-    path = tmp_path / "f.sqlite"
-    SQLiteStore(path, levels=2, spider="codec", codec=request_codec(spider)).close()
-    db = sqlite3.connect(path)
-    old = Request("http://a.example/v1", meta={"m": 1})
-    with db:
-        db.execute("UPDATE meta SET value = '1' WHERE key = 'version'")
-        db.execute(
-            "INSERT INTO front VALUES (1, 1, 'a.example', ?)",
-            (pickle.dumps(old.to_dict(spider=spider), protocol=pickle.HIGHEST_PROTOCOL),),
-        )
-    db.close()
-    store = SQLiteStore(path, levels=2, spider="codec", codec=request_codec(spider))
-    store.recover()
-    [(host, level, item)] = list(store.front_items())
-    same(item, old)
-    store.close()
-    db = sqlite3.connect(path)
-    assert db.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()[0] == "2"
-    db.close()

@@ -354,7 +354,7 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(tmp_path: Path) -> None:
         assert proc.returncode == 1 and "version '99'" in proc.stderr, proc.stderr
     assert state.read_bytes() == before and steering(job) == controls
     db = sqlite3.connect(state)
-    db.execute("UPDATE meta SET value = '2' WHERE key = 'version'")
+    db.execute("UPDATE meta SET value = '1' WHERE key = 'version'")
     db.commit()
     db.close()
     # An unknown host.

@@ -260,3 +260,44 @@ def test_a_kill_before_the_seen_set_is_written_queues_no_url_twice(tmp_path: Pat
         assert not again.enqueue_request(Request(f"http://a.example/{i}"))
     assert again.enqueue_request(Request("http://a.example/new"))
     again.close("finished")
+
+
+def test_a_url_fetched_before_the_seen_set_is_written_is_not_fetched_again(
+        tmp_path: Path) -> None:
+    """A page fetched and acknowledged before the seen-set's first write, then a kill: the
+    restart puts its fingerprint back (from the ``done`` rows), so that ``start()`` or a
+    page fetched again finding it does not fetch it a second time."""
+    from scrapy_frontier.dupefilter import FrontierDupeFilter
+
+    settings = {**job(tmp_path), "FRONTIER_FLUSH_INTERVAL": 60.0}
+    sched, _, _ = make_scheduler(settings, dupefilter=FrontierDupeFilter)
+    assert sched.enqueue_request(Request("http://a.example/first"))  # the periodic flush
+    seen_store = sched.df.seen.store  # type: ignore[attr-defined]
+    assert seen_store.covers == 1 and seen_store.pending == 0
+    assert sched.enqueue_request(Request("http://b.example/start"))
+    assert [r.url for r in (sched.next_request(), sched.next_request()) if r is not None] == [
+        "http://a.example/first", "http://b.example/start"]
+    # The start page's fetch ends, and its link is queued.
+    sched.fetch_finished(next(f.request for f in sched.inflight._out.values()
+                              if f.request.url.endswith("/start")))
+    assert sched.enqueue_request(Request("http://b.example/link"))
+    link = sched.next_request()  # the start page is acknowledged; the link is in flight
+    assert link is not None and link.url == "http://b.example/link"
+    assert seen_store.covers == 1 and seen_store.pending == 2  # not written since
+    done = sched.driver.store._db.execute("SELECT COUNT(*) FROM done").fetchone()[0]
+    assert done == 1
+    crash(sched)
+    seen_store._conn.close()  # its buffer dies with the process
+    seen_store._unlock()
+
+    again, _, crawler2 = make_scheduler(settings, dupefilter=FrontierDupeFilter)
+    assert crawler2.stats.get_value("frontier/restored") == 2  # first and link, in flight
+    assert crawler2.stats.get_value("frontier/seen/caught_up") == 2  # start and link
+    assert not again.enqueue_request(Request("http://b.example/start"))  # start() again
+    assert not again.enqueue_request(Request("http://b.example/link"))
+    for _ in range(2):
+        request = again.next_request()
+        assert request is not None and not request.url.endswith("/start")
+        again.fetch_finished(request)
+    assert again.next_request() is None
+    again.close("finished")

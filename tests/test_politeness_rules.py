@@ -26,6 +26,7 @@ from frontier_testweb.log import LogEntry
 from scrapy_frontier.core import DelayPolicy, FakeClock, Frontier
 from scrapy_frontier.core.site_rules import parse_retry_after, robots_delay
 from scrapy_frontier.errors import FrontierConfigError
+from scrapy_frontier.meta import LEASE_META
 from scrapy_frontier.scheduler.engine import ProtegoDelays, robots_view
 from scrapy_frontier.settings import FrontierConfig
 from tests.invariants import check_frontier
@@ -374,34 +375,75 @@ def test_a_robot_parser_without_crawl_delay_is_read_through_protego(robots_sourc
         "User-agent: *\nCrawl-delay: 1.5\n"))), "b") == 1.5
 
 
-def test_robots_txt_fetch_counts_as_a_contact() -> None:
-    """The request that triggered robots.txt goes back to wait for the host's rest."""
-    sched, clock, crawler = make_scheduler({"FRONTIER_DELAY_FACTOR": 10.0})
-    from scrapy_frontier.downloadermiddlewares import FetchTimingMiddleware
+class _ProjectMiddleware:
+    """A project's downloader middleware (its module is not Scrapy's)."""
+
+
+def _robots_fetched_during(sched: Any, clock: FakeClock) -> Request:
+    """Two pages of a.example queued; the first handed out, and robots.txt fetched while it
+    holds the lease (the robots middleware's download), 0.1 s long: the host rests 1 s."""
     from scrapy_frontier.meta import ROBOTS_START_META
 
-    mw = FetchTimingMiddleware(crawler)
     for i in range(2):
         sched.enqueue_request(Request(f"http://a.example/{i}"))
     first = sched.next_request()
     assert first is not None
-    # The robots middleware downloads robots.txt while `first` holds the lease.
     robots = Request("http://a.example/robots.txt", meta={"dont_obey_robotstxt": True})
     robots.meta[ROBOTS_START_META] = clock()
     clock.advance(0.1)
     sched.robots_fetched(robots, 0.1)  # rest 1 s from now
-    again = sched.robots_hold(first)
-    assert again is not None and again.url == first.url and again.dont_filter
+    return first
+
+
+def test_robots_txt_fetch_counts_as_a_contact() -> None:
+    """The request that triggered robots.txt goes back to wait for the host's rest, from
+    the robots.txt step: no middleware after it has seen the request."""
+    sched, clock, crawler = make_scheduler({"FRONTIER_DELAY_FACTOR": 10.0})
+    from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
+
+    from scrapy_frontier.downloadermiddlewares import FetchTimingMiddleware, RobotsHoldMiddleware
+
+    hold, timing = RobotsHoldMiddleware(crawler), FetchTimingMiddleware(crawler)
+    # Scrapy's own middlewares before the robots.txt step: the request may be held there.
+    crawler.engine.downloader.middleware.middlewares[:] = [
+        OffsiteMiddleware(crawler), hold, timing]
+    first = _robots_fetched_during(sched, clock)
+    again = hold.process_request(first)
+    assert isinstance(again, Request) and again.url == first.url and again.dont_filter
     assert sched.enqueue_request(again)  # the engine queues what the middleware returned
     assert sched.next_request() is None
     assert sched.driver.frontier.next_contact("a.example") == pytest.approx(clock.now + 1.0)
     clock.advance(1.0)
     nxt = sched.next_request()
     assert nxt is not None
-    assert sched.robots_hold(nxt) is None  # rest kept: sent as is
-    assert mw.process_request(nxt) is None
+    assert hold.process_request(nxt) is None  # rest kept: sent as is
+    assert timing.process_request(nxt) is None
     assert crawler.stats.get_value("frontier/robots/held") == 1
+    assert crawler.stats.get_value("frontier/robots/held_in_place") is None
     assert crawler.stats.get_value("frontier/robots/fetches") == 1
+
+
+def test_robots_txt_wait_in_place_after_a_project_middleware() -> None:
+    """A project middleware sees requests before the robots.txt step: queued again, the
+    request would pass it twice, so it waits in the timing middleware instead."""
+    from twisted.internet.defer import Deferred
+
+    from scrapy_frontier.downloadermiddlewares import FetchTimingMiddleware, RobotsHoldMiddleware
+
+    sched, clock, crawler = make_scheduler({"FRONTIER_DELAY_FACTOR": 10.0})
+    hold, timing = RobotsHoldMiddleware(crawler), FetchTimingMiddleware(crawler)
+    crawler.engine.downloader.middleware.middlewares[:] = [_ProjectMiddleware(), hold, timing]
+    first = _robots_fetched_during(sched, clock)
+    assert hold.process_request(first) is None and hold.holds is False
+    waiting = timing.process_request(first)
+    assert isinstance(waiting, Deferred) and not waiting.called
+    fetch = sched.inflight.get(first.meta[LEASE_META])
+    assert fetch is not None and fetch.sent_at is None  # not sent yet: timed once it is
+    waiting.addErrback(lambda _: None)
+    waiting.cancel()  # no reactor runs here
+    assert crawler.stats.get_value("frontier/robots/held") == 1
+    assert crawler.stats.get_value("frontier/robots/held_in_place") == 1
+    assert sched.next_request() is None  # the host is still leased
 
 
 @pytest.mark.parametrize("parse", ["scrapy", "frontier"])

@@ -4,6 +4,7 @@ the spider middleware's view of responses, and the scheduler's due gate and feed
 from __future__ import annotations
 
 import logging
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from scrapy_frontier.core.history import MemoryHistoryStore, PageRecord
 from scrapy_frontier.core.recrawl import Recrawler, RecrawlSettings, Visit
 from scrapy_frontier.core.recrawl_priority import HostRules, change_term, quality_term
 from scrapy_frontier.core.refresh import DAY, RefreshConfig
+from scrapy_frontier.core.simhash import SIMHASH_VERSION
 from scrapy_frontier.errors import FrontierConfigError, HistoryStoreError
 from scrapy_frontier.spidermiddlewares import RecrawlMiddleware, visit_of
 
@@ -194,6 +196,31 @@ def test_sqlite_store_refuses_foreign_damaged_and_locked_files(tmp_path: Path) -
     with pytest.raises(HistoryStoreError, match="in use by another process"):
         SQLiteHistoryStore(path)
     s.close()
+    # Version 1 is the only history version: any other is refused by name, unchanged.
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE frontier_meta SET value = 2 WHERE key = 'version'")
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(HistoryStoreError, match=re.escape(
+            f"{path}: was written in format version 2; this scrapy-frontier reads version 1")):
+        SQLiteHistoryStore(path)
+    assert path.read_bytes() == before
+
+
+def test_redis_history_of_another_version_is_refused(redis_client: Any,
+                                                      redis_prefix: str) -> None:
+    from scrapy_frontier.backends.redis.history import RedisHistoryStore
+    from scrapy_frontier.errors import RedisFrontierDataError
+
+    prefix = redis_prefix + "history:"
+    RedisHistoryStore(redis_client, prefix)
+    assert redis_client.hget(prefix + "meta", "version") == b"1"
+    redis_client.hset(prefix + "meta", "version", "2")
+    with pytest.raises(RedisFrontierDataError, match=re.escape(
+            f"'{prefix}meta' says format 'scrapy-frontier/redis-history' version '2'")):
+        RedisHistoryStore(redis_client, prefix)
+    assert redis_client.hget(prefix + "meta", "version") == b"2"
 
 
 # -- the Recrawler on a fake clock ---------------------------------------------------------
@@ -366,28 +393,33 @@ def test_text_and_simhash_only_when_a_decision_needs_them() -> None:
     assert exact_calls == []
 
 
-def test_a_simhash_of_an_older_version_is_not_compared() -> None:
+def test_a_simhash_of_another_version_is_not_compared() -> None:
     rc, clock = make_recrawler()
     rc.visited(1, "u", page(WORDS))
     stored = rc.store.get(1)
-    assert stored is not None and stored.simhash_version == 2
-    # A record as an older release wrote it: no "sv" key, so simhash version 1.
-    old_json = stored.to_json().replace(',"sv":2', "")
-    old = PageRecord.from_json(1, old_json)
-    assert old.simhash == stored.simhash and old.simhash_version == 1
-    rc.store.put(old)
+    assert stored is not None and stored.simhash_version == SIMHASH_VERSION == 1
+    # A record whose simhash another function made (as a later release would store it).
+    sv = f',"sv":{SIMHASH_VERSION}'
+    assert sv in stored.to_json()
+    other_json = stored.to_json().replace(sv, f',"sv":{SIMHASH_VERSION + 1}')
+    other = PageRecord.from_json(1, other_json)
+    assert other.simhash == stored.simhash and other.simhash_version == SIMHASH_VERSION + 1
+    rc.store.put(other)
     clock.advance(DAY)
     # Same bytes: no change, whatever the simhash version.
     rec, changed = rc.visited(1, "u", page(WORDS))
-    assert not changed and rec.simhash_version == 2
-    rc.store.put(PageRecord.from_json(1, old_json))
+    assert not changed and rec.simhash_version == SIMHASH_VERSION
+    rc.store.put(PageRecord.from_json(1, other_json))
     clock.advance(DAY)
     # New bytes and a simhash that cannot be compared: the digest decides (a change),
     # and the new simhash is stored for next time.
     rec, changed = rc.visited(1, "u", page(WORDS + " generated 12345"))
-    assert changed and rec.simhash_version == 2
+    assert changed and rec.simhash_version == SIMHASH_VERSION
     clock.advance(DAY)
     assert not rc.visited(1, "u", page(WORDS + " generated 67890"))[1]
+    # A simhash without its version is a damaged record, not a guess.
+    with pytest.raises(ValueError, match="damaged.*sv"):
+        PageRecord.from_json(1, stored.to_json().replace(sv, ""))
 
 
 # -- the spider middleware's view of responses ---------------------------------------------

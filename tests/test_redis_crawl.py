@@ -155,6 +155,7 @@ def test_a_live_workers_long_download_keeps_its_lease(redis_server: RedisServer,
     assert stats["finish_reason"] == "finished"
     assert int(client.hget(f"{name}:frontier:stats", "expired") or 0) == 0
     assert "frontier/leases/reclaimed" not in stats and "frontier/leases/lost" not in stats
+    assert "frontier/leases/lapsed" not in stats  # the fence never doubted a renewed lease
     # The worker left the live workers at its close.
     assert client.zcard(f"{name}:frontier:workers") == 0
 

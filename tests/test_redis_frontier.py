@@ -356,16 +356,20 @@ def test_a_lease_lasts_the_liveness_window_and_its_heartbeat_renews_it(
     assert lease.deadline == pytest.approx(lease.handed_at + 0.5, abs=1e-5)
     deadlines = a.key("deadlines")
     before = client.zscore(deadlines, lease.host)
-    assert a.renew("w1", [(lease.host, lease.ticket), (other.host, other.ticket + 99)]) == 1
+    # Renewal says which leases it found gone: here the one named by a wrong ticket.
+    assert a.renew("w1", [(lease.host, lease.ticket), (other.host, other.ticket + 99)]) == [
+        (other.host, other.ticket + 99)]
     renewed = client.zscore(deadlines, lease.host)
     assert renewed > before
     assert client.zscore(deadlines, other.host) == pytest.approx(other.deadline, abs=1e-5)
     time.sleep(0.6)  # now + 0.5 is past the claim + lease_timeout: the cap holds
-    assert a.renew("w1", [(lease.host, lease.ticket)]) == 1
+    assert a.renew("w1", [(lease.host, lease.ticket)]) == []
     assert client.zscore(deadlines, lease.host) == pytest.approx(lease.handed_at + 1.0, abs=1e-5)
     assert a.live_workers() == 1
     a.complete(lease, 0.0)
-    assert a.renew("w1", [(lease.host, lease.ticket)]) == 0  # completed: left alone
+    # Completed: left alone, and reported as no longer held.
+    assert a.renew("w1", [(lease.host, lease.ticket)]) == [(lease.host, lease.ticket)]
+    assert a.renew("w1", []) == []
     a.leave("w1")
     assert a.live_workers() == 0
     with pytest.raises(ValueError, match="liveness"):

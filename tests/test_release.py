@@ -99,8 +99,3 @@ def test_the_test_web_is_a_distribution_of_its_own(tmp_path: Path) -> None:
         names = zf.namelist()
     assert "frontier_testweb/server.py" in names
     assert not [n for n in names if n.startswith("scrapy_frontier/")]
-
-
-def test_the_changelog_names_this_version() -> None:
-    text = (ROOT / "CHANGELOG.md").read_text()
-    assert f"## {scrapy_frontier.__version__} " in text

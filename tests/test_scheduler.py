@@ -12,10 +12,16 @@ from hypothesis import strategies as st
 from scrapy import Request, Spider, signals
 from scrapy.http import Response
 from scrapy.settings import Settings
+from scrapy.utils.conf import build_component_list
 from scrapy.utils.test import get_crawler
 
 from scrapy_frontier import Addon, FetchTimingMiddleware, FrontierScheduler
-from scrapy_frontier.addon import MIDDLEWARE_PATH, SCHEDULER_PATH
+from scrapy_frontier.addon import (
+    HOLD_MIDDLEWARE_PATH,
+    MIDDLEWARE_PATH,
+    ROBOTS_MIDDLEWARE_PATH,
+    SCHEDULER_PATH,
+)
 from scrapy_frontier.core import FakeClock
 from scrapy_frontier.errors import FrontierConfigError
 from scrapy_frontier.hostkey import HostlessURL, host_key, url_host_key
@@ -311,6 +317,26 @@ def test_addon_keeps_a_middleware_the_project_lists_by_any_path(listed: Any) -> 
     assert dict(settings["DOWNLOADER_MIDDLEWARES"]) == {listed: 500, "no.such.Middleware": 10}
     # Turned off by the project (None): not added back under its own path.
     assert dict(settings["SPIDER_MIDDLEWARES"]) == {"scrapy_frontier.RecrawlMiddleware": None}
+
+
+@pytest.mark.parametrize(("obey", "project", "at"), [
+    (False, {}, None),  # no robots.txt step: nothing added
+    (True, {}, 100.5),  # just after RobotsTxtMiddleware (100), well before HttpAuth (300)
+    (True, {"my.Early": 100.2, "my.Late": 543}, 100.1),  # before the project's next one
+    (True, {ROBOTS_MIDDLEWARE_PATH: 200}, 200.5),  # moved by the project
+    (True, {ROBOTS_MIDDLEWARE_PATH: None}, None),  # turned off
+])
+def test_addon_puts_the_robots_hold_just_after_the_robots_txt_step(
+        obey: bool, project: dict[str, Any], at: float | None) -> None:
+    settings = Settings()
+    settings.set("ROBOTSTXT_OBEY", obey, "project")
+    settings.set("DOWNLOADER_MIDDLEWARES", project, "project")
+    Addon().update_settings(settings)
+    assert settings["DOWNLOADER_MIDDLEWARES"].get(HOLD_MIDDLEWARE_PATH) == at
+    if at is not None:
+        chain = build_component_list(settings.getwithbase("DOWNLOADER_MIDDLEWARES"))
+        robots = chain.index(ROBOTS_MIDDLEWARE_PATH)
+        assert chain[robots + 1] == HOLD_MIDDLEWARE_PATH
 
 
 def test_addon_warns_when_project_replaces_the_scheduler(

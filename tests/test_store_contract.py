@@ -8,6 +8,7 @@ paging to and from disk is exercised on every step.
 from __future__ import annotations
 
 import pickle
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -276,12 +277,18 @@ def test_foreign_spider_and_version_are_refused(tmp_path: Path) -> None:
     sqlite_store(path).close()
     with pytest.raises(StoreError, match="belongs to spider 't'"):
         SQLiteStore(path, levels=4, spider="other", codec=INT_CODEC)
-    db = sqlite3.connect(path)
-    with db:
-        db.execute("UPDATE meta SET value = '99' WHERE key = 'version'")
-    db.close()
-    with pytest.raises(StoreError, match="incompatible"):
-        sqlite_store(path)
+    # Version 1 is the only state version; any other is refused by name, the file unchanged.
+    for version in ("2", "0", "99"):
+        db = sqlite3.connect(path)
+        with db:
+            db.execute("UPDATE meta SET value = ? WHERE key = 'version'", (version,))
+        db.close()
+        before = path.read_bytes()
+        with pytest.raises(StoreError, match=re.escape(
+                f"{path} was written by an incompatible scrapy-frontier (state version "
+                f"{version}, this version reads 1)")):
+            sqlite_store(path)
+        assert path.read_bytes() == before
 
 
 def test_a_file_in_use_by_another_store_is_refused(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from scrapy_frontier.backends.sqlite.history import FORMAT as HISTORY_FORMAT
 from scrapy_frontier.backends.sqlite.history import STORE_NAME as HISTORY_FILE
 from scrapy_frontier.backends.sqlite.history import VERSION as HISTORY_VERSION
 from scrapy_frontier.backends.sqlite.lock import is_locked
-from scrapy_frontier.backends.sqlite.queue import FORMAT, READABLE_VERSIONS
+from scrapy_frontier.backends.sqlite.queue import FORMAT, VERSION
 from scrapy_frontier.backends.sqlite.seen import FORMAT as SEEN_FORMAT
 from scrapy_frontier.backends.sqlite.seen import VERSION as SEEN_VERSION
 from scrapy_frontier.codec import saved_url
@@ -78,12 +78,11 @@ class SQLiteInspector:
         self.path = path
         self.db = _connect_ro(path)
         meta = _meta(self.db, path, "meta")
-        if meta.get("format") != FORMAT or meta.get("version") not in READABLE_VERSIONS:
+        if meta.get("format") != FORMAT or meta.get("version") != str(VERSION):
             raise FrontierCommandError(
                 f"{path} holds state format {meta.get('format')!r} version "
-                f"{meta.get('version')!r}; this scrapy-frontier reads {FORMAT!r} versions "
-                f"{', '.join(READABLE_VERSIONS)}. Use the scrapy-frontier release that wrote it. "
-                "Nothing was changed.")
+                f"{meta.get('version')!r}; this scrapy-frontier reads {FORMAT!r} version "
+                f"{VERSION}. Use the scrapy-frontier release that wrote it. Nothing was changed.")
         self.spider = meta.get("spider")
         #: The rests the crawl gives (its own settings, saved with its state).
         self.policy = delay_rule_from(meta, config.policy)

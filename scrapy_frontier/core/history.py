@@ -49,8 +49,8 @@ class PageRecord:
     digest: str | None = None
     simhash: int | None = None
     simhash_version: int = 0
-    """Which simhash function made ``simhash`` (core.simhash.SIMHASH_VERSION); 1 when an
-    older release stored it. Simhashes of different versions do not compare."""
+    """Which simhash function made ``simhash`` (core.simhash.SIMHASH_VERSION); 0 without
+    one. Simhashes of different versions do not compare."""
     size: int = 0
     """Body bytes of the last full (200) response: what a 304 saves."""
     status: int = 0
@@ -64,7 +64,7 @@ class PageRecord:
     """Handed out for a recrawl: not handed out again before this time (or a visit)."""
     request: bytes | None = None
     """The request the spider made for this page, encoded like the queue's requests, that a
-    recrawl replays; None in records written before requests were kept (or too large)."""
+    recrawl replays; None if it was not kept (too large, or not encodable)."""
     claimed_change: float | None = None
     """The change time its site last claimed for it (a sitemap's lastmod, a feed's
     updated), wall clock; None if the site never said."""
@@ -126,8 +126,7 @@ class PageRecord:
                 last_modified=data.get("lm"),
                 digest=data.get("dg"),
                 simhash=None if data.get("sh") is None else int(data["sh"]),
-                # Records written before simhash versions existed hold version 1.
-                simhash_version=0 if data.get("sh") is None else int(data.get("sv", 1)),
+                simhash_version=0 if data.get("sh") is None else int(data["sv"]),
                 size=int(data.get("sz", 0)),
                 status=int(data.get("st", 0)),
                 fetched_at=float(data.get("ft", 0.0)),

@@ -85,7 +85,8 @@ def saved_delay_rule(policy: DelayPolicy) -> dict[str, str]:
 
 def delay_rule_from(saved: dict[str, str], default: DelayPolicy) -> DelayPolicy:
     """The rule a state saved with :func:`saved_delay_rule`; ``default`` where it saved none
-    (a state written before it was saved) or something unreadable."""
+    (a store opened outside a crawl, or a crawl stopped before it saved it) or something
+    unreadable."""
     try:
         values = {name: float(saved[key]) for key, name in _SAVED_FIELDS}
         return DelayPolicy(**values)

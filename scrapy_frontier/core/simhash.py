@@ -13,8 +13,8 @@ per-bit votes are counted with numpy, imported at the first simhash (a crawl wit
 the page history never imports it). docs/design.rst gives the times with and without it.
 :func:`simhash_reference` is the same function in plain Python, for tests.
 
-:data:`SIMHASH_VERSION` names the function: simhashes of different versions do not
-compare (a history written by an older release stored version 1).
+:data:`SIMHASH_VERSION` names the function, and is stored beside each simhash:
+simhashes of different versions do not compare.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SIMHASH_VERSION", "hamming", "is_change", "simhash", "simhash_reference", "tokens"]
 
-#: Version 1 hashed every shingle's text with BLAKE2b; version 2 combines word hashes.
-SIMHASH_VERSION = 2
+#: This module's function (word hashes combined per shingle).
+SIMHASH_VERSION = 1
 
 _WORD = re.compile(r"\w+")
 _MASK = (1 << 64) - 1

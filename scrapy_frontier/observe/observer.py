@@ -38,8 +38,8 @@ class Observer:
 
     @classmethod
     def for_driver(cls, config: ObserveConfig, driver: Any, **kwargs: Any) -> Observer:
-        """For ``driver``'s census; a driver without one (a third party's, older than
-        ``Driver.census``) gets no progress line, and cannot serve metrics."""
+        """For ``driver``'s census; a driver without one (a third party's may leave it
+        out, see docs/design.rst) gets no progress line, and cannot serve metrics."""
         census = getattr(driver, "census", None)
         if census is None:
             name = getattr(driver, "name", type(driver).__name__)

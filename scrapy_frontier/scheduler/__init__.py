@@ -28,9 +28,10 @@ from scrapy_frontier.errors import (
 )
 from scrapy_frontier.fingerprint import Fingerprinter64
 from scrapy_frontier.hostkey import HostlessURL
-from scrapy_frontier.meta import LEASE_META
+from scrapy_frontier.meta import LAPSED_META, LEASE_META
 from scrapy_frontier.observe.observer import Observer
 from scrapy_frontier.observe.opening import frontier_line, history_line, quarantine_line
+from scrapy_frontier.scheduler import startup
 from scrapy_frontier.scheduler.admission import Admission
 from scrapy_frontier.scheduler.change_signals import (
     SignalReader,
@@ -40,7 +41,8 @@ from scrapy_frontier.scheduler.change_signals import (
     sitemap_request,
 )
 from scrapy_frontier.scheduler.drivers import DriverContext, load_driver
-from scrapy_frontier.scheduler.engine import EngineAdapter
+from scrapy_frontier.scheduler.engine import EngineAdapter, abandon_open
+from scrapy_frontier.scheduler.feeds import FeedGuard
 from scrapy_frontier.scheduler.fetch_timing import FetchTiming
 from scrapy_frontier.scheduler.inflight import InFlight, LeaseKeeper
 from scrapy_frontier.scheduler.recrawl import RecrawlHooks
@@ -104,7 +106,7 @@ class FrontierScheduler:
         self.rules = SiteRules(config, self.stats, clock)
         self.slots = SlotKeys()
         self.timing = FetchTiming(clock=clock, tcp_timing=config.tcp_timing,
-                                  stall_discount=config.stall_discount)
+                                  watch_stalls=config.stall_discount)
         self.recrawl: RecrawlHooks | None = None
         #: Reads sitemaps and feeds the spider fetches, with a page history only.
         self.signals: SignalReader | None = None
@@ -119,8 +121,13 @@ class FrontierScheduler:
         self.admission = Admission(config, dupefilter, self.driver, self.stats,
                                    Fingerprinter64(crawler.request_fingerprinter),
                                    history_failed=self.run.state_failed)
+        self.feeds = FeedGuard(crawler)
         self.leases = LeaseKeeper(self.inflight, self.engine, self.driver, self.stats,
-                                  config.lease_timeout, ended=self.fetch_finished)
+                                  config.lease_timeout, ended=self.fetch_finished,
+                                  items_safe=self.feeds.flush)
+        #: A shared frontier's fence (see lease_lapsed): None where leases cannot lapse.
+        self._holds: Callable[[int], bool] | None = getattr(self.driver, "holds", None)
+        self._give_back: Callable[[int], None] = getattr(self.driver, "give_back", _no_op)
         self.observer: Observer | None = None
 
     @classmethod
@@ -131,8 +138,8 @@ class FrontierScheduler:
             driver_cls = load_driver(config.driver_path)
             df = build_from_crawler(load_object(crawler.settings["DUPEFILTER_CLASS"]), crawler)
         except FrontierError as exc:
-            # One clear line before Scrapy's tracebacks.
-            logger.error("scrapy-frontier cannot start: %s", exc)
+            abandon_open(crawler)
+            startup.report(logger, exc)
             raise
         _warn_about_stacked_delays(crawler)
         for name, near in unknown_settings(crawler.settings):
@@ -157,6 +164,8 @@ class FrontierScheduler:
             self._use_signals()
         sig = self.crawler.signals
         sig.connect(self._on_headers_received, signal=signals.headers_received)
+        # After the feed exporter's own receiver: it makes its slots at spider_opened.
+        sig.connect(self._on_spider_opened, signal=signals.spider_opened)
         self.timing.open(self.crawler.settings.getwithbase("DOWNLOAD_HANDLERS"),
                          self.stats.set_value)
         self.engine.on_robots_parsed(self._on_robots_parsed)
@@ -191,7 +200,8 @@ class FrontierScheduler:
                                                        self.driver.open_history())
         except FrontierError as exc:
             observer.stop()
-            logger.error("scrapy-frontier cannot start: %s", exc)
+            self._abandon()
+            startup.report(logger, exc)
             raise
         self.admission.spider, self.admission.recrawl = spider, self.recrawl
         if self.recrawl is not None:
@@ -209,6 +219,17 @@ class FrontierScheduler:
         observer.start_progress()
         self.df.open()
         return None
+
+    def _on_spider_opened(self, spider: Spider) -> None:
+        self.feeds.open(resumable=self.driver.persistent)
+
+    def _abandon(self) -> None:
+        """Opening failed: close what was opened, and let the engine skip the spider."""
+        try:
+            self.close("shutdown")
+        except Exception:  # noqa: BLE001 -- the opening error is the one to report
+            logger.debug("Closing the frontier that did not open failed", exc_info=True)
+        abandon_open(self.crawler)
 
     def _log_opening(self) -> None:
         """What this run is: the frontier in force, then what the history will recrawl."""
@@ -244,9 +265,15 @@ class FrontierScheduler:
             self.signals.close()
         self.timing.close()
         out, ended = self.inflight.take_all()
-        # The engine has processed every response by now.
-        for fetch in ended:
-            self.driver.ack(fetch.token)
+        # The engine has processed every response by now; the feeds close after this.
+        try:
+            if ended:
+                self.feeds.flush()
+        except StoreError as exc:
+            self.run.close_failed(exc)
+        else:
+            for fetch in ended:
+                self.driver.ack(fetch.token)
         self._report_dropped()
         if self.observer is not None:
             self.observer.stop()  # the last progress line: the crawl's final numbers
@@ -256,8 +283,7 @@ class FrontierScheduler:
         try:
             d = self.driver.close(reason)
         except StoreError as exc:
-            self.run.count(exc)
-            logger.error("%s", exc)
+            self.run.close_failed(exc)
             d = None
         left = len(self.driver)
         if left and d is None:
@@ -293,6 +319,8 @@ class FrontierScheduler:
             # A redirect, a retry, or a middleware that swaps the request copies meta:
             # the fetch that held this lease is over whatever happened to it.
             ticket = meta.pop(LEASE_META, None)
+            if ticket is not None and meta.pop(LAPSED_META, False):
+                return True  # given back unfetched (lease_lapsed): the driver keeps it
             try:
                 host = self.slots.key(request)
             except HostlessURL as exc:
@@ -349,6 +377,24 @@ class FrontierScheduler:
         return request
 
     # -- fetch ends ----------------------------------------------------------------------
+
+    def lease_lapsed(self, request: Request) -> Request | None:
+        """The fence, just before ``request`` reaches the downloader: if its lease may have
+        lapsed (a shared frontier whose worker did not run for a while), the lease is given
+        back unfetched and the request is returned marked, for the timing middleware to
+        return; Scrapy then passes it to ``enqueue_request``, which drops it. No errback
+        runs, the URL stays queued in the frontier, and no rest is set: nothing was sent.
+        None (send it) otherwise, and at once where leases cannot lapse."""
+        holds = self._holds
+        if holds is None:
+            return None
+        meta = request.meta
+        ticket = meta.get(LEASE_META)
+        if ticket is None or holds(ticket) or self.inflight.end(ticket) is None:
+            return None
+        self._give_back(ticket)
+        meta[LAPSED_META] = True
+        return request
 
     def fetch_sent(self, request: Request) -> None:
         """Called as a request this frontier handed out reaches the downloader (the timing
@@ -491,20 +537,43 @@ class FrontierScheduler:
         """If the leased ``request`` follows its host's robots.txt fetch too soon,
         a copy to queue again (the host rests until the gap is kept); else None.
 
-        The copy goes back through ``enqueue_request``, which ends the lease
-        with the rest still owed: no download slot waits.
+        For the robots.txt step (``RobotsHoldMiddleware``), before any project middleware
+        has seen the request. The copy goes back through ``enqueue_request``, which ends
+        the lease with the rest still owed: no download slot waits.
         """
+        if self._robots_owed(request, "queued again") <= 0:
+            return None
+        return request.replace(dont_filter=True)
+
+    def robots_wait_in_place(self, request: Request) -> float:
+        """Seconds the leased ``request`` waits in the downloader before it is sent: the
+        rest its host still owes after its robots.txt fetch (0 almost always).
+
+        For the timing middleware, when the request was not held at the robots.txt step
+        (a project middleware sees it before that step): sent back to the queue, it would
+        pass that middleware twice, so it waits where it is, holding a request slot.
+        """
+        wait = self._robots_owed(request, "in the downloader")
+        if wait > 0:
+            self.stats.inc_value("frontier/robots/held_in_place")
+        return wait
+
+    def _robots_owed(self, request: Request, how: str) -> float:
+        """Seconds of rest the leased ``request``'s host still owes after its robots.txt
+        fetch, counted in ``frontier/robots/held`` when any; else 0."""
+        if not self.rules.robots_done:  # the hot path: no robots.txt fetch awaits a page
+            return 0.0
         host = self.inflight.host_of(request.meta.get(LEASE_META))
         if host is None:
-            return None
+            return 0.0
         until = self.rules.robots_rest_end(host, take=False)
-        if until is None or until <= self.clock():
-            return None
+        wait = 0.0 if until is None else until - self.clock()
+        if wait <= 0:
+            return 0.0
         self.stats.inc_value("frontier/robots/held")
-        politeness_log.debug(
-            "host %r: %s waits %.3f s after robots.txt", host, request, until - self.clock()
-        )
-        return request.replace(dont_filter=True)
+        politeness_log.debug("host %r: %s waits %.3f s after robots.txt (%s)",
+                             host, request, wait, how)
+        return wait
 
     # -- incremental recrawl ---------------------------------------------------------------
 
@@ -634,8 +703,7 @@ class FrontierScheduler:
         rc = self.recrawler
         if rc is not None and rc.settings.mode == "continuous" and not len(self.driver):
             # Wake when the next page falls due (looked at again at least every minute).
-            next_due = getattr(self.driver, "next_due", None)  # a third party's may lack it
-            due = next_due() if next_due is not None else rc.next_due()
+            due = self.driver.next_due()
             wait = 60.0 if due is None else min(60.0, max(1.0, due - time.time()))
             at = self.clock() + wait if at is None else min(at, self.clock() + wait)
         self.waker.wake_at(at)
@@ -655,10 +723,16 @@ class FrontierScheduler:
         if inflight.ended:
             set_value("frontier/completed", inflight.ended)
         set_value("frontier/queued", len(self.driver))
+        if self.feeds.flushes:
+            set_value("frontier/feeds/flushes", self.feeds.flushes)
         self.timing.publish_stats(set_value)
         self.driver.publish_stats(self.stats)
         if self.recrawl is not None:
             self.recrawl.publish_stats(self.stats)
+
+
+def _no_op(ticket: int) -> None:
+    pass
 
 
 def _sample_urls(requests: list[Request], limit: int = 10) -> str:

@@ -32,10 +32,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("scrapy_frontier.scheduler")
 
 
-def _no_budget(host: str) -> bool:
-    return False
-
-
 class Admission:
     """Admits requests into the driver's frontier (see the module docstring)."""
 
@@ -56,8 +52,7 @@ class Admission:
         # and whether the driver's shared seen set does the whole seen test.
         self.route_fp = self.frontier_df or self.shared_seen
         self.driver_dedupes = self.frontier_df and self.shared_seen
-        # A driver written before budgets (FRONTIER_BACKEND as an import path) has none.
-        self.over_budget = getattr(driver, "over_budget", None) or _no_budget
+        self.over_budget = driver.over_budget
         # Start requests of this run already let through (Scrapy fetches a start URL
         # listed twice twice); their fingerprints only.
         # (On a shared frontier: how often each was listed, see occurrence_key.)

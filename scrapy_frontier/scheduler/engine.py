@@ -20,6 +20,17 @@ version number. Across the supported range (docs/quickstart.rst, "Supported vers
   robots.txt response the robots.txt middleware fetched (``response_received``
   fires before that middleware parses it), read with Protego.
 
+It reads the feed exporter's open slots (``FeedExporter.slots``, :func:`feed_exporter`), so
+that a page's items are on disk before the frontier forgets the page.
+When the frontier fails, it tells the Scrapy command that runs the crawl (:func:`fail_command`:
+``scrapy crawl`` or ``runspider``, found on the call stack as the ``ScrapyCommand`` whose ``run``
+is running) to exit with code 1: Scrapy itself exits 0 after a crawl that closed, whatever its
+finish reason, and Scrapy 2.13 also after a crawl whose engine did not open. And when the
+scheduler cannot be built or opened, it makes the engine's clean-up skip the spider
+(:func:`abandon_open`, ``engine.spider``): Scrapy would otherwise close a spider whose slot or
+scraper never opened, and its own errors (``Engine slot not assigned``) would hide the
+frontier's.
+
 It also finds the TCP transport an HTTP/1.x answer is read from (:func:`answer_transport`),
 for the kernel's fetch times (``scheduler.tcp_timing``): no signal carries the connection,
 so it looks for the HTTP/1.1 handler's ``_cb_bodyready`` frame (the same name in every
@@ -28,6 +39,7 @@ supported Scrapy) and finds nothing, safely, anywhere else (HTTP/2, other handle
 
 from __future__ import annotations
 
+import itertools
 import logging
 import socket
 import sys
@@ -90,6 +102,55 @@ def running_engine(crawler: Crawler) -> Any:
         return crawler.engine
     except (RuntimeError, AttributeError):  # a late attribute, unset until the crawl starts
         return None
+
+
+def running_command() -> Any:
+    """The Scrapy command running this crawl (``scrapy crawl``, ``runspider``...): the
+    ``ScrapyCommand`` whose ``run`` is on the call stack; None in a script or a test."""
+    try:
+        from scrapy.commands import ScrapyCommand
+    except ImportError:  # pragma: no cover - every supported Scrapy has it
+        return None
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "run":
+            command = frame.f_locals.get("self")
+            if isinstance(command, ScrapyCommand):
+                return command
+        frame = frame.f_back
+    return None
+
+
+def fail_command() -> bool:
+    """Make the Scrapy command running this crawl exit with code 1 (a higher code it set
+    stays); False in a script or a test, where there is none."""
+    command = running_command()
+    code = getattr(command, "exitcode", None)
+    if command is None or not isinstance(code, int):
+        return False
+    if code == 0:
+        command.exitcode = 1
+    return True
+
+
+def abandon_open(crawler: Crawler) -> None:
+    """The scheduler could not be built or opened: let the engine's clean-up skip the spider.
+
+    Called before the error is raised, while the engine opens the spider. Scrapy 2.13 to
+    2.19 then close that spider anyway: without a slot (the scheduler was not built) their
+    close raises ``Engine slot not assigned`` in place of the frontier's error; with one,
+    the scraper and the stats, not opened yet, fail in turn. With ``engine.spider`` unset the
+    engine closes its downloader only, and the crawl ends with the frontier's error.
+    """
+    engine = running_engine(crawler)
+    if engine is None or getattr(engine, "running", False):  # started: a normal close
+        return
+    spider = getattr(crawler, "spider", None)
+    try:
+        if spider is not None and getattr(engine, "spider", None) is spider:
+            engine.spider = None
+    except Exception:  # noqa: BLE001 -- a Mock or a foreign engine
+        logger.debug("engine: cannot unset engine.spider", exc_info=True)
 
 
 def running_scheduler(crawler: Crawler) -> Any:
@@ -180,6 +241,11 @@ class EngineAdapter:
         except Exception:  # noqa: BLE001 -- a Mock or a foreign engine
             logger.debug("engine: closing the spider (%r) failed", reason, exc_info=True)
 
+    def fail_command(self) -> bool:
+        """The crawl fails: the Scrapy command running it exits with code 1
+        (:func:`fail_command`); False in a script or a test."""
+        return fail_command()
+
     def on_robots_parsed(self, handler: RobotsHandler) -> None:
         """Call ``handler(robotparser, request)`` for each robots.txt parsed in this crawl.
 
@@ -226,17 +292,42 @@ class EngineAdapter:
             return None
         return len(active), total
 
-    def has_downloader_middleware(self, path: str) -> bool | None:
-        """Whether a downloader middleware of class ``path`` (or a subclass) is
-        installed; None if this engine cannot tell. By name: no import needed."""
+    def middlewares_before(self, middleware: object) -> list[Any] | None:
+        """The downloader middlewares that see a request before ``middleware``, in order;
+        None if this engine cannot tell or ``middleware`` is not in its chain."""
+        middlewares = self._downloader_middlewares()
+        if middlewares is None or not any(m is middleware for m in middlewares):
+            return None
+        return list(itertools.takewhile(lambda m: m is not middleware, middlewares))
+
+    def _downloader_middlewares(self) -> list[Any] | tuple[Any, ...] | None:
         engine = running_engine(self.crawler)
         manager = getattr(getattr(engine, "downloader", None), "middleware", None)
         middlewares = getattr(manager, "middlewares", None)
         if not isinstance(middlewares, list | tuple):
             self._fallback("engine.downloader.middleware", type(middlewares).__name__)
             return None
+        return middlewares
+
+    def has_downloader_middleware(self, path: str) -> bool | None:
+        """Whether a downloader middleware of class ``path`` (or a subclass) is
+        installed; None if this engine cannot tell. By name: no import needed."""
+        middlewares = self._downloader_middlewares()
+        if middlewares is None:
+            return None
         return any(f"{c.__module__}.{c.__qualname__}" == path
                    for mw in middlewares for c in type(mw).__mro__)
+
+
+def feed_exporter(crawler: Crawler) -> Any:
+    """Scrapy's running feed exporter (its ``slots`` list the open feeds: each slot has
+    ``storage``, ``file``, ``format`` and ``feed_options``), or None without feeds."""
+    manager = getattr(crawler, "extensions", None)
+    for extension in getattr(manager, "middlewares", ()):
+        if isinstance(getattr(extension, "slots", None), list) and \
+                type(extension).__name__ == "FeedExporter":
+            return extension
+    return None
 
 
 def robots_view(robotparser: Any) -> Any:

@@ -1,9 +1,10 @@
 """How long each fetch took as the server saw it, and when its answer ended.
 
 One component owns the fetch's timing from its send to its end: the kernel's times
-(``scheduler.tcp_timing``), the opt-in discount of the loop's own stalls
-(``scheduler.stalls``, ``core.fetch_time``), and the stats of both. The scheduler asks it
-one question per fetch, :meth:`FetchTiming.end`, and gets one answer, a :class:`FetchEnd`.
+(``scheduler.tcp_timing``), the rule that turns them into a fetch time
+(``core.fetch_time.fetch_seconds``), the opt-in record of the loop's own stalls
+(``scheduler.stalls``), and the stats of these. The scheduler asks it one question per
+fetch, :meth:`FetchTiming.end`, and gets one answer, a :class:`FetchEnd`.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
 
-from scrapy_frontier.core.fetch_time import FetchTimeEstimator
+from scrapy_frontier.core.fetch_time import fetch_seconds
 from scrapy_frontier.scheduler.engine import answer_transport
 from scrapy_frontier.scheduler.inflight import Fetch
-from scrapy_frontier.scheduler.stalls import HOLD_SLACK, StallMeter
+from scrapy_frontier.scheduler.stalls import StallMeter
 from scrapy_frontier.scheduler.tcp_timing import (
     SocketWatch,
     TcpTimes,
@@ -45,19 +46,20 @@ class FetchTiming:
     """The fetch times the hosts rest by, from the kernel, the reads and the reports."""
 
     def __init__(self, *, clock: Callable[[], float], tcp_timing: bool,
-                 stall_discount: bool) -> None:
+                 watch_stalls: bool) -> None:
         self.clock = clock
-        self.stall_discount = stall_discount
+        #: Record the loop's stalls (FRONTIER_STALL_DISCOUNT): for the stats and the
+        #: politeness DEBUG log; no fetch time is made shorter by them (core.fetch_time).
+        self.watch_stalls = watch_stalls
         self.want_tcp = tcp_timing
         #: No timing middleware: Scrapy's signals report the fetches (less precisely).
         self.signals_only = False
         #: Whether each fetch's rest is logged (``scrapy_frontier.politeness`` at DEBUG when
         #: the crawl opened): tested once per fetch, so not asked of logging each time.
         self.log_each = False
-        # The end where the bytes came in, less the loop's own stalls (core.fetch_time).
+        # The loop's own stalls, seen by a late timer.
         self.stalls = StallMeter(clock)
-        self.estimates = FetchTimeEstimator()
-        # ... and, where the kernel keeps them, the times the network saw.
+        # Where the kernel keeps them, the times the network saw.
         self.tcp: TcpTimes | None = None
         self.watch: SocketWatch | None = None
         self.kernel_read = 0
@@ -68,7 +70,14 @@ class FetchTiming:
         """Start timing; ``handlers`` is the crawl's DOWNLOAD_HANDLERS. The stat
         ``frontier/fetch/timed_by`` says what times the fetches, and why."""
         self.log_each = politeness_log.isEnabledFor(logging.DEBUG)
-        if self.stall_discount:
+        if self.watch_stalls:
+            logger.warning(
+                "FRONTIER_STALL_DISCOUNT no longer shortens fetch times: a stall of the "
+                "crawler's loop says when an answer could not be read, not when it came in, "
+                "and a slow server's answer sent during a stall was timed shorter than the "
+                "server's own time. Only the time after an answer's last bytes came in is "
+                "left out, as FRONTIER_TCP_TIMING does from the kernel's stamps. The setting "
+                "now only records the loop's stalls (the frontier/reactor/* stats).")
             self.stalls.start()
         reported = "Scrapy's signals" if self.signals_only else "the timing middleware"
         if not self.want_tcp:
@@ -126,41 +135,32 @@ class FetchTiming:
         if started is None:
             return _fetch_end((0.0, None))
         answer, fetch.answer = fetch.answer, None
-        span = None
         if answer is not None and self.tcp is not None:
             self.kernel_read += 1
             # A failed fetch may have kept the server busy after the last bytes that came.
             if not failed:
+                # From no later than the request went out to no earlier than the answer's
+                # last bytes came in: the server's whole time, and the rest counts from its end.
                 span = self.tcp.end(answer, started, now)
-        measured = now - started
-        if measured <= 0.0:
-            return _fetch_end((0.0, None if span is None else span.end))
-        if span is not None:
-            # The span holds the server's whole time and ends no earlier than its end.
-            kernel = max(0.0, span.end - span.start)
-            if kernel < measured:
-                self.kernel_timed += 1
-                self.kernel_seconds_cut += measured - kernel
-            return _fetch_end((min(kernel, measured), span.end))
-        if not self.stall_discount:
-            return _fetch_end((measured, None))
-        held = self.stalls.log.held(started, now, HOLD_SLACK)
-        return _fetch_end((self.estimates.estimate(fetch.host, measured, held), None))
+                seconds = fetch_seconds(span.start, now, span.end)
+                if seconds < now - started:
+                    self.kernel_timed += 1
+                    self.kernel_seconds_cut += now - started - seconds
+                return _fetch_end((seconds, span.end))
+        # Nothing says when the answer came in: a stall that held its read (if any) may
+        # have been the server still sending, so the fetch runs to its report.
+        return _fetch_end((fetch_seconds(started, now), None))
 
     def recent_stalls(self, since: float, now: float) -> Any:
         return self.stalls.log.recent(since, now)
 
     def publish_stats(self, set_value: Callable[[str, Any], None]) -> None:
-        stalls, times = self.stalls.log, self.estimates
+        stalls = self.stalls.log
         if stalls.count:
             set_value("frontier/reactor/stalls_seen", stalls.count)
             set_value("frontier/reactor/stalled_seconds", round(stalls.total, 3))
         if self.stalls.congested:
             set_value("frontier/reactor/stalls_congested", self.stalls.congested)
-        if times.stalled:
-            set_value("frontier/fetch/stalled", times.stalled)
-            set_value("frontier/fetch/discounted", times.discounted)
-            set_value("frontier/fetch/seconds_discounted", round(times.seconds_discounted, 3))
         if self.kernel_read:
             set_value("frontier/fetch/tcp_read", self.kernel_read)
         if self.kernel_timed:

@@ -6,8 +6,9 @@ A lease goes through three states:
    holds the ticket); its host is busy;
 2. **fetch ended** -- the timing middleware (or a signal, or a redirect / retry coming
    back through ``enqueue_request``) reported the end: the host is released and rests;
-3. **acknowledged** -- the engine is done with the request (its callback's output, or
-   the retry or redirect it became, is queued): the driver may forget the URL for good.
+3. **acknowledged** -- the engine is done with the request (its callback's items are
+   through the pipelines and flushed to the feeds, its requests, or the retry or redirect
+   it became, are queued): the driver may forget the URL for good.
 
 A lease whose end is never reported expires after ``FRONTIER_LEASE_TIMEOUT``.
 """
@@ -150,21 +151,31 @@ class LeaseKeeper:
     acknowledges the ended ones the engine is done with."""
 
     def __init__(self, inflight: InFlight, engine: Any, driver: Any, stats: Any,
-                 lease_timeout: float, *, ended: Callable[[Request], None]) -> None:
+                 lease_timeout: float, *, ended: Callable[[Request], None],
+                 items_safe: Callable[[], None]) -> None:
         self.inflight = inflight
         self.engine = engine  # scheduler.engine.EngineAdapter
         self.driver = driver
         self.stats = stats
         self.lease_timeout = lease_timeout
         self.ended = ended
+        #: Makes the items of the fetches about to be acknowledged safe (the feed guard's
+        #: flush); raises (a StoreError) if it cannot, and then nothing is acknowledged.
+        self.items_safe = items_safe
         #: When to look again (at most once a second while the middleware reports ends).
         self.check_at = 0.0
         self._warned = False
 
     def acknowledge(self) -> None:
-        """Acknowledge the fetched URLs whose request the engine is done with."""
+        """Acknowledge the fetched URLs whose request the engine is done with, once their
+        items are safe. Fetches whose items cannot be made safe are forgotten here
+        unacknowledged: the next run fetches them again."""
+        done = self.inflight.acknowledgeable(self.engine.in_progress())
+        if not done:
+            return
+        self.items_safe()
         ack = self.driver.ack
-        for fetch in self.inflight.acknowledgeable(self.engine.in_progress()):
+        for fetch in done:
             ack(fetch.token)
 
     def check(self, now: float, *, every_lease: bool = False) -> None:

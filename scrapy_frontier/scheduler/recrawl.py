@@ -75,10 +75,11 @@ class RecrawlHooks:
                                    meta={**kept.meta, RECRAWL_META: True})
             self.add_validators(request, record)
             return request
-        return self._legacy_request(record, spider)
+        return self._plain_request(record, spider)
 
-    def _legacy_request(self, record: PageRecord, spider: Spider | None) -> Request:
-        """A record without a kept request: a GET of its URL with its callback and depth."""
+    def _plain_request(self, record: PageRecord, spider: Spider | None) -> Request:
+        """A record without a kept request (too large, or not encodable: see
+        scheduler/replay.py): a GET of its URL with its callback and depth."""
         callback = None
         if record.callback and spider is not None:
             callback = getattr(spider, record.callback, None)

@@ -1,12 +1,13 @@
 """Whether this run is open, closed, or stopping after a failure, and how it stops: once,
-cleanly, when the frontier's state cannot be kept."""
+cleanly, when the frontier's state cannot be kept -- and, under ``scrapy crawl``, with exit
+code 1, so that cron and CI see the failure (Scrapy exits 0 after any crawl that closed)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from scrapy_frontier.errors import HistoryStoreError, RedisFrontierError
+from scrapy_frontier.errors import FeedWriteError, HistoryStoreError, RedisFrontierError
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
 
@@ -25,6 +26,9 @@ class RunState:
         if isinstance(exc, HistoryStoreError):
             self.stats.inc_value("frontier/history/errors")
             return "frontier_history_error"
+        if isinstance(exc, FeedWriteError):
+            self.stats.inc_value("frontier/feeds/errors")
+            return "frontier_feed_error"
         if isinstance(exc, RedisFrontierError):
             self.stats.inc_value("frontier/redis/errors")
             return "frontier_redis_error"
@@ -48,7 +52,15 @@ class RunState:
         if not (self.failed or self.closed):
             self._stop(reason, exc)
 
+    def close_failed(self, exc: BaseException) -> None:
+        """What was pending could not be written at close: the crawl ends (whatever its
+        finish reason) with that error; the next run fetches it again."""
+        self.count(exc)
+        logger.error("%s", exc)
+        self.engine.fail_command()
+
     def _stop(self, reason: str, exc: BaseException) -> None:
         self.failed = True
         logger.error("%s The crawl is stopping.", exc)
+        self.engine.fail_command()
         self.engine.close_spider(reason)

@@ -11,8 +11,12 @@ short of CPU stalls everyone, servers on it included, whose answers then really 
 longer. Linux tells the two apart: ``/proc/thread-self/schedstat`` counts the time
 the loop's thread waited for a CPU. A stall during which the thread mostly waited for
 a CPU is *congestion* and is not put in the
-:class:`~scrapy_frontier.core.fetch_time.StallLog` (nothing is discounted for it);
-where the kernel does not say, no stall is recorded at all.
+:class:`~scrapy_frontier.core.fetch_time.StallLog`; where the kernel does not say, no
+stall is recorded at all.
+
+What the log is for: the stats (``frontier/reactor/*``) and the politeness DEBUG log. No
+fetch time is made shorter by a stall: it says when the loop could not read, not when an
+answer came in (``core/fetch_time.py``).
 """
 
 from __future__ import annotations
@@ -24,14 +28,10 @@ from scrapy_frontier.core.fetch_time import StallLog
 from scrapy_frontier.scheduler.timer import Timer, call_later
 
 #: Seconds between beats: 100 cheap calls a second. The start of a stall is known only to
-#: within a beat (it is taken as the beat's due time, never earlier), so a short beat lets
-#: little of a pause count as fetch time.
+#: within a beat (it is taken as the beat's due time, never earlier).
 BEAT = 0.01
 #: Lateness below this is the loop's ordinary jitter, not a stall.
 MIN_STALL = 0.005
-#: A stall that ended at most this long before the answer was read held the read: after a
-#: pause the loop works through every answer that arrived meanwhile, which takes a while.
-HOLD_SLACK = 0.05
 #: A stall during which the thread waited for a CPU this share of the time is congestion.
 CONGESTED_SHARE = 0.2
 SCHEDSTAT = "/proc/thread-self/schedstat"
@@ -84,7 +84,7 @@ class StallMeter:
             self._schedule(self.clock())
         except RuntimeError:
             # No reactor or event loop (a scheduler driven by hand, as in the scheduler-cost
-            # benchmark): no stall can be seen, so none is recorded and nothing discounted.
+            # benchmark): no stall can be seen, so none is recorded.
             self._running = False
             self._timer = None
 

@@ -59,6 +59,8 @@ def run_crawl(
     pause_log: Path | None = None,
     stay_open_until: Path | None = None,
     fs_error: dict[str, Any] | None = None,
+    items: bool = False,
+    self_kill: dict[str, Any] | None = None,
 ) -> CrawlResult:
     """Crawl ``start_urls`` in a fresh process; follow every link found.
 
@@ -77,6 +79,11 @@ def run_crawl(
     ``fs_error`` ``{"pages": N, "trigger": path, "sync": [paths]}``: after the N-th page
     is parsed, fsync the ``sync`` files (as if the kernel had just written them back) and
     write ``1`` to ``trigger`` (ext4's ``trigger_fs_error``): the file system fails there.
+    ``items``: the spider yields one item per page (``{"url", "status", "links"}``), and an
+    item pipeline holds each item for 1 to 20 ms (a database write) before passing it on.
+    ``self_kill`` ``{"after": s, "report": path}``: ``s`` seconds after the spider opened,
+    the crawl writes what was in flight (:func:`_in_flight_now`) to ``report`` as JSON, then
+    SIGKILLs itself: a kill at a known moment, with its in-flight requests known.
     """
     tmp = Path(workdir or tempfile.mkdtemp(prefix="frontier-crawl-"))
     tmp.mkdir(parents=True, exist_ok=True)
@@ -94,6 +101,8 @@ def run_crawl(
                 "pause_log": None if pause_log is None else str(pause_log),
                 "stay_open_until": None if stay_open_until is None else str(stay_open_until),
                 "fs_error": fs_error,
+                "items": items,
+                "self_kill": self_kill,
             }
         )
     )
@@ -137,6 +146,7 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
     pause_log = spec.get("pause_log")
     parsed = [0]
     fs_error = spec.get("fs_error") or {}
+    with_items = bool(spec.get("items"))
 
     def maybe_pause() -> None:
         parsed[0] += 1
@@ -168,12 +178,16 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
             maybe_pause()
             if not hasattr(response, "css"):
                 return
+            links = 0
             for href in response.css("a::attr(href)").getall():
                 # Real documentation links mailto: and javascript: too: Request refuses
                 # those, and the error would lose the rest of the page's links.
                 url = response.urljoin(href)
                 if url.startswith(("http://", "https://")):
+                    links += 1
                     yield scrapy.Request(url, callback=self.parse)
+            if with_items:
+                yield {"url": response.url, "status": response.status, "links": links}
 
     spider_cls: Any = TestWebSpider
     redis_key = spec.get("redis_key")
@@ -191,11 +205,21 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
         TestWebRedisSpider.redis_key = redis_key
         spider_cls = TestWebRedisSpider
 
-    process = CrawlerProcess(settings=spec["settings"], install_root_handler=True)
+    settings = spec["settings"]
+    if with_items:
+        settings = {**settings, "ITEM_PIPELINES": {
+            **settings.get("ITEM_PIPELINES", {}), "frontier_testweb.crawl.HeldItems": 300}}
+    process = CrawlerProcess(settings=settings, install_root_handler=True)
     crawler = process.create_crawler(spider_cls)
+    self_kill = spec.get("self_kill")
+    if self_kill:
+        _kill_self_after(crawler, float(self_kill["after"]), Path(self_kill["report"]))
     mark_at = int(spec.get("mark_at") or 0)
     if mark_at:
         _mark_request(crawler, mark_at, Path(spec["marker"]), freeze=bool(spec.get("freeze")))
+    freeze_ahead = spec.get("freeze_claimed_ahead")
+    if freeze_ahead:
+        _freeze_holding_claims_ahead(crawler, Path(spec["marker"]), after=int(freeze_ahead))
     stay_open_until = spec.get("stay_open_until")
     if stay_open_until:
         _stay_open_until(crawler, Path(stay_open_until), timeout=120.0)
@@ -211,6 +235,59 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
     stats["harness/ended_at"] = time.monotonic()
     Path(out_path).write_text(json.dumps(stats, default=str))
     return 0
+
+
+class HeldItems:
+    """An item pipeline that holds each item 1 to 20 ms, as a database write would."""
+
+    def __init__(self) -> None:
+        import random
+
+        self.rng = random.Random()
+
+    def process_item(self, item: Any, spider: Any = None) -> Any:
+        from twisted.internet import reactor
+        from twisted.internet.task import deferLater
+
+        return deferLater(reactor, self.rng.uniform(0.001, 0.02), lambda: item)
+
+
+def _in_flight_now(crawler: Any) -> list[str]:
+    """The URLs a kill now may fetch again: those the engine works on (downloading, or
+    their response not done with), and those done with whose acknowledgement has not
+    been written yet (the frontier's ledger, and on Redis the completions not sent)."""
+    engine = crawler.engine
+    slot = getattr(engine, "_slot", None)
+    urls = [r.url for r in getattr(slot, "inprogress", ())]
+    scheduler = getattr(engine, "scheduler", None) or getattr(slot, "scheduler", None)
+    inflight = getattr(scheduler, "inflight", None)
+    urls += [f.request.url for f in getattr(inflight, "awaiting_ack", {}).values()]
+    driver = getattr(scheduler, "driver", None)
+    for rnd in (getattr(driver, "_next", None), getattr(driver, "_sending", None)):
+        for completion in getattr(rnd, "completions", ()):
+            from scrapy_frontier.codec import saved_url
+
+            urls.append(saved_url(completion.lease.item[8:]) or "?")
+    return urls
+
+
+def _kill_self_after(crawler: Any, seconds: float, report: Path) -> None:
+    import signal
+
+    from scrapy import signals
+
+    def kill() -> None:
+        partial = report.with_suffix(".partial")
+        partial.write_text(json.dumps({"in_flight": _in_flight_now(crawler)}))
+        partial.replace(report)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def opened(spider: Any) -> None:
+        from twisted.internet import reactor
+
+        reactor.callLater(seconds, kill)  # type: ignore[attr-defined,arg-type]
+
+    crawler.signals.connect(opened, signal=signals.spider_opened, weak=False)
 
 
 def _fail_file_system(trigger: str, sync: Sequence[str]) -> None:
@@ -254,6 +331,47 @@ def _mark_request(crawler: Any, count: int, marker: Path, *, freeze: bool) -> No
             os.kill(os.getpid(), signal.SIGSTOP)
 
     crawler.signals.connect(reached, signal=signals.request_reached_downloader, weak=False)
+
+
+def _freeze_holding_claims_ahead(crawler: Any, marker: Path, *, after: int) -> None:
+    """A Redis worker (``FRONTIER_BACKEND = "redis"``) stops itself (SIGSTOP) as an I/O round
+    lands with requests claimed ahead of their hosts' ready times, once it has fetched
+    ``after`` pages and holds no other lease: no fetch in flight, none waiting to complete.
+
+    The marker, written first and whole, holds the leases it then holds (those of the round
+    and any at hand before it) as JSON: ``[{"host", "ticket", "url", "ahead"}]``. Stopped
+    there, the worker has not handed any of them out yet; continued (SIGCONT), it goes on
+    from that very point. Reaches into the Redis driver's internals: a test hook only.
+    """
+    import signal
+
+    from scrapy import signals
+
+    from scrapy_frontier.codec import saved_url
+
+    def opened(spider: Any) -> None:
+        engine = crawler.engine
+        scheduler = getattr(engine, "scheduler", None) or engine._slot.scheduler
+        driver = scheduler.driver
+        landed_first = driver._round_done
+
+        def landed(answer: Any) -> None:
+            if (answer.not_before and not marker.exists() and driver._fetched >= after
+                    and not driver._held and not driver._unacked
+                    and not driver._next.completions):
+                leases = [*driver._buffer, *answer.leases]
+                held = [{"host": lease.host, "ticket": lease.ticket,
+                         "url": saved_url(lease.item[8:]),
+                         "ahead": lease.ticket in answer.not_before} for lease in leases]
+                partial = marker.with_suffix(".partial")
+                partial.write_text(json.dumps(held))
+                partial.replace(marker)
+                os.kill(os.getpid(), signal.SIGSTOP)
+            landed_first(answer)
+
+        driver._round_done = landed
+
+    crawler.signals.connect(opened, signal=signals.spider_opened, weak=False)
 
 
 def _stay_open_until(crawler: Any, path: Path, *, timeout: float) -> None:

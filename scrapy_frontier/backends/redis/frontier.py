@@ -52,7 +52,8 @@ put the name in ``{...}`` to keep every key in one Redis Cluster slot)::
     P seq             STRING lease id counter
     P workers         ZSET   worker -> end of its liveness window (server time), renewed by
                              its heartbeat (RedisFrontier.renew)
-    P stats           HASH   pushed, popped, completed, expired, activations, releases, ...
+    P stats           HASH   pushed, popped, completed, expired, handed_back, activations,
+                             releases, ...
 
 The seen set (:class:`RedisSeenSet`) lives under its own prefix (default
 ``P seen:``): ``S meta`` HASH (format, buckets) and ``S <bucket>`` SETs of 64-bit
@@ -93,6 +94,11 @@ FORMAT = "scrapy-frontier/redis"
 VERSION = 1
 
 R = TypeVar("R")
+
+#: The ``budget`` of a completion that gives its lease back unfetched (a worker that cannot
+#: prove it still holds it): if the lease is still held, its item goes back to the head of its
+#: host's queue, as a lapsed lease's does; if not, it was taken back and queued already.
+HAND_BACK = -2
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,7 +438,7 @@ class RedisFrontier:
                 self._init_meta(keys=[meta_key], args=fields, client=client)
                 meta = {text(k): text(v) for k, v in client.hgetall(meta_key).items()}
             if self.spider is not None and meta.get("format") == FORMAT:
-                # Frontiers from before the spider was recorded adopt the first opener's.
+                # The first opener that names a spider records it; later ones must match.
                 client.hsetnx(meta_key, "spider", self.spider)
                 owner = text(client.hget(meta_key, "spider") or b"")
                 if owner != self.spider:
@@ -569,9 +575,11 @@ class RedisFrontier:
         from now (``ended_ago``: how long before now the answer was complete).
 
         ``budget``: the host's fetch budget from this worker's settings (0: unlimited,
-        -1: handed back unfetched, not counted; a budget set with ``scrapy frontier
-        budget`` wins). The fetch that reaches it
-        retires the host for every worker, counted in ``budget_hosts``/``budget_items``.
+        -1: handed back unfetched, not counted; :data:`HAND_BACK`: given back unfetched,
+        its item queued again at the head of its host's queue and the host ready when it
+        was for this lease; a budget set with ``scrapy frontier budget`` wins). The fetch
+        that reaches it retires the host for every worker, counted in
+        ``budget_hosts``/``budget_items``.
 
         Returns None (and changes nothing) if the lease is no longer held: it expired and
         its item was returned to the queue, so the item will be fetched again.
@@ -639,17 +647,19 @@ class RedisFrontier:
 
     # -- liveness ---------------------------------------------------------------------
 
-    def renew(self, worker: str, leases: Iterable[tuple[str, int]]) -> int:
+    def renew(self, worker: str, leases: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
         """A heartbeat of ``worker``: it stays among the live workers for :attr:`liveness`
         seconds, and so do its leases, given as (host, lease id) pairs (never past their
         claim + ``lease_timeout``). A lease taken back or completed meanwhile is left
-        alone. Returns how many leases were renewed."""
+        alone. Returns the pairs that were not renewed: those leases are no longer held."""
         if not self.liveness:
             raise ValueError("renew needs a frontier opened with liveness > 0")
+        pairs = list(leases)
         args: list[Any] = [worker, repr(float(self.liveness))]
-        for host, ticket in leases:
+        for host, ticket in pairs:
             args += [host, int(ticket)]
-        return int(self._run(self._renew, "renewing leases", *args))
+        held = self._run(self._renew, "renewing leases", *args)
+        return [pair for pair, flag in zip(pairs, held, strict=True) if not int(flag)]
 
     def leave(self, worker: str) -> None:
         """``worker`` closed: it is no longer counted among the live workers."""

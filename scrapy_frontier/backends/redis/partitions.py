@@ -376,11 +376,18 @@ class PartitionedFrontier:
 
     # -- the workers -------------------------------------------------------------------
 
-    def renew(self, worker: str, leases: Iterable[tuple[str, int]]) -> int:
-        """A heartbeat in every partition (each keeps its own live workers)."""
+    def renew(self, worker: str, leases: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+        """A heartbeat in every partition (each keeps its own live workers); the pairs that
+        were not renewed, with the crawl's lease ids."""
         groups = self._grouped(leases, lambda lease: lease[0])
-        return sum(part.renew(worker, [(host, ticket // self.count) for _, (host, ticket) in group])
-                   for part, group in zip(self.parts, groups, strict=True))
+        lost: list[tuple[str, int]] = []
+        for part, group in zip(self.parts, groups, strict=True):
+            pairs = [pair for _, pair in group]
+            gone = set(part.renew(worker, [(host, ticket // self.count)
+                                           for host, ticket in pairs]))
+            lost += [(host, ticket) for host, ticket in pairs
+                     if (host, ticket // self.count) in gone]
+        return lost
 
     def leave(self, worker: str) -> None:
         for part in self.parts:

@@ -5,6 +5,10 @@ Layout (one file, WAL mode):
 * ``front(id, level, host, data)`` -- the front queues, FIFO by ``id`` per level;
 * ``back(id, host, level, leased, data)`` -- the back queues of active hosts,
   served by ``level DESC, id``; ``leased = 1`` while a fetch is in flight;
+* ``done(id, data)`` -- with a seen-set beside this file (:attr:`SQLiteStore.keep_done`),
+  the rows acknowledged since the seen-set's last write, so that a restart puts their
+  URLs back in it (a page found again is then not fetched again); purged once the
+  seen-set has them;
 * ``hosts(host, rest_until, last_fetch)`` -- each host's rest, as wall-clock
   time so that it survives a restart;
 * ``meta(key, value)`` -- format, version and spider name;
@@ -48,11 +52,8 @@ T = TypeVar("T")
 logger = logging.getLogger("scrapy_frontier.store")
 
 FORMAT = "scrapy-frontier/sqlite"
-#: 2: request rows start with a format byte (scrapy_frontier.codec). Version 1
-#: files (bare pickled Request.to_dict rows) are still read, and are marked
-#: version 2 when opened, since new rows are written in the new format.
-VERSION = 2
-READABLE_VERSIONS = ("1", "2")
+#: The state's layout; request rows start with a format byte (scrapy_frontier.codec).
+VERSION = 1
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -63,6 +64,7 @@ CREATE TABLE IF NOT EXISTS back(
     id INTEGER PRIMARY KEY, host TEXT NOT NULL, level INTEGER NOT NULL,
     leased INTEGER NOT NULL DEFAULT 0, data BLOB);
 CREATE INDEX IF NOT EXISTS back_by_host ON back(host, level DESC, id);
+CREATE TABLE IF NOT EXISTS done(id INTEGER PRIMARY KEY, data BLOB);
 CREATE TABLE IF NOT EXISTS hosts(
     host TEXT PRIMARY KEY, rest_until REAL NOT NULL, last_fetch REAL) WITHOUT ROWID;
 """
@@ -124,6 +126,7 @@ class SQLiteStore(Generic[T]):
         self._next_id = 1 + max(
             self._db.execute("SELECT COALESCE(MAX(id), 0) FROM front").fetchone()[0],
             self._db.execute("SELECT COALESCE(MAX(id), 0) FROM back").fetchone()[0],
+            self._db.execute("SELECT COALESCE(MAX(id), 0) FROM done").fetchone()[0],
         )
         # Front level -> window of (id, host, data) loaded from disk, and counts.
         self._fwin: list[deque[tuple[int, str, bytes | None]]] = [deque() for _ in range(levels)]
@@ -138,6 +141,13 @@ class SQLiteStore(Generic[T]):
         self._del_front: list[tuple[int]] = []
         self._lease: list[tuple[int]] = []
         self._del_back: list[tuple[int]] = []
+        #: Acknowledged rows, moved to ``done`` (keep_done) or deleted.
+        self._ack_back: list[tuple[int]] = []
+        self._ins_done: list[tuple[int, bytes | None]] = []
+        self._purge_done: int | None = None
+        #: Keep acknowledged rows in ``done`` until :meth:`purge_done` (set by a driver
+        #: with a seen-set that is written after this file).
+        self.keep_done = False
         self._rests: dict[str, tuple[float, float | None]] = {}
         self._quarantine: list[tuple[int, str, int, bytes, str, str]] = []
         #: Rows moved to the quarantine table by this process (frontier/store/undecodable).
@@ -236,26 +246,16 @@ class SQLiteStore(Generic[T]):
                     [("format", FORMAT), ("version", str(VERSION)), ("spider", spider)],
                 )
             return db
-        if meta.get("version") not in READABLE_VERSIONS:
+        if meta.get("version") != str(VERSION):
             raise StoreError(
                 f"{path} was written by an incompatible scrapy-frontier (state version "
-                f"{meta.get('version')}, this version reads {', '.join(READABLE_VERSIONS)}). "
+                f"{meta.get('version')}, this version reads {VERSION}). "
                 "Finish the crawl with the version that wrote it, or use a new JOBDIR."
             )
         if meta.get("spider") != spider:
             raise StoreError(
                 f"{path} belongs to spider {meta.get('spider')!r}, not {spider!r}. "
                 "Each spider needs its own JOBDIR (or FRONTIER_PATH)."
-            )
-        if meta["version"] != str(VERSION):
-            with _transaction(db):
-                db.execute("UPDATE meta SET value = ? WHERE key = 'version'", (str(VERSION),))
-            logger.info(
-                "%s: state version %s upgraded to %d (its rows are read as they are); "
-                "scrapy-frontier releases older than this one cannot resume it any more",
-                path,
-                meta["version"],
-                VERSION,
             )
         return db
 
@@ -605,9 +605,19 @@ class SQLiteStore(Generic[T]):
 
     def ack(self, token: object) -> None:
         assert isinstance(token, int)
-        if self._ins_back.pop(token, None) is None:
-            self._del_back.append((token,))
+        pending = self._ins_back.pop(token, None)
+        if pending is None:
+            self._ack_back.append((token,))
+        elif self.keep_done:
+            self._ins_done.append((token, pending[3]))
         self._op()
+
+    def purge_done(self, covered: int) -> None:
+        """The seen-set holds the URLs of every row up to ``covered``: forget those
+        acknowledged rows (at the next flush)."""
+        if self.keep_done:
+            self._purge_done = covered
+            self._op()
 
     def back_items(self, host: str) -> Iterator[tuple[int, T]]:
         self.flush()
@@ -655,11 +665,19 @@ class SQLiteStore(Generic[T]):
                     ("DELETE FROM front WHERE id = ?", self._del_front),
                     ("UPDATE back SET leased = 1 WHERE id = ?", self._lease),
                     ("DELETE FROM back WHERE id = ?", self._del_back),
+                    (("INSERT OR REPLACE INTO done SELECT id, data FROM back WHERE id = ?"
+                      if self.keep_done else ""), self._ack_back),
+                    ("DELETE FROM back WHERE id = ?", self._ack_back),
+                    ("INSERT OR REPLACE INTO done VALUES (?, ?)", self._ins_done),
                 ):
+                    if not sql:
+                        continue
                     if len(rows) == 1:
                         db.execute(sql, rows[0])
                     elif rows:
                         db.executemany(sql, rows)
+                if self._purge_done is not None:
+                    db.execute("DELETE FROM done WHERE id <= ?", (self._purge_done,))
                 if self._rests:
                     db.executemany(
                         "INSERT OR REPLACE INTO hosts VALUES (?, ?, ?)",
@@ -681,6 +699,9 @@ class SQLiteStore(Generic[T]):
         self._del_front.clear()
         self._lease.clear()
         self._del_back.clear()
+        self._ack_back.clear()
+        self._ins_done.clear()
+        self._purge_done = None
         self._rests.clear()
         self._quarantine.clear()
         self._ops = 0
@@ -697,9 +718,10 @@ class SQLiteStore(Generic[T]):
         self._next_id = max(self._next_id, row + 1)
 
     def rows_after(self, row: int) -> Iterator[bytes]:
-        """The saved data of the queued rows (front and back) with ids above ``row``."""
+        """The saved data of the rows queued, leased or acknowledged (``done``) with ids
+        above ``row``."""
         with self._sql("reading the newest rows"):
-            for table in ("front", "back"):
+            for table in ("front", "back", "done"):
                 cursor = self._db.execute(
                     f"SELECT data FROM {table} WHERE id > ? AND data IS NOT NULL", (row,))
                 while rows := cursor.fetchmany(1000):

@@ -157,6 +157,12 @@ class Driver(Protocol):
         opening line; optional (a driver without it reports none)."""
         ...
 
+    # A driver whose leases can lapse while its process does not run (a shared frontier)
+    # also has ``holds(ticket) -> bool``: whether it can still prove it holds the lease of
+    # a request it handed out, asked just before the request reaches the downloader; and
+    # ``give_back(ticket)``: that request is not sent, its lease goes back unfetched. The
+    # scheduler looks for both with getattr: a driver without them is never asked.
+
     def __len__(self) -> int:
         """Requests queued (here and, for a shared frontier, everywhere), not in flight."""
 

@@ -15,6 +15,12 @@ disk. An ack is only ever late, never early: until it is committed its URL stays
 marked in flight, so a kill re-queues it, and the restart counts it among the
 "requests in flight when the crawl stopped" -- the bound tests/test_crash.py
 checks (repeats <= that count).
+
+With a page history, the pages' records are committed to ``history.sqlite`` just before
+the acks of the same batch (a kill cannot leave an ack without its record), and made
+durable (fsync) with each periodic flush. After a power loss (not a kill) the acks of the
+last ``FRONTIER_FLUSH_INTERVAL`` may reach the disk without their records: those pages
+are then done but not in the history until they are found again.
 """
 
 from __future__ import annotations
@@ -151,6 +157,9 @@ class LocalDriver:
             # written only right after the frontier's own writes.
             self._seen_store.batch_size = 1 << 62
             self._seen_store.flush_interval = math.inf
+            # An acknowledged row stays (in ``done``) until the seen-set has its URL: a
+            # restart puts it back there, so a page found again is not fetched again.
+            store.keep_done = True
             self._catch_up_seen(store, self._seen_store)
         restored = len(frontier)
         stats.set_value("frontier/restored", restored)
@@ -194,7 +203,7 @@ class LocalDriver:
             self._control = None
         if self.recrawler is not None:
             try:
-                self._ack_after_history()
+                self._ack_after_history(durable=True)
                 self.recrawler.close()
             except StoreError as exc:
                 errors.append(exc)
@@ -265,20 +274,27 @@ class LocalDriver:
         recrawler = self.recrawler
         if self.store is not None and recrawler is not None and recrawler.store.unsaved():
             # The page's visit may be among the history's unsaved records: the queue
-            # forgets the request only after they are committed, so that a kill in
-            # between fetches the page again instead of losing its history.
+            # forgets the request only after they are committed (at this batch's write,
+            # see pop), so that a kill in between fetches the page again instead of
+            # losing its history.
             self._acks_after_history.append(token)
+            self._dirty = True
             return
         self.frontier.ack(token)
         self._dirty = True
 
-    def _ack_after_history(self) -> None:
-        """Commit the history, then the acks that waited for it."""
+    def _ack_after_history(self, *, durable: bool) -> None:
+        """Commit the history, then the acks that waited for it. ``durable``: make the
+        history durable first (fsync), as the periodic flush does; else commit it only,
+        which a kill cannot undo."""
         if not self._acks_after_history:
             return
         assert self.recrawler is not None
-        # Durable first: an ack on the disk before its page's record would forget the page.
-        self.recrawler.store.sync()
+        # The history first: an ack written before its page's record would forget the page.
+        if durable:
+            self.recrawler.store.sync()
+        else:
+            self.recrawler.store.flush()
         for token in self._acks_after_history:
             self.frontier.ack(token)
         self._acks_after_history.clear()
@@ -402,7 +418,9 @@ class LocalDriver:
         found them is only forgotten by a later write."""
         self._dirty = False
         if self.store is not None and self.config.write_through:
-            # The queue only: the seen-set waits for the periodic flush, which syncs.
+            # Acks wait for their pages' records, committed just before them: one history
+            # commit per batch. The seen-set waits for the periodic flush, which syncs.
+            self._ack_after_history(durable=False)
             self.store.flush()
 
     def _maybe_flush(self) -> None:
@@ -411,7 +429,7 @@ class LocalDriver:
         if store is None or now - self._last_flush < self.config.flush_interval:
             return
         self._last_flush = now
-        self._ack_after_history()
+        self._ack_after_history(durable=True)
         self._flush(store)
 
     def _flush(self, store: SQLiteStore[Request]) -> None:
@@ -427,7 +445,9 @@ class LocalDriver:
         except StoreError:
             self._forget_unsaved_seen()
             raise
-        seen.flush(covers=store.last_row())
+        covered = store.last_row()
+        seen.flush(covers=covered)
+        store.purge_done(covered)
 
     def _forget_unsaved_seen(self) -> None:
         """The queue's last writes failed: the fingerprints buffered since its last sync
@@ -444,9 +464,9 @@ class LocalDriver:
         The seen-set is written a little after the queue (see :meth:`_flush`): after a
         kill, the links of a page fetched again would otherwise be queued twice.
         """
-        covered = seen.covers
-        if covered is None:
-            return
+        # None: the seen-set never covered a row (the first run stopped before its first
+        # write): every row is after it.
+        covered = seen.covers or 0
         store.start_ids_after(covered)
         df = self.ctx.dupefilter
         fp64 = getattr(df, "fp64", None)

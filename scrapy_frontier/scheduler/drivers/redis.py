@@ -33,6 +33,15 @@ local frontier (polite within this process), with a warning and the stat
 
 When Redis goes away the rounds fail: the worker logs it once, keeps everything in
 its local lists, and retries with a doubling pause (up to 30 s).
+
+Fencing (redis_fence.py): a lease that this worker cannot prove it still holds -- it did
+not run, or its heartbeat did not reach Redis, for about ``FRONTIER_REDIS_LIVENESS`` -- is
+never fetched under. Where a request leaves the frontier (``pop``, which also releases the
+requests claimed ahead) and where it reaches the downloader (the timing middleware asks
+:meth:`RedisDriver.holds`), such a lease is given back unfetched: its request is queued
+again if the lease is still held in Redis, and left to the worker that took it back
+otherwise. A renewal that finds leases gone gives back those still at hand at once. Each is
+counted in ``frontier/leases/lapsed`` and logged (one warning per event, naming the hosts).
 """
 
 from __future__ import annotations
@@ -72,6 +81,7 @@ from scrapy_frontier.errors import (
 )
 from scrapy_frontier.observe.census import Census, HostCounts
 from scrapy_frontier.scheduler.drivers import DriverContext, Handout, SeenTest
+from scrapy_frontier.scheduler.drivers.redis_fence import LeaseFence
 from scrapy_frontier.scheduler.drivers.redis_heartbeat import Heartbeat
 from scrapy_frontier.scheduler.drivers.redis_round import (
     Completion,
@@ -182,6 +192,11 @@ class RedisDriver:
         self._unfetched: set[int] = set()
         self._rounds: RoundRunner | None = None
         self._heartbeat: Heartbeat | None = None
+        #: Until when each lease is proven held (set at open).
+        self.fence: LeaseFence | None = None
+        # Hosts of the leases given back unfetched since the last warning (see _lapsed).
+        self._lapsed_hosts: list[str] = []
+        self._lapsed_call: Any = None
         # When this worker opened, and whether it has seen any work in the shared
         # frontier (queued or leased) or pushed any: until then it closes only after
         # FRONTIER_REDIS_IDLE_GRACE.
@@ -207,11 +222,14 @@ class RedisDriver:
         )
         self.remote.save_delay_rule()
         self.seen = open_seen(client, layout, expected=config.redis.seen_expected)
+        self.fence = LeaseFence(config.redis.liveness, config.lease_timeout)
         self._rounds = RoundRunner(self.remote, self.seen, budget_for=config.budget_for,
                                    clock=self.ctx.clock, unfetched=self._unfetched,
-                                   recrawler=self.recrawler, claim_ahead=CLAIM_AHEAD)
+                                   recrawler=self.recrawler, claim_ahead=CLAIM_AHEAD,
+                                   fence=self.fence)
         if config.redis.liveness:
-            self._heartbeat = Heartbeat(self.remote, self._rounds.held)
+            self._heartbeat = Heartbeat(self.remote, self._rounds.held, fence=self.fence,
+                                        lost=self._lost_from_thread)
             self._heartbeat.start()
         self._opened_at = self.ctx.clock()
         self._codec = request_codec(spider)
@@ -249,10 +267,11 @@ class RedisDriver:
         self._closed = True
         if self._poll is not None and self._poll.running:
             self._poll.stop()
-        for call in (self._wake_call, self._grace_call, self._linger_call):
+        for call in (self._wake_call, self._grace_call, self._linger_call, self._lapsed_call):
             if call is not None:  # each is set to None when it fires
                 call.cancel()
         self._wake_call = self._grace_call = self._linger_call = None
+        self._report_lapsed()
         self._stall.stop()
         pool = self._pool
         if pool is None:
@@ -327,10 +346,14 @@ class RedisDriver:
             self._count("redis/backpressure")
             self._kick()
             return None
+        fence = self.fence
         while self._buffer:
             lease = self._ready_lease()
             if lease is None:
                 break  # every lease at hand was claimed ahead: next_wakeup says when
+            if fence is not None and not fence.holds(lease.ticket):
+                self._lapsed([lease, *self._unproven()])
+                continue
             try:
                 request: Request = self._codec.decode(lease.item[8:])
             except StoreError as exc:
@@ -362,6 +385,72 @@ class RedisDriver:
                 not_before.pop(lease.ticket, None)
                 return lease
         return None
+
+    # -- fencing (redis_fence.py) ------------------------------------------------------
+
+    def holds(self, ticket: int) -> bool:
+        """Whether this worker can prove it still holds the lease of a request it handed out
+        (the timing middleware asks, just before the request reaches the downloader). A
+        request kept in this worker's memory has no lease to lose."""
+        fence = self.fence
+        return ticket < 0 or fence is None or fence.holds(ticket)
+
+    def give_back(self, ticket: int) -> None:
+        """The request of ``ticket`` is not sent (its lease failed :meth:`holds`): give its
+        lease back unfetched. No fetch, so no rest and no completion of a fetch."""
+        lease = self._held.pop(ticket, None)
+        if lease is not None:
+            self._lapsed([lease])
+
+    def _unproven(self) -> list[RedisLease]:
+        """The leases at hand that the fence no longer proves held, taken out."""
+        fence = self.fence
+        if fence is None:
+            return []
+        out = [lease for lease in self._buffer if not fence.holds(lease.ticket)]
+        for lease in out:
+            self._buffer.remove(lease)
+        return out
+
+    def _lost_from_thread(self, tickets: list[int]) -> None:
+        """From the heartbeat thread: a renewal found leases gone (the fence has them as
+        lost already); those still at hand are given back on the reactor's next turn."""
+        _reactor().callFromThread(self._renewal_lost)
+
+    def _renewal_lost(self) -> None:
+        if not self._closed:
+            lapsed = self._unproven()
+            if lapsed:
+                self._lapsed(lapsed)
+
+    def _lapsed(self, leases: list[RedisLease]) -> None:
+        """Give ``leases`` back unfetched: the next round queues their requests again where
+        the leases are still held, and leaves them to the worker that took them back where
+        not (one atomic step per lease, so each request stays queued exactly once)."""
+        completions = self._next.completions
+        for lease in leases:
+            self._not_before.pop(lease.ticket, None)
+            self._validators.pop(lease.ticket, None)
+            completions.append(Completion(lease, 0.0, 0.0, None, True))
+            self._lapsed_hosts.append(lease.host)
+        if self._lapsed_call is None and not self._closed:
+            self._lapsed_call = call_later(0.0, self._report_lapsed)
+        self._kick()
+
+    def _report_lapsed(self) -> None:
+        """One warning for the leases given back in one turn of the reactor, and their count."""
+        self._lapsed_call = None
+        hosts, self._lapsed_hosts = self._lapsed_hosts, []
+        if not hosts:
+            return
+        self.stats.inc_value("frontier/leases/lapsed", len(hosts))
+        redis_log.warning(
+            "%d lease(s) of this worker lapsed before their requests were sent (host(s) %s): "
+            "this process did not run, or its heartbeat did not reach Redis, for about %.1f s "
+            "(FRONTIER_REDIS_LIVENESS), so other workers may have taken those hosts back. "
+            "They are given back unfetched, each to be fetched once by whoever holds it "
+            "(counted in frontier/leases/lapsed)", len(hosts), ", ".join(sorted(set(hosts))),
+            self.fence.window if self.fence is not None else self.config.redis.liveness)
 
     def _set_aside(self, lease: RedisLease, exc: StoreError) -> None:
         """A claimed request that cannot be rebuilt goes to the quarantine key, and its
@@ -593,6 +682,9 @@ class RedisDriver:
                 "lost Redis for FRONTIER_REDIS_LIVENESS) or held them past "
                 "FRONTIER_LEASE_TIMEOUT: their requests are queued again, and their hosts "
                 "rest as after the fetches those leases could have made", answer.reclaimed)
+        if answer.taken:
+            redis_log.debug("%d lease(s) given back unfetched had been taken back already",
+                            answer.taken)
         if answer.lost:
             self.stats.inc_value("frontier/leases/lost", answer.lost)
             redis_log.warning(

@@ -7,6 +7,10 @@ or an I/O round waiting on a slow Redis, does not stop it. When the process dies
 renewals stop, and the next claim of any worker takes its leases back within the window,
 instead of after ``FRONTIER_LEASE_TIMEOUT``. A lease still outlives no claim by more than
 ``FRONTIER_LEASE_TIMEOUT``: a live process whose download hangs loses it then.
+
+Each renewal Redis confirmed moves the worker's fence (redis_fence.py) for the leases it
+renewed, from the moment it was sent; the leases it found gone are marked lost at once, and
+``lost`` is told which (from this thread).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Callable
 
 from scrapy_frontier.backends.redis.partitions import PartitionedFrontier
 from scrapy_frontier.errors import RedisFrontierError
+from scrapy_frontier.scheduler.drivers.redis_fence import LeaseFence
 
 redis_log = logging.getLogger("scrapy_frontier.redis")
 
@@ -35,10 +40,13 @@ class Heartbeat:
     seconds until stopped."""
 
     def __init__(self, remote: PartitionedFrontier, leases: Callable[[], list[tuple[str, int]]],
-                 worker: str | None = None) -> None:
+                 worker: str | None = None, *, fence: LeaseFence | None = None,
+                 lost: Callable[[list[int]], None] | None = None) -> None:
         self.remote = remote
         self.leases = leases
         self.worker = worker or worker_name()
+        self.fence = fence
+        self.lost = lost
         self.interval = remote.liveness / 4
         #: Beats that reached Redis, and beats that failed.
         self.beats = 0
@@ -54,8 +62,12 @@ class Heartbeat:
 
     def beat(self) -> bool:
         """One renewal; False (logged at the first of a run of failures) if Redis failed."""
+        fence = self.fence
+        # Before the call: Redis renews no earlier than this, whenever the answer comes.
+        sent_at = fence.clock() if fence is not None else 0.0
+        leases = self.leases()
         try:
-            self.remote.renew(self.worker, self.leases())
+            gone = self.remote.renew(self.worker, leases)
         except RedisFrontierError as exc:
             self.failures += 1
             if self.failures == 1:
@@ -64,6 +76,14 @@ class Heartbeat:
                     "FRONTIER_REDIS_LIVENESS (%.1f s), other workers take this worker's "
                     "leases back and fetch their requests again", exc, self.remote.liveness)
             return False
+        lost = [ticket for _, ticket in gone]
+        if fence is not None:
+            if lost:
+                fence.lost(lost)
+            kept = set(lost)
+            fence.renewed([ticket for _, ticket in leases if ticket not in kept], sent_at)
+        if lost and self.lost is not None:
+            self.lost(lost)
         if self.failures:
             redis_log.info("The heartbeat reaches Redis again")
         self.failures = 0

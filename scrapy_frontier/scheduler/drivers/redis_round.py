@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from scrapy_frontier.backends.redis.frontier import (
+    HAND_BACK,
     Finished,
     Quarantined,
     RedisLease,
     SharedCensus,
 )
 from scrapy_frontier.backends.redis.partitions import PartitionedFrontier, PartitionedSeen
+from scrapy_frontier.scheduler.drivers.redis_fence import LeaseFence
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -63,6 +65,9 @@ class Completion(NamedTuple):
     """The host rests at least this long from now."""
     ended_at: float | None
     """When the answer was complete (the driver's clock); None: at the completion."""
+    back: bool = False
+    """Given back unfetched, its request queued again if the lease is still held (the
+    worker could not prove it still held it: see redis_fence.py)."""
 
 
 @dataclass
@@ -136,6 +141,8 @@ class RoundAnswer:
     """Lapsed leases (of any worker) this round's claims gave back to their hosts."""
     lost: int = 0
     """This worker's completions whose lease had lapsed and been taken back meanwhile."""
+    taken: int = 0
+    """Leases given back unfetched that another worker's claim had taken back already."""
 
 
 class RoundRunner:
@@ -145,8 +152,10 @@ class RoundRunner:
     def __init__(self, remote: PartitionedFrontier, seen: PartitionedSeen, *,
                  budget_for: Callable[[str], int], clock: Callable[[], float],
                  unfetched: set[int], recrawler: Recrawler | None = None,
-                 claim_ahead: float = 0.0) -> None:
+                 claim_ahead: float = 0.0, fence: LeaseFence | None = None) -> None:
         self.remote = remote
+        #: Until when each lease is proven held: a claim moves it from the round's send.
+        self.fence = fence
         #: Seconds ahead of a host's ready time that a claim may take it, when no host is
         #: ready now (RedisFrontier.round's ``ahead``).
         self.claim_ahead = claim_ahead
@@ -225,12 +234,18 @@ class RoundRunner:
         budget_for = self.budget_for
         clock = self.clock
         finished = []
-        for done, seconds, rest, ended_at in rnd.completions:
-            budget = -1 if done.ticket in self.unfetched else budget_for(done.host)
+        for done, seconds, rest, ended_at, back in rnd.completions:
+            if back:
+                budget = HAND_BACK
+            else:
+                budget = -1 if done.ticket in self.unfetched else budget_for(done.host)
             # How long ago the answer was complete, taken now: the script runs later
             # still, so the rest it counts from its own clock starts no earlier.
             ago = 0.0 if ended_at is None else max(0.0, clock() - ended_at)
             finished.append(Finished(done, seconds, rest, budget, ago))
+        fence = self.fence
+        # Before the call: the claims' leases hold at least the window from this moment.
+        sent_at = fence.clock() if fence is not None else 0.0
         reply = remote.round(fresh, finished, rnd.want, everywhere=rnd.poll,
                              ahead=self.claim_ahead)
         # Read after the reply: the wait of a lease claimed ahead then ends no earlier
@@ -244,17 +259,23 @@ class RoundRunner:
                 else:
                     duplicates += 1
         leased = self.leased
-        lost = 0
+        lost = taken = 0
         for sent, completed in zip(rnd.completions, reply.completed, strict=True):
             leased.pop(sent.lease.ticket, None)
             if completed is None:
-                lost += 1
+                if sent.back:
+                    taken += 1  # never fetched here: nothing is fetched twice
+                else:
+                    lost += 1
             elif completed.capped >= 0:
                 # Logged by the worker whose fetch spent it: once for the crawl.
                 logger.info("Host %r reached its budget: %d queued requests dropped, and its "
                             "later ones are refused by every worker (counted in "
                             "frontier/budget/requests)", sent.lease.host, completed.capped)
         leases = reply.leases
+        if fence is not None:
+            fence.forget(sent.lease.ticket for sent in rnd.completions)
+            fence.claimed((lease.ticket for lease in leases), sent_at)  # before the heartbeat
         for lease in leases:
             leased[lease.ticket] = lease.host
         if self.clock() >= self._budget_read_at:
@@ -268,6 +289,7 @@ class RoundRunner:
                              if lease.wait > 0}
         answer.reclaimed = reply.reclaimed
         answer.lost = lost
+        answer.taken = taken
         answer.starts_skipped = skipped
         answer.dropped = dropped
         if rnd.census is not None:

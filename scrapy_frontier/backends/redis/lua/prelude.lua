@@ -268,6 +268,29 @@ local function parse_lease(rec)
   return id, tonumber(lv), tonumber(handed), tonumber(ready), string.sub(rec, e + 1)
 end
 
+-- A lease given back unfetched (HAND_BACK): its item goes back to the head of its host's
+-- queue, as a lapsed lease's does. The lease never contacted the host, so the host is ready
+-- again when it was ready for this lease (its ready time), or now; no rest is added, and its
+-- last fetch time stays.
+local function hand_back(host, lv, ready, item)
+  if is_retired(host) then
+    if not count_refused(host) then redis.call('RPUSH', K_DROPPED, host .. '\0' .. item) end
+  else
+    add_to_back(host, lv, item, true)
+  end
+  redis.call('HDEL', K_LEASES, host)
+  redis.call('ZREM', K_DEADLINES, host)
+  local nc = math.max(now, ready or now)
+  if tonumber(redis.call('HGET', K_ACTIVE, host) or '0') > 0 then
+    redis.call('ZADD', K_READY, fmt(unblocked_at(host, nc)), host)
+  else
+    deactivate(host)
+    fill_to_floor()
+  end
+  stat('handed_back', 1)
+  return nc
+end
+
 -- A lease past its deadline goes back to the head of its host's queue. The host then rests
 -- as after a fetch lasting until now, except when the lease lapsed before claim + LEASE_T:
 -- its worker stopped renewing it (it died, and its connections with it), and the time the
@@ -412,14 +435,16 @@ end
 -- The end of a fetch under lease id of host: {1, nc, capped} (nc: the host's next contact;
 -- capped: URLs dropped as this fetch spent the host's budget, -1 if it did not), or {0}
 -- if the lease is no longer held (it lapsed and was taken back). given: the host's budget
--- from the worker's settings (0: unlimited; -1: handed back unfetched, not counted); the
--- shared budgets hash (scrapy frontier budget) overrides it. ago: seconds before now the
--- answer was complete; the delay counts from then.
+-- from the worker's settings (0: unlimited; -1: handed back unfetched, not counted; -2:
+-- given back unfetched with its item queued again, see hand_back); the shared budgets hash
+-- (scrapy frontier budget) overrides it. ago: seconds before now the answer was complete;
+-- the delay counts from then.
 local function complete_one(host, id, fetch, at_least, given, ago)
   local rec = redis.call('HGET', K_LEASES, host)
   if not rec then return {0} end
-  local lid, _, _, ready = parse_lease(rec)
+  local lid, lv, _, ready, item = parse_lease(rec)
   if lid ~= id then return {0} end
+  if given == -2 then return {1, hand_back(host, lv, ready, item), -1} end
   local nc = release(host, fetch, at_least, ago, ready)
   stat('completed', 1)
   local shared = filled(K_BUDGETS, 'HLEN')
