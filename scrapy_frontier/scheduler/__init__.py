@@ -464,7 +464,7 @@ class FrontierScheduler:
                              spider: Spider) -> None:
         fetch = self.inflight.get(request.meta.get(LEASE_META))
         if fetch is not None:
-            self.timing.headers(fetch)
+            self.timing.headers(fetch, body_length)
 
     def _retire(self, host: str, failures: int, response: Response | None,
                 exception: BaseException | None) -> None:

@@ -108,8 +108,10 @@ class FetchTiming:
         """The request of ``fetch`` reaches the downloader now."""
         fetch.sent_at = self.clock()
 
-    def headers(self, fetch: Fetch) -> None:
-        """The answer to the request of ``fetch`` sent its headers."""
+    def headers(self, fetch: Fetch, body_length: Any = None) -> None:
+        """The answer to the request of ``fetch`` sent its headers (``body_length``: as
+        Scrapy's headers_received gives it; 0 for an answer without a body, such as a 304,
+        which Scrapy's handler reads without the frame that holds the socket)."""
         now = self.clock()
         request = fetch.request
         if self.tcp is not None:
@@ -117,7 +119,8 @@ class FetchTiming:
             transport = answer_transport(request, depth=14)
             fetch.answer = None if transport is None else self.tcp.begin(transport, now)
             watch = self.watch
-            if watch is not None and request.url.startswith(("http://", "https://")) and \
+            if watch is not None and body_length != 0 and \
+                    request.url.startswith(("http://", "https://")) and \
                     watch.note(fetch.answer is not None):
                 logger.warning(
                     "FRONTIER_TCP_TIMING: the first %d answers of Scrapy's HTTP/1.1 handler "
