@@ -10,8 +10,9 @@ Two traces of URL-seen tests (64-bit fingerprints, in the order a crawler asks):
   :class:`SyntheticParams`): many hosts crawled at once, links mostly within a
   host with Zipf popularity, a share of cross-host links to popular hosts.
 
-Each trace is replayed through every policy of ``scrapy_frontier.core.seen``
-(clock, lru, random, static, min, infinite) at cache sizes 2^8 .. 2^20, and
+Each trace is replayed through every policy: the crawl's, from
+``scrapy_frontier.core.seen`` (clock, lru, random), and the simulation's, from
+``seen_policies.py`` (static, min, infinite), at cache sizes 2^8 .. 2^20, and
 the hit rate (lookups answered by the cache) is tabulated and plotted. Then
 the URL-seen test's speed (lookups/s) and memory (bytes per fingerprint) are
 measured beside Scrapy's ``RFPDupeFilter``.
@@ -45,18 +46,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scrapy_frontier.core.seen import (
+from seen_policies import (
     POLICIES,
-    ClockCache,
     InfiniteCache,
-    MemoryFingerprintStore,
     MinCache,
-    SeenSet,
     StaticCache,
-    fingerprint64,
-    make_cache,
     most_frequent,
     next_uses,
+)
+
+from scrapy_frontier.core.seen import (
+    ClockCache,
+    MemoryFingerprintStore,
+    SeenSet,
+    fingerprint64,
+    make_cache,
     simulate,
 )
 from scrapy_frontier.dupefilter import FrontierDupeFilter
