@@ -59,7 +59,6 @@ from scrapy_frontier.core.seen import (
     ClockCache,
     MemoryFingerprintStore,
     SeenSet,
-    fingerprint64,
     make_cache,
     simulate,
 )
@@ -113,9 +112,10 @@ class RecordingDupeFilter(FrontierDupeFilter):
         df.trace = array("q")
         return df
 
-    def request_seen(self, request: Request) -> bool:
-        self.trace.append(fingerprint64(self.fingerprinter.fingerprint(request)))
-        return super().request_seen(request)
+    def fingerprint_seen(self, fp: int) -> bool:
+        # The scheduler asks here with the fingerprint it computed; request_seen() does too.
+        self.trace.append(fp)
+        return super().fingerprint_seen(fp)
 
     def close(self, reason: str) -> None:
         super().close(reason)
