@@ -460,7 +460,8 @@ def _probe(kind: str, n: int, workdir: str) -> dict[str, Any]:
             keep.add(hashlib.sha1(i.to_bytes(8, "big")).digest())
     elif kind == "clock-cache":
         keep = ClockCache(n)
-        for _ in range(n):
+        # One past full: the first eviction builds the ring that a cache in use holds.
+        for _ in range(n + 1):
             keep.insert(rng.getrandbits(63))
     elif kind == "seenset-sqlite":
         from scrapy_frontier.backends.sqlite.seen import SQLiteFingerprintStore
