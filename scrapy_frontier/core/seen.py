@@ -14,7 +14,7 @@ URL is therefore always a miss (a *compulsory* miss). That is what makes a
 cache safe to put in front of a store.
 
 :class:`FingerprintCache` keeps the entries and counts the lookups; a policy
-only says what to evict when it is full (:meth:`FingerprintCache._make_room`).
+says what to evict when it is full (:meth:`FingerprintCache._make_room`).
 The policies a crawl can use (``FRONTIER_SEEN_CACHE_POLICY``):
 
 * :class:`ClockCache` -- one reference bit per entry and a hand sweeping a
@@ -56,8 +56,7 @@ def fingerprint64(fp: bytes) -> int:
     return int.from_bytes(fp[:8], "big", signed=True)
 
 
-def check_capacity(capacity: int) -> int:
-    """``capacity`` if it is an integer >= 1; a ValueError otherwise."""
+def _check_capacity(capacity: int) -> int:
     if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
         raise ValueError(f"cache capacity must be an integer >= 1, got {capacity!r}")
     return capacity
@@ -78,7 +77,7 @@ class FingerprintCache:
     __slots__ = ("_cap", "_entries", "hits", "misses")
 
     def __init__(self, capacity: int = DEFAULT_CACHE_SIZE) -> None:
-        self._cap = check_capacity(capacity)
+        self._cap = _check_capacity(capacity)
         self._entries: dict[int, bool] = {}
         self.hits = 0
         self.misses = 0
