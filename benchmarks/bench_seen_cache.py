@@ -10,8 +10,9 @@ Two traces of URL-seen tests (64-bit fingerprints, in the order a crawler asks):
   :class:`SyntheticParams`): many hosts crawled at once, links mostly within a
   host with Zipf popularity, a share of cross-host links to popular hosts.
 
-Each trace is replayed through every policy of ``scrapy_frontier.core.seen``
-(clock, lru, random, static, min, infinite) at cache sizes 2^8 .. 2^20, and
+Each trace is replayed through every policy: the crawl's, from
+``scrapy_frontier.core.seen`` (clock, lru, random), and the simulation's, from
+``seen_policies.py`` (static, min, infinite), at cache sizes 2^8 .. 2^20, and
 the hit rate (lookups answered by the cache) is tabulated and plotted. Then
 the URL-seen test's speed (lookups/s) and memory (bytes per fingerprint) are
 measured beside Scrapy's ``RFPDupeFilter``.
@@ -45,18 +46,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scrapy_frontier.core.seen import (
+from seen_policies import (
     POLICIES,
-    ClockCache,
     InfiniteCache,
-    MemoryFingerprintStore,
     MinCache,
-    SeenSet,
     StaticCache,
-    fingerprint64,
-    make_cache,
     most_frequent,
     next_uses,
+)
+
+from scrapy_frontier.core.seen import (
+    ClockCache,
+    MemoryFingerprintStore,
+    SeenSet,
+    make_cache,
     simulate,
 )
 from scrapy_frontier.dupefilter import FrontierDupeFilter
@@ -109,9 +112,10 @@ class RecordingDupeFilter(FrontierDupeFilter):
         df.trace = array("q")
         return df
 
-    def request_seen(self, request: Request) -> bool:
-        self.trace.append(fingerprint64(self.fingerprinter.fingerprint(request)))
-        return super().request_seen(request)
+    def fingerprint_seen(self, fp: int) -> bool:
+        # The scheduler asks here with the fingerprint it computed; request_seen() does too.
+        self.trace.append(fp)
+        return super().fingerprint_seen(fp)
 
     def close(self, reason: str) -> None:
         super().close(reason)
@@ -456,7 +460,8 @@ def _probe(kind: str, n: int, workdir: str) -> dict[str, Any]:
             keep.add(hashlib.sha1(i.to_bytes(8, "big")).digest())
     elif kind == "clock-cache":
         keep = ClockCache(n)
-        for _ in range(n):
+        # One past full: the first eviction builds the ring that a cache in use holds.
+        for _ in range(n + 1):
             keep.insert(rng.getrandbits(63))
     elif kind == "seenset-sqlite":
         from scrapy_frontier.backends.sqlite.seen import SQLiteFingerprintStore

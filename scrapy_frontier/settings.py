@@ -24,7 +24,7 @@ from scrapy_frontier.core.politeness import (
 )
 from scrapy_frontier.core.recrawl import MODES, PREDICTORS, RecrawlSettings
 from scrapy_frontier.core.refresh import DAY, RefreshConfig
-from scrapy_frontier.core.seen import DEFAULT_CACHE_SIZE, ONLINE_POLICIES
+from scrapy_frontier.core.seen import DEFAULT_CACHE_SIZE, POLICIES
 from scrapy_frontier.errors import FrontierConfigError
 
 __all__ = ["DEFAULTS", "BACKENDS", "FrontierConfig", "FrontierConfigError", "ObserveConfig",
@@ -458,7 +458,7 @@ def _observe(settings: BaseSettings) -> ObserveConfig:
 def _cache_policy(settings: BaseSettings) -> str:
     raw = _raw(settings, "FRONTIER_SEEN_CACHE_POLICY", "clock")
     name = raw.strip().lower() if isinstance(raw, str) else raw
-    if name in ONLINE_POLICIES:
+    if name in POLICIES:
         return str(name)
     if name in ("static", "min", "infinite"):
         raise FrontierConfigError(
@@ -466,7 +466,7 @@ def _cache_policy(settings: BaseSettings) -> str:
             "future, or the whole set in RAM); use 'clock' (default), 'lru' or 'random'"
         )
     raise FrontierConfigError(
-        f"FRONTIER_SEEN_CACHE_POLICY must be one of {', '.join(ONLINE_POLICIES)}, got {raw!r}"
+        f"FRONTIER_SEEN_CACHE_POLICY must be one of {', '.join(POLICIES)}, got {raw!r}"
     )
 
 

@@ -23,25 +23,29 @@ from scrapy.core.scheduler import Scheduler
 from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.utils.test import get_crawler
 
+from benchmarks.seen_policies import (
+    NEVER,
+    POLICIES,
+    InfiniteCache,
+    MinCache,
+    StaticCache,
+    make_simulation_cache,
+    next_uses,
+)
 from frontier_testweb.crawl import FRONTIER_ADDON
 from scrapy_frontier import FrontierScheduler
 from scrapy_frontier.backends.sqlite.seen import FORMAT, SQLiteFingerprintStore
+from scrapy_frontier.core import seen as core_seen
 from scrapy_frontier.core.clock import FakeClock
 from scrapy_frontier.core.seen import (
-    NEVER,
-    POLICIES,
     ClockCache,
     FingerprintCache,
-    InfiniteCache,
     LRUCache,
     MemoryFingerprintStore,
-    MinCache,
     RandomCache,
     SeenSet,
-    StaticCache,
     fingerprint64,
     make_cache,
-    next_uses,
     simulate,
 )
 from scrapy_frontier.dupefilter import PUBLISH_EVERY, STORE_NAME, FrontierDupeFilter
@@ -84,12 +88,43 @@ def test_fingerprint64_is_the_signed_first_eight_bytes() -> None:
 @settings(max_examples=60, deadline=None)
 def test_every_bounded_policy_respects_its_capacity(trace: list[int], cap: int) -> None:
     for policy in ("clock", "lru", "random", "static", "min"):
-        cache = make_cache(policy, cap, rng=random.Random(3), trace=trace)
+        cache = make_simulation_cache(policy, cap, rng=random.Random(3), trace=trace)
         for fp in trace:
             if not cache.lookup(fp):
                 cache.insert(fp)
             assert len(cache) <= cap, policy
         assert cache.hits + cache.misses == len(trace)
+
+
+class _FifoCache(FingerprintCache):
+    """First in, first out: a policy written against the base's one hook."""
+
+    __slots__ = ()
+
+    def _make_room(self, fp: int) -> None:
+        del self._entries[next(iter(self._entries))]
+
+
+def test_a_policy_supplies_only_its_eviction_and_the_base_does_the_rest() -> None:
+    cache = _FifoCache(2)
+    assert replay(cache, [1, 2, 1, 3, 1, 2]) == [False, False, True, False, False, False]
+    assert list(cache) == [1, 2] and len(cache) == 2 and 1 in cache and 3 not in cache
+    assert (cache.hits, cache.misses, cache.lookups, cache.capacity) == (1, 5, 6, 2)
+    assert cache.hit_rate == pytest.approx(1 / 6)
+    cache.insert(2)  # already cached: nothing is evicted
+    assert list(cache) == [1, 2]
+    full = FingerprintCache(1)
+    full.insert(1)
+    with pytest.raises(NotImplementedError, match="never evicts"):
+        full.insert(2)
+    # The crawl's policies keep the base's storage and counts, and override no more than
+    # their eviction (LRU also has its own lookup, which keeps its order).
+    shared = {"__len__", "__contains__", "__iter__", "capacity", "insert", "hits", "misses"}
+    for cls in (ClockCache, LRUCache, RandomCache):
+        assert not shared & vars(cls).keys(), cls
+        assert "_make_room" in vars(cls), cls
+    assert [cls for cls in (ClockCache, LRUCache, RandomCache) if "lookup" in vars(cls)] == [
+        LRUCache]
 
 
 def test_clock_gives_a_referenced_entry_a_second_chance() -> None:
@@ -139,7 +174,7 @@ def test_random_replacement_is_deterministic_for_a_seed() -> None:
 
 def test_static_cache_holds_only_its_fixed_set_and_misses_first_references() -> None:
     trace = [5, 1, 5, 2, 5, 1, 3, 1, 5, 4, 4]
-    cache = make_cache("static", 2, trace=trace)
+    cache = make_simulation_cache("static", 2, trace=trace)
     assert isinstance(cache, StaticCache)
     assert cache.reserved == {5, 1}  # the two most frequent
     hits = replay(cache, trace)
@@ -184,7 +219,7 @@ def test_min_is_optimal_against_exhaustive_search_and_every_policy(
     replay(cache, trace)
     assert cache.hits == _best(tuple(trace), cap, 0, frozenset())
     for policy in ("clock", "lru", "random", "static"):
-        other = make_cache(policy, cap, rng=random.Random(0), trace=trace)
+        other = make_simulation_cache(policy, cap, rng=random.Random(0), trace=trace)
         replay(other, trace)
         assert other.hits <= cache.hits, policy
     infinite = InfiniteCache()
@@ -228,23 +263,30 @@ def test_infinite_cache_has_only_compulsory_misses(trace: list[int]) -> None:
     assert cache.capacity is None
 
 
-def test_make_cache_knows_every_policy_and_refuses_the_clairvoyant_ones_without_a_trace() -> None:
+def test_make_cache_knows_the_crawl_policies_and_only_those() -> None:
     kinds = {"clock": ClockCache, "lru": LRUCache, "random": RandomCache}
+    assert set(core_seen.POLICIES) == set(kinds)
     for name, cls in kinds.items():
         cache = make_cache(name.upper(), 16)
         assert isinstance(cache, cls) and cache.capacity == 16
-    with pytest.raises(ValueError, match="whole future"):
-        make_cache("min", 16)
-    with pytest.raises(ValueError, match="simulations only"):
-        make_cache("infinite", 16)
-    assert isinstance(make_cache("infinite", 16, simulation=True), InfiniteCache)
-    with pytest.raises(ValueError, match="popular="):
-        make_cache("static", 16)
-    with pytest.raises(ValueError, match="unknown cache policy"):
-        make_cache("fifo", 16)
+    for name in ("static", "min", "infinite", "fifo"):
+        with pytest.raises(ValueError, match="unknown cache policy"):
+            make_cache(name, 16)
     with pytest.raises(ValueError, match="capacity"):
         make_cache("clock", 0)
+
+
+def test_the_simulation_policies_live_beside_the_benchmark_and_need_what_they_know() -> None:
     assert set(POLICIES) == {"clock", "lru", "random", "static", "min", "infinite"}
+    assert type(make_simulation_cache("lru", 16)) is LRUCache
+    with pytest.raises(ValueError, match="whole future"):
+        make_simulation_cache("min", 16)
+    cache = make_simulation_cache("infinite", 16)
+    assert isinstance(cache, InfiniteCache) and cache.capacity is None
+    with pytest.raises(ValueError, match="popular="):
+        make_simulation_cache("static", 16)
+    with pytest.raises(ValueError, match="unknown cache policy"):
+        make_simulation_cache("fifo", 16)
 
 
 # -- SeenSet -----------------------------------------------------------------------------------
@@ -259,7 +301,7 @@ def test_make_cache_knows_every_policy_and_refuses_the_clairvoyant_ones_without_
 def test_seen_set_answers_exactly_like_a_python_set(
     trace: list[int], cap: int, policy: str
 ) -> None:
-    cache = make_cache(policy, cap, rng=random.Random(5), trace=trace, simulation=True)
+    cache = make_simulation_cache(policy, cap, rng=random.Random(5), trace=trace)
     seen = SeenSet(cache, MemoryFingerprintStore())
     model: set[int] = set()
     for fp in trace:
