@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from frontier_testweb import ServerProcess, read_log
-from frontier_testweb.crawl import FRONTIER_ADDON, run_crawl
+from frontier_testweb.crawl import FRONTIER_ADDON, CrawlResult, run_crawl
 from frontier_testweb.kills import page_of
 
 pytestmark = pytest.mark.crawl
@@ -29,21 +30,34 @@ def _pages(log: Path) -> set[tuple[str, str]]:
     return {(e.host, e.path) for e in read_log(log) if e.status == 200}
 
 
-def test_a_line_cut_off_by_a_kill_is_moved_aside_and_the_feed_stays_valid(
-        tmp_path: Path) -> None:
-    feed = tmp_path / "items.jsonl"
-    settings = _settings(tmp_path, feed, "jsonlines")
+def _killed_then_resumed(tmp_path: Path, feed: Path, fmt: str, *,
+                         after_kill: Callable[[], None]) -> tuple[CrawlResult, Path]:
+    """A crawl with a feed, killed once, ``after_kill`` run, then the same crawl to its end:
+    (the second run, the server's log)."""
+    settings = _settings(tmp_path, feed, fmt)
     log = tmp_path / "server.jsonl"
     with ServerProcess(WEB, log_path=str(log)) as web:
         first = run_crawl(web.start_urls, settings, workdir=tmp_path / "run1", items=True,
                           self_kill={"after": 0.8, "report": str(tmp_path / "kill.json")})
         assert first.returncode == -9, first.output[-3000:]
-        # The kill came as the exporter's buffer was being written out: half an item.
-        cut = b'{"url": "http://127.0.0.9/p/1", "sta'
-        with feed.open("ab") as f:
-            f.write(cut)
+        assert feed.exists() and feed.stat().st_size > 0  # the first run's items are there
+        after_kill()
         second = run_crawl(web.start_urls, settings, workdir=tmp_path / "run2", items=True)
     assert second.returncode == 0, second.output[-3000:]
+    return second, log
+
+
+def test_a_line_cut_off_by_a_kill_is_moved_aside_and_the_feed_stays_valid(
+        tmp_path: Path) -> None:
+    feed = tmp_path / "items.jsonl"
+    # The kill came as the exporter's buffer was being written out: half an item.
+    cut = b'{"url": "http://127.0.0.9/p/1", "sta'
+
+    def cut_off() -> None:
+        with feed.open("ab") as f:
+            f.write(cut)
+
+    second, log = _killed_then_resumed(tmp_path, feed, "jsonlines", after_kill=cut_off)
     assert "ended in a line cut off by a kill" in second.output
     aside = list(tmp_path.glob("items.jsonl.cut-*"))
     assert len(aside) == 1 and aside[0].read_bytes() == cut
@@ -53,15 +67,7 @@ def test_a_line_cut_off_by_a_kill_is_moved_aside_and_the_feed_stays_valid(
 
 def test_a_resumed_csv_feed_has_one_header_and_every_page(tmp_path: Path) -> None:
     feed = tmp_path / "items.csv"
-    settings = _settings(tmp_path, feed, "csv")
-    log = tmp_path / "server.jsonl"
-    with ServerProcess(WEB, log_path=str(log)) as web:
-        first = run_crawl(web.start_urls, settings, workdir=tmp_path / "run1", items=True,
-                          self_kill={"after": 0.8, "report": str(tmp_path / "kill.json")})
-        assert first.returncode == -9, first.output[-3000:]
-        assert feed.exists() and feed.stat().st_size > 0  # the first run's items are there
-        second = run_crawl(web.start_urls, settings, workdir=tmp_path / "run2", items=True)
-    assert second.returncode == 0, second.output[-3000:]
+    _, log = _killed_then_resumed(tmp_path, feed, "csv", after_kill=lambda: None)
     rows = list(csv.reader(feed.read_text().splitlines()))
     assert rows[0] == ["url", "status", "links"]
     assert rows.count(rows[0]) == 1
