@@ -135,7 +135,8 @@ class RobotsHoldMiddleware:
             self.holds = self._first_seen(scheduler.engine.middlewares_before(self))
             if not self.holds:
                 return None
-        again: Request | None = scheduler.robots_hold(request)
+        # The fence first: a lease that lapsed during the robots.txt fetch goes back as is.
+        again: Request | None = scheduler.lease_lapsed(request) or scheduler.robots_hold(request)
         return again  # a copy back to the frontier until the host has rested, or None
 
     def _first_seen(self, before: list[Any] | None) -> bool:
@@ -165,7 +166,12 @@ def _after(seconds: float, then: Callable[[], Request | None]) -> Deferred[Reque
     d: Deferred[Request | None] = Deferred()
 
     def fire() -> None:
-        d.callback(then())
+        try:
+            result = then()
+        except Exception:  # noqa: BLE001 -- the download fails, its slot is not held
+            d.errback()
+        else:
+            d.callback(result)
 
     call_later(seconds, fire)
     return d

@@ -290,7 +290,7 @@ def test_a_url_fetched_before_the_seen_set_is_written_is_not_fetched_again(
     seen_store._conn.close()  # its buffer dies with the process
     seen_store._unlock()
 
-    again, _, crawler2 = make_scheduler(settings, dupefilter=FrontierDupeFilter)
+    again, clock2, crawler2 = make_scheduler(settings, dupefilter=FrontierDupeFilter)
     assert crawler2.stats.get_value("frontier/restored") == 2  # first and link, in flight
     assert crawler2.stats.get_value("frontier/seen/caught_up") == 2  # start and link
     assert not again.enqueue_request(Request("http://b.example/start"))  # start() again
@@ -300,4 +300,10 @@ def test_a_url_fetched_before_the_seen_set_is_written_is_not_fetched_again(
         assert request is not None and not request.url.endswith("/start")
         again.fetch_finished(request)
     assert again.next_request() is None
+    # The next periodic flush writes the seen-set: the acknowledged rows are purged, and
+    # stay purged when nothing more is queued.
+    for _ in range(2):
+        clock2.advance(61.0)
+        assert again.next_request() is None
+        assert again.driver.store._db.execute("SELECT COUNT(*) FROM done").fetchone()[0] == 0
     again.close("finished")

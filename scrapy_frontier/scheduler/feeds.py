@@ -15,11 +15,14 @@ and storages that write only when the feed closes (S3, GCS, FTP, post-processing
 
 from __future__ import annotations
 
+import csv
 import logging
 import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from scrapy.extensions.feedexport import FileFeedStorage, StdoutFeedStorage
 
 from scrapy_frontier.errors import FeedWriteError
 from scrapy_frontier.scheduler.engine import feed_exporter
@@ -41,10 +44,10 @@ class FeedGuard:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self._exporter: Any = None
-        #: Slots whose file is flushed before acknowledgements (refreshed when the
-        #: exporter starts a new batch file).
+        #: Slots whose file is flushed before acknowledgements, until the file is closed: a
+        #: full batch leaves the exporter's list before its file is closed (and flushed).
         self._slots: list[Any] = []
-        self._seen_slots: list[Any] | None = None
+        self._known: set[int] = set()
         #: Files flushed (the frontier/feeds/flushes stat).
         self.flushes = 0
 
@@ -63,13 +66,19 @@ class FeedGuard:
         exporter = self._exporter
         if exporter is None:
             return
-        slots = exporter.slots
-        if slots is not self._seen_slots:  # a new batch file, or the first flush
-            self._seen_slots = slots
-            self._slots = [slot for slot in slots if _local_file(slot)]
+        known = self._known
+        for slot in exporter.slots:  # a few feeds: a set lookup each
+            if id(slot) not in known:
+                known.add(id(slot))
+                if _local_file(slot):
+                    self._slots.append(slot)
+        done = False
         for slot in self._slots:
             file = slot.file
-            if file is None or file.closed:
+            if file is None:
+                continue
+            if file.closed:
+                done = True
                 continue
             try:
                 file.flush()
@@ -80,6 +89,9 @@ class FeedGuard:
                     "Free disk space or fix permissions, then run the same command."
                 ) from exc
             self.flushes += 1
+        if done:
+            self._slots = [slot for slot in self._slots
+                           if slot.file is None or not slot.file.closed]
 
     # -- at the start of a run ---------------------------------------------------------
 
@@ -120,10 +132,12 @@ class FeedGuard:
                 "that the feed stays valid; the page it came from is fetched again.",
                 slot.uri, moved[1], moved[0])
         if fmt == "csv" and feed.stat().st_size > 0:
-            # The header is already there: a resumed run appends rows only.
+            # The header is already there: a resumed run appends rows only, in its columns.
             options = dict(slot.feed_options)
             options["item_export_kwargs"] = {**options.get("item_export_kwargs", {}),
                                              "include_headers_line": False}
+            if not options.get("fields"):
+                options["fields"] = _csv_header(feed, options.get("encoding") or "utf-8")
             slot.feed_options = options
 
 
@@ -131,9 +145,13 @@ def _local_file(slot: Any) -> bool:
     """The slot writes its items straight into a local file (or standard output)."""
     if "postprocessing" in slot.feed_options:
         return False
-    from scrapy.extensions.feedexport import FileFeedStorage, StdoutFeedStorage
-
     return isinstance(slot.storage, FileFeedStorage | StdoutFeedStorage)
+
+
+def _csv_header(feed: Path, encoding: str) -> list[str] | None:
+    """The column names in the first line of a CSV feed (None if it has none)."""
+    with feed.open(encoding=encoding, newline="") as f:
+        return next(csv.reader(f), None) or None
 
 
 def _cut_partial_line(feed: Path) -> tuple[Path, int] | None:

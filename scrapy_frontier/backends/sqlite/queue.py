@@ -145,6 +145,8 @@ class SQLiteStore(Generic[T]):
         self._ack_back: list[tuple[int]] = []
         self._ins_done: list[tuple[int, bytes | None]] = []
         self._purge_done: int | None = None
+        # True at first: rows an earlier run left in ``done`` are purged at the first chance.
+        self._done_since_purge = True
         #: Keep acknowledged rows in ``done`` until :meth:`purge_done` (set by a driver
         #: with a seen-set that is written after this file).
         self.keep_done = False
@@ -610,13 +612,15 @@ class SQLiteStore(Generic[T]):
             self._ack_back.append((token,))
         elif self.keep_done:
             self._ins_done.append((token, pending[3]))
+        self._done_since_purge = self.keep_done
         self._op()
 
     def purge_done(self, covered: int) -> None:
         """The seen-set holds the URLs of every row up to ``covered``: forget those
         acknowledged rows (at the next flush)."""
-        if self.keep_done:
+        if self._done_since_purge:
             self._purge_done = covered
+            self._done_since_purge = False
             self._op()
 
     def back_items(self, host: str) -> Iterator[tuple[int, T]]:

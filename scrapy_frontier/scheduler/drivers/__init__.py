@@ -207,4 +207,11 @@ def load_driver(path: str) -> type[Any]:
             f"FRONTIER_BACKEND={path!r} is not a driver class (see "
             "scrapy_frontier.scheduler.drivers.Driver)"
         )
+    missing = [name for name in ("over_budget", "next_due")
+               if not callable(getattr(cls, name, None))]
+    if missing:
+        raise FrontierConfigError(
+            f"FRONTIER_BACKEND={path!r} lacks {', '.join(missing)}, which every driver has "
+            "(see scrapy_frontier.scheduler.drivers.Driver)"
+        )
     return cls

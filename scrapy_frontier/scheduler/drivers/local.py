@@ -436,6 +436,9 @@ class LocalDriver:
         # A failed write raises StoreError: the scheduler stops the crawl cleanly.
         seen = self._seen_store
         if seen is None or not seen.pending:
+            if seen is not None:
+                # Every queued URL's fingerprint is written: no acknowledged row is needed.
+                store.purge_done(store.last_row())
             store.flush()
             return
         # A fingerprint on the disk before the URL it stands for would lose that URL
