@@ -19,6 +19,7 @@ import csv
 import logging
 import os
 import time
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +48,8 @@ class FeedGuard:
         #: Slots whose file is flushed before acknowledgements, until the file is closed: a
         #: full batch leaves the exporter's list before its file is closed (and flushed).
         self._slots: list[Any] = []
-        self._known: set[int] = set()
+        #: Slots already looked at, by object (an id() could be reused by a later batch).
+        self._known: weakref.WeakSet[Any] = weakref.WeakSet()
         #: Files flushed (the frontier/feeds/flushes stat).
         self.flushes = 0
 
@@ -68,8 +70,8 @@ class FeedGuard:
             return
         known = self._known
         for slot in exporter.slots:  # a few feeds: a set lookup each
-            if id(slot) not in known:
-                known.add(id(slot))
+            if slot not in known:
+                known.add(slot)
                 if _local_file(slot):
                     self._slots.append(slot)
         done = False
