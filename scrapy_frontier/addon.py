@@ -56,9 +56,9 @@ def check_startup(settings: Settings) -> None:
     Scrapy applies add-ons before it makes the engine, so the crawl ends here, under
     ``scrapy crawl`` with one ERROR line and exit code 1 (:mod:`scrapy_frontier.scheduler.startup`).
     """
+    from scrapy_frontier.backends.ports import load_driver
     from scrapy_frontier.errors import FrontierConfigError, FrontierError
     from scrapy_frontier.scheduler import startup
-    from scrapy_frontier.scheduler.drivers import load_driver
     from scrapy_frontier.settings import FrontierConfig
 
     try:

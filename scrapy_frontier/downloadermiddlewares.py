@@ -12,8 +12,8 @@ from scrapy import Request
 from twisted.internet.defer import Deferred
 
 from scrapy_frontier.meta import LEASE_META, ROBOTS_START_META
+from scrapy_frontier.reactor.timer import call_later
 from scrapy_frontier.scheduler.engine import running_scheduler
-from scrapy_frontier.scheduler.timer import call_later
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

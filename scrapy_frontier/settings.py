@@ -32,9 +32,9 @@ __all__ = ["DEFAULTS", "BACKENDS", "FrontierConfig", "FrontierConfigError", "Obs
 
 #: The drivers that ship with scrapy-frontier; FRONTIER_BACKEND may also be an import path.
 BACKENDS = {
-    "memory": "scrapy_frontier.scheduler.drivers.local.LocalDriver",
-    "sqlite": "scrapy_frontier.scheduler.drivers.local.LocalDriver",
-    "redis": "scrapy_frontier.scheduler.drivers.redis.RedisDriver",
+    "memory": "scrapy_frontier.backends.local.LocalDriver",
+    "sqlite": "scrapy_frontier.backends.local.LocalDriver",
+    "redis": "scrapy_frontier.backends.redis.driver.RedisDriver",
 }
 
 #: Every FRONTIER_* setting and its default. ``None`` means "derived" (see from_settings).

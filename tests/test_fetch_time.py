@@ -11,7 +11,7 @@ from scrapy import Request
 
 from scrapy_frontier.core import FakeClock
 from scrapy_frontier.core.fetch_time import StallLog, fetch_seconds
-from scrapy_frontier.scheduler.stalls import BEAT, MIN_STALL, StallMeter
+from scrapy_frontier.reactor.stalls import BEAT, MIN_STALL, StallMeter
 from tests.test_scheduler import make_scheduler
 
 

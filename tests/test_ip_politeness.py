@@ -18,7 +18,7 @@ from scrapy.settings import default_settings
 from frontier_testweb import ServerProcess, audit, read_log
 from frontier_testweb.crawl import FRONTIER_ADDON, run_crawl
 from frontier_testweb.log import LogEntry
-from scrapy_frontier.scheduler.resolve import HostResolver, ip_literal
+from scrapy_frontier.reactor.resolve import HostResolver, ip_literal
 from scrapy_frontier.settings import FrontierConfig
 
 NAMES_A = ["a1.test", "a2.test", "a3.test"]

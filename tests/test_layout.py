@@ -131,3 +131,14 @@ def test_lua_scripts_ship_as_package_data() -> None:
                  "history_claim_due", "census"):
         assert "return" in lua_source(name)
     assert "redis.call('TIME')" in lua_source("prelude")
+
+
+def test_backends_and_reactor_helpers_never_import_the_scrapy_shell() -> None:
+    """The layers go core <- backends <- scheduler (the Scrapy shell): a backend reaches the
+    shell only through what the ports hand it, never by importing it."""
+    shell = (f"{PKG}.scheduler", f"{PKG}.commands", f"{PKG}.addon", f"{PKG}.downloadermiddlewares",
+             f"{PKG}.spidermiddlewares", f"{PKG}.dupefilter")
+    for mod, path in _modules().items():
+        if mod.startswith((f"{PKG}.backends", f"{PKG}.reactor")):
+            bad = {n for n in _imports(path) if n.startswith(shell)}
+            assert not bad, f"{mod} imports {sorted(bad)}"

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from scrapy import Request
 
+from scrapy_frontier.backends.local import STATE_FILE
 from scrapy_frontier.core import FakeClock
 from scrapy_frontier.errors import StoreError
-from scrapy_frontier.scheduler.drivers.local import STATE_FILE
 from tests.test_scheduler import finish, make_scheduler
 
 

@@ -406,9 +406,9 @@ def test_backpressure_stops_handing_out_while_the_backlog_is_full(monkeypatch: A
     from scrapy.dupefilters import RFPDupeFilter
     from scrapy.utils.test import get_crawler
 
+    from scrapy_frontier.backends.redis import driver as redis_driver
     from scrapy_frontier.backends.redis.frontier import RedisLease
     from scrapy_frontier.scheduler import FrontierScheduler
-    from scrapy_frontier.scheduler.drivers import redis as redis_driver
     from scrapy_frontier.settings import FrontierConfig
 
     crawler = get_crawler(settings_dict={"FRONTIER_BACKEND": "redis"})
@@ -441,8 +441,8 @@ def test_a_worker_closes_when_the_frontier_is_empty_and_waits_only_if_it_saw_no_
     from scrapy.dupefilters import RFPDupeFilter
     from scrapy.utils.test import get_crawler
 
+    from scrapy_frontier.backends.redis import driver as redis_driver
     from scrapy_frontier.scheduler import FrontierScheduler
-    from scrapy_frontier.scheduler.drivers import redis as redis_driver
     from scrapy_frontier.settings import FrontierConfig
 
     crawler = get_crawler(settings_dict={"FRONTIER_BACKEND": "redis",

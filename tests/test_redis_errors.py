@@ -24,7 +24,9 @@ from scrapy.settings import Settings
 from twisted.python.failure import Failure
 
 from scrapy_frontier.backends.redis.connection import redis_from_settings, wait_for_redis
+from scrapy_frontier.backends.redis.driver import RedisDriver
 from scrapy_frontier.backends.redis.frontier import RedisFrontier
+from scrapy_frontier.backends.redis.view import MAX_BACKOFF, Outage
 from scrapy_frontier.errors import (
     RedisFrontierAuthError,
     RedisFrontierDataError,
@@ -33,8 +35,6 @@ from scrapy_frontier.errors import (
     RedisFrontierSettingsError,
     RedisFrontierUnavailable,
 )
-from scrapy_frontier.scheduler.drivers.redis import RedisDriver
-from scrapy_frontier.scheduler.drivers.redis_view import MAX_BACKOFF, Outage
 from tests.redis_server import REDIS_SERVER, RedisServer, free_port
 
 DESTRUCTIVE = ("delete", "flush", " del ", "unlink")

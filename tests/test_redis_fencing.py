@@ -25,12 +25,12 @@ from scrapy import Request
 
 from frontier_testweb import ServerProcess, audit, read_log
 from frontier_testweb.crawl import BASE_SETTINGS
+from scrapy_frontier.backends.redis.fence import LeaseFence, fence_clock
 from scrapy_frontier.backends.redis.frontier import HAND_BACK, RedisFrontier
+from scrapy_frontier.backends.redis.heartbeat import Heartbeat
 from scrapy_frontier.backends.redis.partitions import Layout, open_frontier
 from scrapy_frontier.core import DelayPolicy
 from scrapy_frontier.meta import LAPSED_META
-from scrapy_frontier.scheduler.drivers.redis_fence import LeaseFence, fence_clock
-from scrapy_frontier.scheduler.drivers.redis_heartbeat import Heartbeat
 from tests.contract_helpers import (
     ContractSpider,
     Driver,

@@ -287,7 +287,7 @@ def test_a_round_runs_without_a_thread(redis_client: redis.Redis, redis_prefix: 
     here directly, it pushes, drops a duplicate, claims and completes on a real Redis, in
     one partition or across three."""
     from scrapy_frontier.backends.redis.partitions import Layout, open_frontier, open_seen
-    from scrapy_frontier.scheduler.drivers.redis_round import (
+    from scrapy_frontier.backends.redis.round import (
         Completion,
         Pushed,
         Round,

@@ -145,7 +145,7 @@ def test_engine_woken_at_next_contact_not_by_heartbeat() -> None:
         def cancel(self) -> None:
             calls.append((-1, None))
 
-    import scrapy_frontier.scheduler.timer as mod
+    import scrapy_frontier.reactor.timer as mod
 
     original = mod.call_later
     mod.call_later = lambda delay, func: (calls.append((delay, func)), _Timer())[1]

@@ -748,8 +748,8 @@ def test_a_start_request_still_on_its_way_to_redis_when_start_fails_is_crawled(
     from scrapy.utils.test import get_crawler
     from twisted.internet.defer import Deferred
 
+    from scrapy_frontier.backends.redis.driver import RedisDriver
     from scrapy_frontier.scheduler import FrontierScheduler
-    from scrapy_frontier.scheduler.drivers.redis import RedisDriver
 
     if driver.backend != "redis":
         pytest.skip("no I/O round: the push is queued before enqueue_request returns")

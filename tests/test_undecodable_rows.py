@@ -14,11 +14,11 @@ from scrapy import FormRequest, Request
 
 from frontier_testweb import ServerProcess, audit, read_log
 from frontier_testweb.crawl import FRONTIER_ADDON, run_crawl
+from scrapy_frontier.backends.local import STATE_FILE
 from scrapy_frontier.backends.sqlite.queue import SQLiteStore
 from scrapy_frontier.codec import COMPACT, FULL, request_codec, saved_url
 from scrapy_frontier.core import FakeClock, Frontier
 from scrapy_frontier.errors import StoreError
-from scrapy_frontier.scheduler.drivers.local import STATE_FILE
 from tests.invariants import check_frontier
 from tests.test_codec import CodecSpider
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from w3lib.url import canonicalize_url
 
+from scrapy_frontier.backends.local import STATE_FILE
 from scrapy_frontier.backends.sqlite.control import RETIRED, TAKEN_BACK, ControlFile
 from scrapy_frontier.backends.sqlite.history import FORMAT as HISTORY_FORMAT
 from scrapy_frontier.backends.sqlite.history import STORE_NAME as HISTORY_FILE
@@ -31,7 +32,6 @@ from scrapy_frontier.core.history import readable_record
 from scrapy_frontier.core.politeness import delay_rule_from
 from scrapy_frontier.dupefilter import STORE_NAME as SEEN_FILE
 from scrapy_frontier.errors import FrontierCommandError
-from scrapy_frontier.scheduler.drivers.local import STATE_FILE
 from scrapy_frontier.settings import FrontierConfig
 
 

@@ -1,7 +1,7 @@
 """The control writes of ``scrapy frontier``: block, unblock, delay, retire, budget.
 
 SQLite: one short transaction in ``control.sqlite`` (never in the crawl's own files); the
-running crawl applies it within a second (:mod:`scrapy_frontier.scheduler.control`), a
+running crawl applies it within a second (:mod:`scrapy_frontier.backends.sqlite.steering`), a
 stopped one when it starts again. Redis: one script on the shared frontier
 (``lua/control.lua``), atomic with the workers' claims, so it holds for every worker at
 once and is kept with the rest of the state.
@@ -131,8 +131,8 @@ def recrawl(inspector: Any, fp: int | None, host: str | None) -> dict[str, Any]:
                    else "applied when the crawl starts again")
         return {"action": "recrawl", "fp": fp, "host": host, "marked": pages,
                 "applied": f"{pages} pages, {applied}"}
+    from scrapy_frontier.backends.sqlite.steering import select_records
     from scrapy_frontier.core.history import make_due
-    from scrapy_frontier.scheduler.recrawl import select_records
 
     store = inspector.history()
     records = select_records(store, [(fp, host)])

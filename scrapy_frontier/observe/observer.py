@@ -46,7 +46,7 @@ class Observer:
             if config.metrics_port:
                 raise FrontierConfigError(
                     f"FRONTIER_METRICS_PORT is set but the {name!r} backend has no census() "
-                    "(see scrapy_frontier.scheduler.drivers.Driver); leave "
+                    "(see scrapy_frontier.backends.ports.Driver); leave "
                     "FRONTIER_METRICS_PORT unset with this backend"
                 )
             if config.progress_interval > 0:

@@ -1,7 +1,7 @@
 """The one Scrapy scheduler, whatever the backend: a thin shell over a driver.
 
 A request's route goes one way: fingerprint (once), dupe filter, start gate,
-host key, priority, then the driver (:mod:`scrapy_frontier.scheduler.drivers`),
+host key, priority, then the driver (:mod:`scrapy_frontier.backends.ports`),
 which queues it and hands it out when its host may be contacted. Handed-out
 requests are tracked by the in-flight ledger until the engine is done with them.
 Everything here is the same on every backend: the dupe filter, priority rules
@@ -21,6 +21,7 @@ from scrapy import Request, signals
 from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.misc import build_from_crawler, load_object
 
+from scrapy_frontier.backends.ports import DriverContext, load_driver
 from scrapy_frontier.errors import (
     FrontierError,
     HistoryStoreError,
@@ -31,6 +32,7 @@ from scrapy_frontier.hostkey import HostlessURL
 from scrapy_frontier.meta import LAPSED_META, LEASE_META
 from scrapy_frontier.observe.observer import Observer
 from scrapy_frontier.observe.opening import frontier_line, history_line, quarantine_line
+from scrapy_frontier.reactor.timer import EngineWaker, call_later
 from scrapy_frontier.scheduler import startup
 from scrapy_frontier.scheduler.admission import Admission
 from scrapy_frontier.scheduler.change_signals import (
@@ -40,7 +42,6 @@ from scrapy_frontier.scheduler.change_signals import (
     robots_sitemaps,
     sitemap_request,
 )
-from scrapy_frontier.scheduler.drivers import DriverContext, load_driver
 from scrapy_frontier.scheduler.engine import EngineAdapter, abandon_open
 from scrapy_frontier.scheduler.feeds import FeedGuard
 from scrapy_frontier.scheduler.fetch_timing import FetchTiming
@@ -49,7 +50,6 @@ from scrapy_frontier.scheduler.recrawl import RecrawlHooks
 from scrapy_frontier.scheduler.run_state import RunState
 from scrapy_frontier.scheduler.site_rules import SiteRules
 from scrapy_frontier.scheduler.slots import SlotKeys
-from scrapy_frontier.scheduler.timer import EngineWaker, call_later
 from scrapy_frontier.settings import (
     FrontierConfig,
     refuse_scrapy_redis_switches,
@@ -64,8 +64,8 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
     from twisted.internet.defer import Deferred
 
+    from scrapy_frontier.backends.ports import Driver
     from scrapy_frontier.core.recrawl import Recrawler, Visit
-    from scrapy_frontier.scheduler.drivers import Driver
 
 __all__ = ["FrontierScheduler"]
 

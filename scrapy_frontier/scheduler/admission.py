@@ -11,13 +11,13 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from scrapy_frontier.backends.ports import SeenTest
 from scrapy_frontier.core.prioritizer import PriorityMapper
 from scrapy_frontier.core.recrawl_priority import HostRules
 from scrapy_frontier.dupefilter import FrontierDupeFilter
 from scrapy_frontier.errors import HistoryStoreError
 from scrapy_frontier.fingerprint import Fingerprinter64, occurrence_key
 from scrapy_frontier.meta import BOOST_META, FORCE_META, RECRAWL_META, START_META
-from scrapy_frontier.scheduler.drivers import SeenTest
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from scrapy.spiders import Spider
     from scrapy.statscollectors import StatsCollector
 
-    from scrapy_frontier.scheduler.drivers import Driver
+    from scrapy_frontier.backends.ports import Driver
     from scrapy_frontier.scheduler.recrawl import RecrawlHooks
     from scrapy_frontier.settings import FrontierConfig
 

@@ -20,7 +20,7 @@ from twisted.internet.threads import deferToThread
 from scrapy_frontier.core.recrawl import PageClaim
 from scrapy_frontier.core.signals import Claim, Signals, read_signals
 from scrapy_frontier.meta import SITEMAP_META
-from scrapy_frontier.scheduler.timer import call_later
+from scrapy_frontier.reactor.timer import call_later
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
 

@@ -3,7 +3,7 @@
 One component owns the fetch's timing from its send to its end: the kernel's times
 (``scheduler.tcp_timing``), the rule that turns them into a fetch time
 (``core.fetch_time.fetch_seconds``), the opt-in record of the loop's own stalls
-(``scheduler.stalls``), and the stats of these. The scheduler asks it one question per
+(``reactor.stalls``), and the stats of these. The scheduler asks it one question per
 fetch, :meth:`FetchTiming.end`, and gets one answer, a :class:`FetchEnd`.
 """
 
@@ -15,9 +15,9 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from scrapy_frontier.core.fetch_time import fetch_seconds
+from scrapy_frontier.reactor.stalls import StallMeter
 from scrapy_frontier.scheduler.engine import answer_transport
 from scrapy_frontier.scheduler.inflight import Fetch
-from scrapy_frontier.scheduler.stalls import StallMeter
 from scrapy_frontier.scheduler.tcp_timing import (
     SocketWatch,
     TcpTimes,

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 
 from scrapy_frontier.core.recrawl import Recrawler, RecrawlSettings
-from scrapy_frontier.hostkey import url_host_key_or_none
 from scrapy_frontier.meta import RECRAWL_META
 from scrapy_frontier.scheduler.replay import RequestReplay, replayable
+from scrapy_frontier.validators import add_validators
 
 if TYPE_CHECKING:
     from scrapy.spiders import Spider
@@ -129,35 +129,3 @@ class RecrawlHooks:
         if trust.hosts:
             stats.set_value("frontier/signals/hosts_trusted", trust.counts["trusted"])
             stats.set_value("frontier/signals/hosts_distrusted", trust.counts["distrusted"])
-
-
-def select_records(store: HistoryStore, requests: list[tuple[int | None, str | None]]
-                   ) -> list[PageRecord]:
-    """The records that recrawl requests name: (fp, None) one page (retired or not),
-    (None, host) the pages of a host, (None, None) every page not retired."""
-    chosen: dict[int, PageRecord] = {}
-    hosts = {host for fp, host in requests if fp is None and host is not None}
-    every = any(fp is None and host is None for fp, host in requests)
-    for fp, _ in requests:
-        if fp is not None:
-            record = store.get(fp)
-            if record is not None:
-                chosen[fp] = record
-    if every or hosts:
-        for record in store.scan():
-            if every or url_host_key_or_none(record.url) in hosts:
-                chosen.setdefault(record.fp, record)
-    return list(chosen.values())
-
-
-def add_validators(request: Request, etag: str | None, last_modified: str | None) -> bool:
-    """If-None-Match / If-Modified-Since from a page's last full response; True if any."""
-    headers = request.headers
-    added = False
-    if etag and b"If-None-Match" not in headers:
-        headers[b"If-None-Match"] = etag
-        added = True
-    if last_modified and b"If-Modified-Since" not in headers:
-        headers[b"If-Modified-Since"] = last_modified
-        added = True
-    return added

@@ -20,7 +20,7 @@ from twisted.internet.task import deferLater
 from zope.interface import implementer
 
 from frontier_testweb.spec import check_loopback
-from scrapy_frontier.scheduler.resolve import ip_literal
+from scrapy_frontier.reactor.resolve import ip_literal
 
 
 @implementer(IResolverSimple)

@@ -15,7 +15,7 @@ from scrapy_frontier.observe.census import Census, HostCounts
 
 if TYPE_CHECKING:
     from scrapy_frontier.backends.redis.frontier import SharedCensus
-    from scrapy_frontier.scheduler.drivers.redis_round import RoundAnswer
+    from scrapy_frontier.backends.redis.round import RoundAnswer
 
 #: Longest pause between two attempts while Redis is unreachable.
 MAX_BACKOFF = 30.0

@@ -31,13 +31,15 @@ from scrapy_frontier.backends.sqlite.control import (
     wall_to_clock,
 )
 from scrapy_frontier.errors import StoreError
-from scrapy_frontier.scheduler.timer import Timer, call_later
+from scrapy_frontier.hostkey import url_host_key_or_none
+from scrapy_frontier.reactor.timer import Timer, call_later
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.statscollectors import StatsCollector
 
     from scrapy_frontier.core.frontier import Frontier
+    from scrapy_frontier.core.history import HistoryStore, PageRecord
 
 logger = logging.getLogger("scrapy_frontier.control")
 
@@ -202,3 +204,22 @@ class ControlPoller:
         if changed:
             self.file.save_crawl_hosts(changed)
             self._saved.update(changed)
+
+
+def select_records(store: HistoryStore, requests: list[tuple[int | None, str | None]]
+                   ) -> list[PageRecord]:
+    """The records that recrawl requests name: (fp, None) one page (retired or not),
+    (None, host) the pages of a host, (None, None) every page not retired."""
+    chosen: dict[int, PageRecord] = {}
+    hosts = {host for fp, host in requests if fp is None and host is not None}
+    every = any(fp is None and host is None for fp, host in requests)
+    for fp, _ in requests:
+        if fp is not None:
+            record = store.get(fp)
+            if record is not None:
+                chosen[fp] = record
+    if every or hosts:
+        for record in store.scan():
+            if every or url_host_key_or_none(record.url) in hosts:
+                chosen.setdefault(record.fp, record)
+    return list(chosen.values())

@@ -60,8 +60,11 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
+from scrapy_frontier.backends.ports import DriverContext, Handout, SeenTest
 from scrapy_frontier.backends.redis.connection import describe, redis_from_settings
+from scrapy_frontier.backends.redis.fence import LeaseFence
 from scrapy_frontier.backends.redis.frontier import Quarantined, RedisLease
+from scrapy_frontier.backends.redis.heartbeat import Heartbeat
 from scrapy_frontier.backends.redis.partitions import (
     Layout,
     PartitionedFrontier,
@@ -70,6 +73,14 @@ from scrapy_frontier.backends.redis.partitions import (
     open_history,
     open_seen,
 )
+from scrapy_frontier.backends.redis.round import (
+    Completion,
+    Pushed,
+    Round,
+    RoundAnswer,
+    RoundRunner,
+)
+from scrapy_frontier.backends.redis.view import Outage, SharedView
 from scrapy_frontier.codec import request_codec, saved_url
 from scrapy_frontier.core.frontier import Frontier
 from scrapy_frontier.core.history import QUARANTINE_LOGGED
@@ -80,20 +91,9 @@ from scrapy_frontier.errors import (
     Unserializable,
 )
 from scrapy_frontier.observe.census import Census, HostCounts
-from scrapy_frontier.scheduler.drivers import DriverContext, Handout, SeenTest
-from scrapy_frontier.scheduler.drivers.redis_fence import LeaseFence
-from scrapy_frontier.scheduler.drivers.redis_heartbeat import Heartbeat
-from scrapy_frontier.scheduler.drivers.redis_round import (
-    Completion,
-    Pushed,
-    Round,
-    RoundAnswer,
-    RoundRunner,
-)
-from scrapy_frontier.scheduler.drivers.redis_view import Outage, SharedView
-from scrapy_frontier.scheduler.recrawl import add_validators
-from scrapy_frontier.scheduler.stalls import StallMeter
-from scrapy_frontier.scheduler.timer import call_later
+from scrapy_frontier.reactor.stalls import StallMeter
+from scrapy_frontier.reactor.timer import call_later
+from scrapy_frontier.validators import add_validators
 
 if TYPE_CHECKING:
     from scrapy import Request

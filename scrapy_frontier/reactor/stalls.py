@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import IO
 
 from scrapy_frontier.core.fetch_time import StallLog
-from scrapy_frontier.scheduler.timer import Timer, call_later
+from scrapy_frontier.reactor.timer import Timer, call_later
 
 #: Seconds between beats: 100 cheap calls a second. The start of a stall is known only to
 #: within a beat (it is taken as the beat's due time, never earlier).

@@ -23,9 +23,9 @@ import threading
 import uuid
 from collections.abc import Callable
 
+from scrapy_frontier.backends.redis.fence import LeaseFence
 from scrapy_frontier.backends.redis.partitions import PartitionedFrontier
 from scrapy_frontier.errors import RedisFrontierError
-from scrapy_frontier.scheduler.drivers.redis_fence import LeaseFence
 
 redis_log = logging.getLogger("scrapy_frontier.redis")
 

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-logger = logging.getLogger("scrapy_frontier.scheduler.resolve")
+logger = logging.getLogger("scrapy_frontier.reactor.resolve")
 
 
 def ip_literal(host: str) -> str | None:

@@ -31,10 +31,12 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from scrapy_frontier.backends.ports import DriverContext, SeenTest
 from scrapy_frontier.backends.sqlite.history import STORE_NAME as HISTORY_FILE
 from scrapy_frontier.backends.sqlite.history import SQLiteHistoryStore
 from scrapy_frontier.backends.sqlite.queue import SQLiteStore
 from scrapy_frontier.backends.sqlite.seen import SQLiteFingerprintStore
+from scrapy_frontier.backends.sqlite.steering import ControlPoller, select_records
 from scrapy_frontier.codec import request_codec
 from scrapy_frontier.core.frontier import Frontier, Lease
 from scrapy_frontier.core.history import HistoryStore, MemoryHistoryStore
@@ -42,10 +44,7 @@ from scrapy_frontier.core.politeness import saved_delay_rule
 from scrapy_frontier.errors import StoreError, UndecodableRow
 from scrapy_frontier.hostkey import HostlessURL, url_host_key
 from scrapy_frontier.observe.census import Census, HostCounts
-from scrapy_frontier.scheduler.control import ControlPoller
-from scrapy_frontier.scheduler.drivers import DriverContext, SeenTest
-from scrapy_frontier.scheduler.recrawl import select_records
-from scrapy_frontier.scheduler.resolve import HostResolver
+from scrapy_frontier.reactor.resolve import HostResolver
 
 if TYPE_CHECKING:
     from scrapy import Request

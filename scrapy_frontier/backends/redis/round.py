@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
+from scrapy_frontier.backends.redis.fence import LeaseFence
 from scrapy_frontier.backends.redis.frontier import (
     HAND_BACK,
     Finished,
@@ -20,7 +21,6 @@ from scrapy_frontier.backends.redis.frontier import (
     SharedCensus,
 )
 from scrapy_frontier.backends.redis.partitions import PartitionedFrontier, PartitionedSeen
-from scrapy_frontier.scheduler.drivers.redis_fence import LeaseFence
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -183,7 +183,7 @@ class RoundRunner:
         return [(host, ticket) for ticket, host in self.leased.copy().items()]
 
     def run(self, rnd: Round) -> RoundAnswer:
-        """One round against Redis (see scheduler/drivers/redis.py's docstring)."""
+        """One round against Redis (see backends/redis/driver.py's docstring)."""
         remote, seen = self.remote, self.seen
         recrawler = self.recrawler
         duplicates = skipped = 0

@@ -205,13 +205,13 @@ def load_driver(path: str) -> type[Any]:
     if not isinstance(cls, type) or not callable(getattr(cls, "pop", None)):
         raise FrontierConfigError(
             f"FRONTIER_BACKEND={path!r} is not a driver class (see "
-            "scrapy_frontier.scheduler.drivers.Driver)"
+            "scrapy_frontier.backends.ports.Driver)"
         )
     missing = [name for name in ("over_budget", "next_due")
                if not callable(getattr(cls, name, None))]
     if missing:
         raise FrontierConfigError(
             f"FRONTIER_BACKEND={path!r} lacks {', '.join(missing)}, which every driver has "
-            "(see scrapy_frontier.scheduler.drivers.Driver)"
+            "(see scrapy_frontier.backends.ports.Driver)"
         )
     return cls
