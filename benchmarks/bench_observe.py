@@ -4,7 +4,7 @@ The progress line takes one census per FRONTIER_PROGRESS_INTERVAL, and each Prom
 scrape one more; neither touches the hot path. This script measures, on the same
 frontier in the same process:
 
-* **census**: ``scheduler.driver.census()`` (median of ``--repeat`` calls);
+* **census**: ``scheduler.backend.inspection.census()`` (median of ``--repeat`` calls);
 * **scrape**: one ``/metrics`` exposition (census + text), without HTTP;
 * **baseline, per request**: ``enqueue_request`` + ``next_request`` +
   ``fetch_finished`` of one request, averaged over ``--n`` requests.
@@ -99,12 +99,12 @@ def bench_local(backend: str, n: int, hosts: int, back_queues: int, repeat: int)
         per_request = (time.perf_counter() - started) / (len(half) + out)
         for request in requests[n // 2:]:
             scheduler.enqueue_request(request)
-        census = scheduler.driver.census()
-        collector = CensusCollector(scheduler.driver.census, lambda: (8, 16),
+        census = scheduler.backend.inspection.census()
+        collector = CensusCollector(scheduler.backend.inspection.census, lambda: (8, 16),
                                     spider="bench", worker="w")
         registry = CollectorRegistry(auto_describe=False)
         registry.register(collector)
-        census_s = _median_seconds(scheduler.driver.census, repeat)
+        census_s = _median_seconds(scheduler.backend.inspection.census, repeat)
         scrape_s = _median_seconds(lambda: generate_latest(registry), repeat)
         scheduler.close("finished")
     return {"backend": backend, "queued": census.queued, "tracked_hosts": census.hosts.known,

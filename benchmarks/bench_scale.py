@@ -472,13 +472,13 @@ def run_worker(
         scheduler.close("finished")
         result["close_seconds"] = time.perf_counter() - t0
         if frontier:
-            st = scheduler.driver.frontier.stats
+            st = scheduler.backend.frontier.stats
             result["frontier_stats"] = {
                 "popped": st.popped,
                 "completed": st.completed,
                 "activations": st.activations,
                 "peak_active_back_queues": st.peak_active,
-                "store_flushes": getattr(scheduler.driver.store, "flushes", None),
+                "store_flushes": getattr(scheduler.backend.store, "flushes", None),
                 "engine_wakeups": crawler.engine._slot.nextcall.scheduled,
             }
         result["peak_rss_bytes"] = _peak_rss()

@@ -285,7 +285,7 @@ def run_worker(
                 }
             )
         if config == "frontier":
-            st = scheduler.driver.frontier.stats
+            st = scheduler.backend.frontier.stats
             result["frontier"] = {
                 "activations": st.activations,
                 "peak_active_back_queues": st.peak_active,

@@ -56,7 +56,7 @@ def check_startup(settings: Settings) -> None:
     Scrapy applies add-ons before it makes the engine, so the crawl ends here, under
     ``scrapy crawl`` with one ERROR line and exit code 1 (:mod:`scrapy_frontier.scheduler.startup`).
     """
-    from scrapy_frontier.backends.ports import load_driver
+    from scrapy_frontier.backends.ports import load_backend
     from scrapy_frontier.errors import FrontierConfigError, FrontierError
     from scrapy_frontier.scheduler import startup
     from scrapy_frontier.settings import FrontierConfig
@@ -67,7 +67,7 @@ def check_startup(settings: Settings) -> None:
             check_state_dir(str(settings.get("JOBDIR")), "JOBDIR")
         if config.state_dir and config.state_dir != settings.get("JOBDIR"):
             check_state_dir(config.state_dir, "FRONTIER_PATH")
-        load_driver(config.driver_path)  # imports the backend: a missing extra is named
+        load_backend(config.backend_path)  # imports the backend: a missing extra is named
         if config.backend == "redis":
             from scrapy_frontier.backends.redis.connection import (
                 redis_from_settings,

@@ -30,11 +30,11 @@ from scrapy_frontier.errors import FrontierConfigError
 __all__ = ["DEFAULTS", "BACKENDS", "FrontierConfig", "FrontierConfigError", "ObserveConfig",
            "unknown_settings"]
 
-#: The drivers that ship with scrapy-frontier; FRONTIER_BACKEND may also be an import path.
+#: The backends that ship with scrapy-frontier; FRONTIER_BACKEND may also be an import path.
 BACKENDS = {
-    "memory": "scrapy_frontier.backends.local.LocalDriver",
-    "sqlite": "scrapy_frontier.backends.local.LocalDriver",
-    "redis": "scrapy_frontier.backends.redis.driver.RedisDriver",
+    "memory": "scrapy_frontier.backends.local.LocalBackend",
+    "sqlite": "scrapy_frontier.backends.local.LocalBackend",
+    "redis": "scrapy_frontier.backends.redis.backend.RedisBackend",
 }
 
 #: Every FRONTIER_* setting and its default. ``None`` means "derived" (see from_settings).
@@ -195,7 +195,7 @@ class FrontierConfig:
     dns_timeout: float = 60.0
     """Scrapy's DNS_TIMEOUT, for the lookups per-IP politeness makes."""
     backend: str = "memory"
-    """FRONTIER_BACKEND resolved: "memory", "sqlite", "redis", or a driver's import path."""
+    """FRONTIER_BACKEND resolved: "memory", "sqlite", "redis", or a backend's import path."""
     recrawl: RecrawlSettings = field(default_factory=RecrawlSettings)
     priority_rules: dict[str, int] = field(default_factory=dict)
     """FRONTIER_PRIORITY_RULES: host suffix -> priority boost."""
@@ -219,8 +219,8 @@ class FrontierConfig:
         return DelayPolicy(self.delay_factor, self.min_delay, self.max_delay)
 
     @property
-    def driver_path(self) -> str:
-        """The import path of the driver class FRONTIER_BACKEND names."""
+    def backend_path(self) -> str:
+        """The import path of the Backend class FRONTIER_BACKEND names."""
         return BACKENDS.get(self.backend, self.backend)
 
     @classmethod
@@ -342,7 +342,7 @@ def _backend(settings: BaseSettings, state_dir: str | None) -> str:
         return "sqlite" if state_dir else "memory"
     if not isinstance(raw, str):
         raise FrontierConfigError(
-            f"FRONTIER_BACKEND must be 'memory', 'sqlite', 'redis' or a driver's import path, "
+            f"FRONTIER_BACKEND must be 'memory', 'sqlite', 'redis' or a backend's import path, "
             f"got {raw!r}"
         )
     name = raw.strip()
@@ -356,7 +356,7 @@ def _backend(settings: BaseSettings, state_dir: str | None) -> str:
         return name
     if "." not in name:
         raise FrontierConfigError(
-            f"FRONTIER_BACKEND must be 'memory', 'sqlite', 'redis' or a driver's import path, "
+            f"FRONTIER_BACKEND must be 'memory', 'sqlite', 'redis' or a backend's import path, "
             f"got {raw!r}"
         )
     return name

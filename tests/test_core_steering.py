@@ -230,7 +230,7 @@ def test_control_file_is_applied_by_the_poll_and_budget_counts_survive_a_restart
     job = Path(str(tmp_path)) / "job"
     settings = {"JOBDIR": str(job), "FRONTIER_HOST_BUDGET": 3}
     sched, clock, _ = make_scheduler(settings)
-    driver: Any = sched.driver
+    driver: Any = sched.backend.driver
     for i in range(6):
         sched.enqueue_request(Request(f"http://a.example/{i}"))
         sched.enqueue_request(Request(f"http://b.example/{i}"))
@@ -255,7 +255,7 @@ def test_control_file_is_applied_by_the_poll_and_budget_counts_survive_a_restart
     assert control.crawl_hosts()["a.example"] == (3, "budget")
     # A restart resumes the counts and the block; unblocking lets b go.
     sched, clock, _ = make_scheduler(settings)
-    driver = sched.driver
+    driver = sched.backend.driver
     assert driver.frontier.over_budget("a.example")
     assert not sched.enqueue_request(Request("http://a.example/new"))
     clock.advance(30.0)

@@ -171,7 +171,7 @@ def test_stall_meter_leaves_congestion_out_and_records_nothing_it_cannot_tell(
 def test_stall_meter_without_an_event_loop_records_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from scrapy_frontier.scheduler import stalls
+    from scrapy_frontier.reactor import stalls
 
     def no_loop(delay: float, func: Any) -> Any:
         raise RuntimeError("is_asyncio_available() called without an installed reactor")

@@ -146,8 +146,8 @@ def _scheduler_with(table: dict[str, str], deferred: bool = False) -> tuple[Any,
 
     sched, clock, _ = make_scheduler({"FRONTIER_IP_POLITENESS": True})
     reactor = _FakeReactor(table, deferred)
-    assert sched.driver._resolver is not None
-    sched.driver._resolver = HostResolver(sched.driver._on_group, timeout=1.0,
+    assert sched.backend.driver._resolver is not None
+    sched.backend.driver._resolver = HostResolver(sched.backend.driver._on_group, timeout=1.0,
                                           reactor=reactor)
     return sched, clock, reactor
 
@@ -169,7 +169,7 @@ def test_scheduler_holds_the_second_host_on_an_ip_and_resolves_slot_hostnames() 
     assert len(got) == 3, got
     assert not {"http://b.example/1", "http://c.example/1"} <= set(got)
     assert sorted(reactor.asked) == ["b.example", "c.example", "d.example", "e.example"]
-    assert sched.driver.frontier.groups.group_of("proxy-7") == "10.0.0.3"
+    assert sched.backend.frontier.groups.group_of("proxy-7") == "10.0.0.3"
     first_bc = next(r for r in out if r is not None and r.url[7] in "bc")
     finish(sched, clock, first_bc, 0.1)  # the IP rests 1 s
     assert sched.next_request() is None
@@ -201,7 +201,7 @@ def test_ip_groups_are_looked_up_again_after_a_restart(tmp_path: Any) -> None:
     settings = {"FRONTIER_IP_POLITENESS": True, "JOBDIR": str(tmp_path / "job")}
     table = {"b.example": "10.0.0.1", "c.example": "10.0.0.1"}
     sched, _, _ = make_scheduler(settings)
-    sched.driver._resolver = HostResolver(sched.driver._on_group, timeout=1.0,
+    sched.backend.driver._resolver = HostResolver(sched.backend.driver._on_group, timeout=1.0,
                                           reactor=_FakeReactor(table))
     for host in ("b", "c"):
         for i in range(2):
@@ -211,7 +211,8 @@ def test_ip_groups_are_looked_up_again_after_a_restart(tmp_path: Any) -> None:
     crash(sched)
     again, _, _ = make_scheduler(settings)
     reactor = _FakeReactor(table)
-    again.driver._resolver = HostResolver(again.driver._on_group, timeout=1.0, reactor=reactor)
+    driver = again.backend.driver
+    driver._resolver = HostResolver(driver._on_group, timeout=1.0, reactor=reactor)
     out = [again.next_request() for _ in range(3)]
     got = [r for r in out if r is not None]
     # The interrupted host rests; the other host of the IP goes, alone.

@@ -456,13 +456,13 @@ def _whole_census(run: Run) -> Generator[Any, Any, Census]:
     from tests.contract_helpers import sleep
 
     asked = time.monotonic()
-    census = run.scheduler.driver.census()
+    census = run.scheduler.backend.inspection.census()
     for _ in range(100):
         if run.driver.name != "redis" or (census.shared_age is not None
                                           and time.monotonic() - census.shared_age >= asked):
             return census  # type: ignore[no-any-return]
         yield sleep(0.05)
-        census = run.scheduler.driver.census()
+        census = run.scheduler.backend.inspection.census()
     raise AssertionError("no fresh shared census within 5 s")
 
 
@@ -480,7 +480,7 @@ def test_census_through_the_scheduler(driver: Driver) -> Gen:
             # Claimed ahead by this worker (FRONTIER_REDIS_PREFETCH): leased, in flight.
             assert whole.queued + whole.in_flight == len(requests)
             # The worker's own share is now; the shared totals as of their read.
-            assert census.in_flight == len(run.scheduler.driver._buffer) <= len(requests)
+            assert census.in_flight == len(run.scheduler.backend.driver._buffer) <= len(requests)
         else:
             assert (whole.queued, whole.in_flight) == (len(requests), 0)
         assert census.fetched == 0
@@ -495,26 +495,6 @@ def test_census_through_the_scheduler(driver: Driver) -> Gen:
         assert whole.hosts.active == whole.hosts.waiting == 0
     finally:
         yield run.close()
-
-
-def test_a_driver_without_census_gets_no_progress_line_and_no_metrics(
-        caplog: pytest.LogCaptureFixture) -> None:
-    from scrapy_frontier.observe.observer import Observer
-    from scrapy_frontier.settings import ObserveConfig
-
-    class OldDriver:
-        name = "old"
-
-    kwargs: dict[str, Any] = {"slots": lambda: None, "clock": time.monotonic,
-                              "call_later": lambda delay, f: None, "spider": "s"}
-    with pytest.raises(FrontierConfigError, match="FRONTIER_METRICS_PORT.*'old' backend"):
-        Observer.for_driver(ObserveConfig(metrics_port=free_port()), OldDriver(), **kwargs)
-    observer = Observer.for_driver(ObserveConfig(progress_interval=5.0), OldDriver(), **kwargs)
-    assert observer.progress is None and observer.metrics is None
-    assert "'old' backend has no census()" in caplog.text
-    observer.start_metrics()
-    observer.start_progress()
-    observer.stop()
 
 
 @inline_callbacks

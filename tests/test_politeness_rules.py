@@ -182,7 +182,7 @@ def test_a_twenty_digit_retry_after_is_clamped_not_ignored() -> None:
     for i in range(2):
         sched.enqueue_request(Request(f"http://a.example/{i}"))
     _respond(sched, clock, 503, {"Retry-After": "99999999999999999999"})
-    assert sched.driver.frontier.next_contact("a.example") == pytest.approx(clock.now + 100.0)
+    assert sched.backend.frontier.next_contact("a.example") == pytest.approx(clock.now + 100.0)
     assert crawler.stats.get_value("frontier/retry_after/clamped") == 1
 
 
@@ -201,14 +201,14 @@ def test_retry_after_blocks_the_host_and_is_clamped() -> None:
     for i in range(4):
         sched.enqueue_request(Request(f"http://a.example/{i}"))
     _respond(sched, clock, 429, {"Retry-After": "30"})
-    assert sched.driver.frontier.next_contact("a.example") == pytest.approx(130.0)
+    assert sched.backend.frontier.next_contact("a.example") == pytest.approx(130.0)
     assert sched.next_request() is None
     clock.now = 130.0
     _respond(sched, clock, 503, {"Retry-After": "7200"})
-    assert sched.driver.frontier.next_contact("a.example") == pytest.approx(230.0)
+    assert sched.backend.frontier.next_contact("a.example") == pytest.approx(230.0)
     clock.now = 230.0
     _respond(sched, clock, 503, {"Retry-After": formatdate(time.time() + 20, usegmt=True)})
-    nxt = sched.driver.frontier.next_contact("a.example")
+    nxt = sched.backend.frontier.next_contact("a.example")
     assert nxt is not None
     wait = nxt - 230.0
     assert 18.0 < wait <= 20.0
@@ -230,7 +230,7 @@ def test_backoff_doubles_is_capped_and_resets_on_success() -> None:
     ]
     for status, exc in outcomes:
         _respond(sched, clock, status, exception=exc)
-        nxt = sched.driver.frontier.next_contact("a.example")
+        nxt = sched.backend.frontier.next_contact("a.example")
         rests.append(round((nxt if nxt is not None else clock.now) - clock.now, 6))
         clock.advance(10.0)
     # IgnoreRequest neither fails nor resets.
@@ -259,7 +259,7 @@ def test_host_retired_after_consecutive_failures_and_logged(
             continue
         seen += 1
         sched.fetch_finished(request, response=Response(request.url, status=503))
-    assert sched.driver.frontier.is_retired("down.example")
+    assert sched.backend.frontier.is_retired("down.example")
     assert not sched.enqueue_request(Request("http://down.example/new"))
     sched.close("finished")
     stats = crawler.stats
@@ -270,7 +270,7 @@ def test_host_retired_after_consecutive_failures_and_logged(
     retired = [m for m in warnings if "Retired host 'down.example'" in m]
     assert len(retired) == 1 and "dropped 12 queued requests" in retired[0]
     assert "and 2 more" in retired[0]
-    assert len(sched.driver.frontier) == 0
+    assert len(sched.backend.frontier) == 0
 
 
 class _Parser:
@@ -329,9 +329,9 @@ def test_crawl_delay_from_parsed_robots_txt(caplog: pytest.LogCaptureFixture,
     _announce_robots(crawler, robots_source, "free.example", None)
     if plain is not None:
         assert plain.asked == ["ua-x"]
-    assert sched.driver.frontier.controls.min_rest("slow.example") == 2.0
-    assert sched.driver.frontier.controls.min_rest("slower.example") == 10.0  # capped, not skipped
-    assert sched.driver.frontier.controls.min_rest("free.example") == 0.0
+    assert sched.backend.frontier.controls.min_rest("slow.example") == 2.0
+    assert sched.backend.frontier.controls.min_rest("slower.example") == 10.0  # capped, not skipped
+    assert sched.backend.frontier.controls.min_rest("free.example") == 0.0
     stats = crawler.stats
     assert stats.get_value("frontier/crawl_delay/hosts") == 2
     assert stats.get_value("frontier/crawl_delay/capped") == 1
@@ -339,7 +339,7 @@ def test_crawl_delay_from_parsed_robots_txt(caplog: pytest.LogCaptureFixture,
     for i in range(2):
         sched.enqueue_request(Request(f"http://slow.example/{i}"))
     _respond(sched, clock, 200)
-    assert sched.driver.frontier.next_contact("slow.example") == pytest.approx(clock.now + 2.0)
+    assert sched.backend.frontier.next_contact("slow.example") == pytest.approx(clock.now + 2.0)
 
 
 def test_only_the_robots_txt_middleware_fetches_are_read(robots_source: str) -> None:
@@ -355,7 +355,7 @@ def test_only_the_robots_txt_middleware_fetches_are_read(robots_source: str) -> 
         crawler.signals.send_catch_log(
             signals.response_received, request=request, spider=crawler.spider,
             response=TextResponse(url, body=ROBOTS_BODIES[2.0], request=request))
-        assert sched.driver.frontier.controls.min_rest("own.example") == 0.0
+        assert sched.backend.frontier.controls.min_rest("own.example") == 0.0
 
 
 def test_a_robot_parser_without_crawl_delay_is_read_through_protego(robots_source: str) -> None:
@@ -370,7 +370,7 @@ def test_a_robot_parser_without_crawl_delay_is_read_through_protego(robots_sourc
         old_style = SimpleNamespace(rp=Protego.parse("User-agent: *\nRequest-rate: 1/4\n"))
         crawler.signals.send_catch_log(signals.robots_parsed, robotparser=old_style,
                                        request=Request("http://rate.example/"))
-        assert sched.driver.frontier.controls.min_rest("rate.example") == 4.0
+        assert sched.backend.frontier.controls.min_rest("rate.example") == 4.0
     assert robots_delay(robots_view(SimpleNamespace(rp=Protego.parse(
         "User-agent: *\nCrawl-delay: 1.5\n"))), "b") == 1.5
 
@@ -412,7 +412,7 @@ def test_robots_txt_fetch_counts_as_a_contact() -> None:
     assert isinstance(again, Request) and again.url == first.url and again.dont_filter
     assert sched.enqueue_request(again)  # the engine queues what the middleware returned
     assert sched.next_request() is None
-    assert sched.driver.frontier.next_contact("a.example") == pytest.approx(clock.now + 1.0)
+    assert sched.backend.frontier.next_contact("a.example") == pytest.approx(clock.now + 1.0)
     clock.advance(1.0)
     nxt = sched.next_request()
     assert nxt is not None
@@ -638,4 +638,4 @@ def test_infinite_and_huge_robots_delays_are_capped_not_ignored() -> None:
     assert robots_delay(parser, "*") == float("inf")
     sched, _, _ = make_scheduler({"FRONTIER_MAX_CRAWL_DELAY": 7.0})
     sched._on_robots_parsed(parser, Request("http://slow.example/robots.txt"))
-    assert sched.driver.frontier.controls.min_rest("slow.example") == 7.0
+    assert sched.backend.frontier.controls.min_rest("slow.example") == 7.0

@@ -614,7 +614,7 @@ def test_priority_rules_and_meta_boost_pick_the_front_queue(tmp_path: Path) -> N
     sched.enqueue_request(Request("http://plain.example/"))
     sched.enqueue_request(Request("http://www.vip.example/"))
     sched.enqueue_request(Request("http://boosted.example/", meta={"frontier_priority_boost": 2}))
-    levels = {host: level for host, level, _ in sched.driver.frontier.iter_queued()}
+    levels = {host: level for host, level, _ in sched.backend.frontier.iter_queued()}
     base = sched.admission.mapper.level(0)
     assert levels["plain.example"] == base
     assert levels["www.vip.example"] == base + 3

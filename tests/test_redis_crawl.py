@@ -415,7 +415,7 @@ def test_backpressure_stops_handing_out_while_the_backlog_is_full(monkeypatch: A
     config = FrontierConfig.from_settings(crawler.settings)
     sched = FrontierScheduler(crawler, config, RFPDupeFilter.from_crawler(crawler))
     crawler.engine = SimpleNamespace(_slot=SimpleNamespace(inprogress=set()))
-    driver = sched.driver
+    driver = sched.backend.driver
     assert isinstance(driver, redis_driver.RedisDriver)
     driver._codec = SimpleNamespace(decode=lambda data: __import__("scrapy").Request(
         "http://a.example/"))
@@ -449,7 +449,7 @@ def test_a_worker_closes_when_the_frontier_is_empty_and_waits_only_if_it_saw_no_
                                          "FRONTIER_REDIS_IDLE_GRACE": 2.0})
     config = FrontierConfig.from_settings(crawler.settings)
     sched = FrontierScheduler(crawler, config, RFPDupeFilter.from_crawler(crawler))
-    driver = sched.driver
+    driver = sched.backend.driver
     assert isinstance(driver, redis_driver.RedisDriver)
     timers: list[tuple[float, Any]] = []
 

@@ -25,6 +25,7 @@ from scrapy import Request
 
 from frontier_testweb import ServerProcess, audit, read_log
 from frontier_testweb.crawl import BASE_SETTINGS
+from scrapy_frontier.backends.ports import QueuePort
 from scrapy_frontier.backends.redis.fence import LeaseFence, fence_clock
 from scrapy_frontier.backends.redis.frontier import HAND_BACK, RedisFrontier
 from scrapy_frontier.backends.redis.heartbeat import Heartbeat
@@ -236,7 +237,7 @@ class ErrbackSpider(ContractSpider):
 def _paused(run: Run, seconds: float) -> Callable[[], None]:
     """The worker's fence sees ``seconds`` more pass than did (as after a pause in which
     Redis did not move: the leases are still held there). Returns the undo."""
-    fence = run.scheduler.driver.fence
+    fence = run.scheduler.backend.driver.fence
     fence.clock = lambda: fence_clock() + seconds
     return lambda: setattr(fence, "clock", fence_clock)
 
@@ -268,7 +269,7 @@ def test_a_lapsed_lease_is_not_sent_from_the_downloader_middleware(shared: Drive
         again = yield run.drain(expect=1, timeout=5.0)
         assert urls(again) == [url] and again[0].meta["frontier_lease"] != ticket
         assert urls(run.fetcher.fetched) == [url] and errors == []
-        assert run.scheduler.driver.census().fetched == 1
+        assert run.scheduler.backend.inspection.census().fetched == 1
     finally:
         yield run.close()
 
@@ -282,7 +283,7 @@ def test_a_lapsed_lease_is_not_handed_out(shared: Driver) -> Gen:
         yield run.open()
         url = "http://fence.example/b"
         run.enqueue(Request(url))
-        driver = run.scheduler.driver
+        driver = run.scheduler.backend.driver
         deadline = time.monotonic() + 5.0
         while not driver.census().in_flight:  # claimed: at hand in this worker
             assert time.monotonic() < deadline, "never claimed"
@@ -307,7 +308,7 @@ def test_the_local_backends_have_no_fence(name: str, tmp_path: Path) -> Gen:
                      tmp_path / "state"))
     try:
         yield run.open()
-        assert run.scheduler._holds is None
+        assert type(run.scheduler.queue).holds is QueuePort.holds  # the default: no fence
         run.enqueue(Request("http://local.example/a"))
         out = yield drain(run.scheduler, 5.0, expect=1)
         assert run.scheduler.lease_lapsed(out[0]) is None

@@ -209,12 +209,12 @@ def test_signals_fallback_times_fetch_from_downloader_signals() -> None:
     send(signals.request_reached_downloader, request=req, spider=crawler.spider)
     clock.advance(0.3)
     send(signals.request_left_downloader, request=req, spider=crawler.spider)
-    assert sched.driver.frontier.next_contact("a.example") == pytest.approx(clock() + 3.0)
+    assert sched.backend.frontier.next_contact("a.example") == pytest.approx(clock() + 3.0)
     # The response comes later: the lease is over, the host is not released twice.
     clock.advance(0.1)
     send(signals.response_received, response=Response(req.url, request=req), request=req,
          spider=crawler.spider)
-    assert sched.driver.frontier.next_contact("a.example") == pytest.approx(clock() + 2.9)
+    assert sched.backend.frontier.next_contact("a.example") == pytest.approx(clock() + 2.9)
 
 
 @pytest.mark.parametrize(
@@ -374,9 +374,9 @@ def test_timing_middleware_reports_only_frontier_requests() -> None:
     mw.process_request(req)
     assert fetch.sent_at == clock()
     mw.process_exception(robots, RuntimeError("x"))
-    assert sched.driver.frontier.host_busy("a.example")
+    assert sched.backend.frontier.host_busy("a.example")
     mw.process_exception(req, RuntimeError("boom"))
-    assert not sched.driver.frontier.host_busy("a.example")
+    assert not sched.backend.frontier.host_busy("a.example")
 
 
 def test_request_coming_back_releases_its_lease() -> None:
@@ -388,10 +388,10 @@ def test_request_coming_back_releases_its_lease() -> None:
     sched.enqueue_request(Request("http://a.example/0"))
     sched.enqueue_request(Request("http://a.example/1"))
     req = sched.next_request()
-    assert req is not None and sched.driver.frontier.host_busy("a.example")
+    assert req is not None and sched.backend.frontier.host_busy("a.example")
     swapped = req.replace(url="http://a.example/0?swapped", dont_filter=True)
     assert sched.enqueue_request(swapped)
-    assert not sched.driver.frontier.host_busy("a.example")
+    assert not sched.backend.frontier.host_busy("a.example")
     sched.publish_stats()
     assert crawler.stats.get_value("frontier/completed") == 1
 
@@ -460,7 +460,7 @@ def test_memory_backend_writes_nothing_even_with_jobdir(tmp_path: Any) -> None:
     sched.enqueue_request(Request("http://a.example/"))
     assert sched.next_request() is not None
     sched.close("finished")
-    assert sched.driver.name == "memory"
+    assert sched.backend.driver.name == "memory"
     # (Scrapy's own RFPDupeFilter, used here, keeps JOBDIR/requests.seen.)
     assert not list(tmp_path.glob("*.sqlite*"))
 

@@ -31,7 +31,15 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from scrapy_frontier.backends.ports import DriverContext, SeenTest
+from scrapy_frontier.backends.ports import (
+    Backend,
+    BackendContext,
+    HistoryPort,
+    HostControlPort,
+    InspectPort,
+    QueuePort,
+    SeenTest,
+)
 from scrapy_frontier.backends.sqlite.history import STORE_NAME as HISTORY_FILE
 from scrapy_frontier.backends.sqlite.history import SQLiteHistoryStore
 from scrapy_frontier.backends.sqlite.queue import SQLiteStore
@@ -60,12 +68,12 @@ logger = logging.getLogger("scrapy_frontier.scheduler")
 STATE_FILE = "frontier.sqlite"
 
 
-class LocalDriver:
+class LocalDriver(QueuePort, HistoryPort, HostControlPort, InspectPort):
     """The frontier of one process (``memory`` or ``sqlite``)."""
 
     shared_seen: ClassVar[bool] = False
 
-    def __init__(self, context: DriverContext) -> None:
+    def __init__(self, context: BackendContext) -> None:
         self.ctx = context
         self.config = config = context.config
         self.clock = context.clock
@@ -183,7 +191,7 @@ class LocalDriver:
         # (the scheduler keeps none in "due" mode without state).
         return MemoryHistoryStore()
 
-    def attach_recrawler(self, recrawler: Recrawler) -> None:
+    def attach(self, recrawler: Recrawler) -> None:
         self.recrawler = recrawler
         if self._control is not None:
             self._control.recrawl_to = self._mark_due
@@ -236,7 +244,7 @@ class LocalDriver:
         self._maybe_flush()
         return queued
 
-    def pop(self) -> Lease[Request] | None:
+    def claim(self) -> Lease[Request] | None:
         store = self.store
         if store is not None:
             self._maybe_flush()
@@ -247,7 +255,7 @@ class LocalDriver:
             self._write_through()
         return lease  # a Handout by shape: no copy on the hot path
 
-    def release(self, ticket: int, seconds: float, rest: float, ended_at: float | None = None,
+    def complete(self, ticket: int, seconds: float, rest: float, ended_at: float | None = None,
                 ) -> object:
         ago = 0.0 if ended_at is None else self.clock() - ended_at
         frontier = self.frontier
@@ -322,7 +330,7 @@ class LocalDriver:
         if self.recrawler is not None:
             self.recrawler.record(fp, url, visit)
 
-    def record_claims(self, claims: list[PageClaim]) -> None:
+    def record_hints(self, claims: list[PageClaim]) -> None:
         if self.recrawler is not None:
             self.recrawler.claim_many(claims)
 
@@ -532,4 +540,29 @@ def _durable_seen_store(df: object) -> SQLiteFingerprintStore | None:
     return store if isinstance(store, SQLiteFingerprintStore) else None
 
 
-__all__ = ["STATE_FILE", "LocalDriver"]
+__all__ = ["STATE_FILE", "LocalBackend", "LocalDriver"]
+
+
+class LocalBackend(Backend):
+    """The ``memory`` and ``sqlite`` backends: one object serves the four ports."""
+
+    def __init__(self, context: BackendContext) -> None:
+        driver = self.driver = LocalDriver(context)
+        self.queue = self.history = self.controls = self.inspection = driver
+        self.name = driver.name
+        self.persistent = driver.persistent
+        self.location = str(driver.location)
+
+    @property
+    def frontier(self) -> Frontier[Request]:
+        return self.driver.frontier
+
+    @property
+    def store(self) -> SQLiteStore[Request] | None:
+        return self.driver.store
+
+    def open(self, spider: Spider) -> None:
+        self.driver.open(spider)
+
+    def close(self, reason: str) -> None:
+        self.driver.close(reason)

@@ -27,7 +27,7 @@ import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
     from twisted.internet.defer import Deferred
 
+    from scrapy_frontier.core.frontier import Lease
     from scrapy_frontier.core.history import HistoryStore, PageRecord
     from scrapy_frontier.core.recrawl import PageClaim, Recrawler, Visit
     from scrapy_frontier.observe.census import Census
@@ -108,7 +109,7 @@ class QueuePort(ABC):
         over its budget)."""
 
     @abstractmethod
-    def claim(self) -> Handout | None:
+    def claim(self) -> Handout | Lease[Request] | None:
         """The next request whose host may be contacted now, under a lease; or None."""
 
     @abstractmethod
@@ -136,6 +137,7 @@ class QueuePort(ABC):
     def give_back(self, ticket: int) -> None:
         """The request of ``ticket`` is not sent (its lease lapsed): its lease goes back
         unfetched. Only asked after :meth:`holds` said False."""
+        return None
 
     @abstractmethod
     def __len__(self) -> int:

@@ -6,7 +6,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from scrapy_frontier.errors import FrontierConfigError
 from scrapy_frontier.observe.census import Census
 from scrapy_frontier.observe.progress import CallLater, ProgressReporter
 from scrapy_frontier.settings import ObserveConfig
@@ -35,26 +34,6 @@ class Observer:
 
             collector = CensusCollector(census, slots, spider=spider, worker=worker_id())
             self.metrics = MetricsServer(collector, config.metrics_host, config.metrics_port)
-
-    @classmethod
-    def for_driver(cls, config: ObserveConfig, driver: Any, **kwargs: Any) -> Observer:
-        """For ``driver``'s census; a driver without one (a third party's may leave it
-        out, see docs/design.rst) gets no progress line, and cannot serve metrics."""
-        census = getattr(driver, "census", None)
-        if census is None:
-            name = getattr(driver, "name", type(driver).__name__)
-            if config.metrics_port:
-                raise FrontierConfigError(
-                    f"FRONTIER_METRICS_PORT is set but the {name!r} backend has no census() "
-                    "(see scrapy_frontier.backends.ports.Driver); leave "
-                    "FRONTIER_METRICS_PORT unset with this backend"
-                )
-            if config.progress_interval > 0:
-                logger.warning("The %r backend has no census(): no progress line "
-                               "(FRONTIER_PROGRESS_INTERVAL)", name)
-            config = ObserveConfig(progress_interval=0.0)
-            census = cls._no_census
-        return cls(config, census=census, **kwargs)
 
     @classmethod
     def idle(cls) -> Observer:

@@ -1,7 +1,7 @@
-"""The one Scrapy scheduler, whatever the backend: a thin shell over a driver.
+"""The one Scrapy scheduler, whatever the backend: a thin shell over the backend's ports.
 
 A request's route goes one way: fingerprint (once), dupe filter, start gate,
-host key, priority, then the driver (:mod:`scrapy_frontier.backends.ports`),
+host key, priority, then the backend's queue (:mod:`scrapy_frontier.backends.ports`),
 which queues it and hands it out when its host may be contacted. Handed-out
 requests are tracked by the in-flight ledger until the engine is done with them.
 Everything here is the same on every backend: the dupe filter, priority rules
@@ -21,7 +21,7 @@ from scrapy import Request, signals
 from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.misc import build_from_crawler, load_object
 
-from scrapy_frontier.backends.ports import DriverContext, load_driver
+from scrapy_frontier.backends.ports import BackendContext, build_backend, load_backend
 from scrapy_frontier.errors import (
     FrontierError,
     HistoryStoreError,
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
     from twisted.internet.defer import Deferred
 
-    from scrapy_frontier.backends.ports import Driver
+    from scrapy_frontier.backends.ports import Backend
     from scrapy_frontier.core.recrawl import Recrawler, Visit
 
 __all__ = ["FrontierScheduler"]
@@ -91,7 +91,7 @@ class FrontierScheduler:
         dupefilter: BaseDupeFilter,
         *,
         clock: Any = time.monotonic,
-        driver_cls: type[Any] | None = None,
+        backend_cls: type[Backend] | None = None,
     ) -> None:
         self.crawler = crawler
         self.config = config
@@ -111,23 +111,21 @@ class FrontierScheduler:
         #: Reads sitemaps and feeds the spider fetches, with a page history only.
         self.signals: SignalReader | None = None
         self.spider: Spider | None = None
-        context = DriverContext(
+        context = BackendContext(
             crawler=crawler, config=config, stats=self.stats, clock=clock,
             dupefilter=dupefilter, wake=self.waker.nudge, fail=self.run.fail,
             due_arrived=self._due_arrived,
         )
-        cls = driver_cls if driver_cls is not None else load_driver(config.driver_path)
-        self.driver: Driver = cls(context)
-        self.admission = Admission(config, dupefilter, self.driver, self.stats,
+        cls = backend_cls if backend_cls is not None else load_backend(config.backend_path)
+        self.backend = build_backend(cls, context)
+        self.queue = self.backend.queue
+        self.admission = Admission(config, dupefilter, self.backend, self.stats,
                                    Fingerprinter64(crawler.request_fingerprinter),
                                    history_failed=self.run.state_failed)
         self.feeds = FeedGuard(crawler)
-        self.leases = LeaseKeeper(self.inflight, self.engine, self.driver, self.stats,
+        self.leases = LeaseKeeper(self.inflight, self.engine, self.queue, self.stats,
                                   config.lease_timeout, ended=self.fetch_finished,
                                   items_safe=self.feeds.flush)
-        #: A shared frontier's fence (see lease_lapsed): None where leases cannot lapse.
-        self._holds: Callable[[int], bool] | None = getattr(self.driver, "holds", None)
-        self._give_back: Callable[[int], None] = getattr(self.driver, "give_back", _no_op)
         self.observer: Observer | None = None
 
     @classmethod
@@ -135,7 +133,7 @@ class FrontierScheduler:
         try:
             config = FrontierConfig.from_settings(crawler.settings)
             refuse_scrapy_redis_switches(crawler.settings)
-            driver_cls = load_driver(config.driver_path)
+            backend_cls = load_backend(config.backend_path)
             df = build_from_crawler(load_object(crawler.settings["DUPEFILTER_CLASS"]), crawler)
         except FrontierError as exc:
             abandon_open(crawler)
@@ -153,7 +151,7 @@ class FrontierScheduler:
                 "(DOWNLOAD_TIMEOUT + 60 s) or raise it.",
                 config.lease_timeout, crawler.settings.get("DOWNLOAD_TIMEOUT"),
             )
-        return cls(crawler, config, df, driver_cls=driver_cls)
+        return cls(crawler, config, df, backend_cls=backend_cls)
 
     # -- opening and closing -----------------------------------------------------------
 
@@ -169,27 +167,28 @@ class FrontierScheduler:
         self.timing.open(self.crawler.settings.getwithbase("DOWNLOAD_HANDLERS"),
                          self.stats.set_value)
         self.engine.on_robots_parsed(self._on_robots_parsed)
-        self.stats.set_value("frontier/backend", self.driver.name)
+        self.stats.set_value("frontier/backend", self.backend.name)
         self.stats.set_value("frontier/back_queues/floor", self.config.back_queues)
         self.stats.set_value("frontier/back_queues/max", self.config.back_queues_max)
         mode = self.config.recrawl.mode
         observer = Observer.idle()
         try:
-            observer = Observer.for_driver(
-                self.config.observe, self.driver, slots=self.engine.download_slots,
-                clock=self.clock, call_later=call_later, spider=spider.name)
+            observer = Observer(
+                self.config.observe, census=self.backend.inspection.census,
+                slots=self.engine.download_slots, clock=self.clock, call_later=call_later,
+                spider=spider.name)
             observer.start_metrics()  # first: a port it cannot serve stops before any state
-            self.driver.open(spider)
-            if mode == "due" and not self.driver.persistent:
+            self.backend.open(spider)
+            if mode == "due" and not self.backend.persistent:
                 # Nothing would read this history: it dies with the process.
                 logger.info(
                     "No page history is kept: FRONTIER_RECRAWL='due' recrawls across runs, "
                     "and this frontier's state ends with the run (backend %r without JOBDIR "
                     "or FRONTIER_PATH). Set JOBDIR or FRONTIER_PATH (SQLite) or use Redis to "
-                    "recrawl incrementally.", self.driver.name,
+                    "recrawl incrementally.", self.backend.name,
                 )
             elif mode != "off":
-                if not self.driver.persistent and not self.config.recrawl.max_pages:
+                if not self.backend.persistent and not self.config.recrawl.max_pages:
                     # The history lives in memory and grows with every page fetched.
                     logger.warning(
                         "The page history of this continuous recrawl is kept in memory, about "
@@ -197,7 +196,7 @@ class FrontierScheduler:
                         "lowest-quality pages go first), and JOBDIR or FRONTIER_PATH keeps it "
                         "on disk instead.")
                 self.recrawl = RecrawlHooks.with_store(self.config.recrawl,
-                                                       self.driver.open_history())
+                                                       self.backend.history.open_history())
         except FrontierError as exc:
             observer.stop()
             self._abandon()
@@ -205,11 +204,11 @@ class FrontierScheduler:
             raise
         self.admission.spider, self.admission.recrawl = spider, self.recrawl
         if self.recrawl is not None:
-            self.driver.attach_recrawler(self.recrawl.recrawler)
-            driver = self.driver
+            self.backend.history.attach(self.recrawl.recrawler)
+            history = self.backend.history
             self.signals = SignalReader(
-                self.admission.fp64, partial(self._to_history, driver.record_claims),
-                partial(self._to_history, driver.record_signal_source), self._count_recrawl,
+                self.admission.fp64, partial(self._to_history, history.record_hints),
+                partial(self._to_history, history.record_signal_source), self._count_recrawl,
                 self.enqueue_request)
             if mode == "continuous":
                 self.crawler.signals.connect(self._on_spider_idle, signal=signals.spider_idle)
@@ -221,7 +220,7 @@ class FrontierScheduler:
         return None
 
     def _on_spider_opened(self, spider: Spider) -> None:
-        self.feeds.open(resumable=self.driver.persistent)
+        self.feeds.open(resumable=self.backend.persistent)
 
     def _abandon(self) -> None:
         """Opening failed: close what was opened, and let the engine skip the spider."""
@@ -233,10 +232,9 @@ class FrontierScheduler:
 
     def _log_opening(self) -> None:
         """What this run is: the frontier in force, then what the history will recrawl."""
-        logger.info("%s", frontier_line(self.config, getattr(self.driver, "location",
-                                                              self.driver.name)))
+        logger.info("%s", frontier_line(self.config, self.backend.location))
         try:
-            requests = getattr(self.driver, "quarantine_size", lambda: 0)()
+            requests = self.backend.inspection.quarantine_size()
             records = (self.recrawl.recrawler.store.quarantine_size()
                        if self.recrawl is not None else 0)
         except StoreError as exc:  # the crawl itself says so when it next writes
@@ -256,7 +254,7 @@ class FrontierScheduler:
             return
         logger.info("%s", history_line(pages, due, next_due, time.time(),
                                        refetch_all=self.config.recrawl.refetch_all,
-                                       shared=self.driver.name == "redis"))
+                                       shared=self.backend.name == "redis"))
 
     def close(self, reason: str) -> Deferred[None] | None:
         self.run.closed = True
@@ -273,7 +271,7 @@ class FrontierScheduler:
             self.run.close_failed(exc)
         else:
             for fetch in ended:
-                self.driver.ack(fetch.token)
+                self.queue.ack(fetch.token)
         self._report_dropped()
         if self.observer is not None:
             self.observer.stop()  # the last progress line: the crawl's final numbers
@@ -281,11 +279,11 @@ class FrontierScheduler:
                 self.stats.set_value(key, value)
         self.publish_stats()
         try:
-            d = self.driver.close(reason)
+            d = self.backend.close(reason)
         except StoreError as exc:
             self.run.close_failed(exc)
             d = None
-        left = len(self.driver)
+        left = len(self.queue)
         if left and d is None:
             logger.info("Frontier closed (%s) with %d requests still queued", reason, left)
 
@@ -304,13 +302,13 @@ class FrontierScheduler:
     def has_pending_requests(self) -> bool:
         # True while anything waits, including URLs held only for politeness:
         # otherwise the engine would think the crawl is over.
-        if self.driver.has_pending():
+        if self.queue.has_pending():
             return True
         rc = self.recrawl
         return rc is not None and rc.pending_due() and not self.run.failed
 
     def __len__(self) -> int:
-        return len(self.driver)
+        return len(self.queue)
 
     def enqueue_request(self, request: Request) -> bool:
         # One frame for the common case: this runs once per request.
@@ -320,7 +318,7 @@ class FrontierScheduler:
             # the fetch that held this lease is over whatever happened to it.
             ticket = meta.pop(LEASE_META, None)
             if ticket is not None and meta.pop(LAPSED_META, False):
-                return True  # given back unfetched (lease_lapsed): the driver keeps it
+                return True  # given back unfetched (lease_lapsed): the queue keeps it
             try:
                 host = self.slots.key(request)
             except HostlessURL as exc:
@@ -360,11 +358,11 @@ class FrontierScheduler:
             self.leases.check(now, every_lease=signals_only)
         recrawl = self.recrawl
         if (recrawl is not None and now >= recrawl.feed_at
-                and len(self.driver) < 2 * self.config.recrawl.feed_batch):
+                and len(self.queue) < 2 * self.config.recrawl.feed_batch):
             self._feed_due(now)
             if self.run.failed:
                 return None
-        handout = self.driver.pop()
+        handout = self.queue.claim()
         if handout is None:
             self._report_dropped()
             self._arm_wakeup()
@@ -385,14 +383,12 @@ class FrontierScheduler:
         return; Scrapy then passes it to ``enqueue_request``, which drops it. No errback
         runs, the URL stays queued in the frontier, and no rest is set: nothing was sent.
         None (send it) otherwise, and at once where leases cannot lapse."""
-        holds = self._holds
-        if holds is None:
-            return None
         meta = request.meta
         ticket = meta.get(LEASE_META)
-        if ticket is None or holds(ticket) or self.inflight.end(ticket) is None:
+        queue = self.queue
+        if ticket is None or queue.holds(ticket) or self.inflight.end(ticket) is None:
             return None
-        self._give_back(ticket)
+        queue.give_back(ticket)
         meta[LAPSED_META] = True
         return request
 
@@ -420,7 +416,7 @@ class FrontierScheduler:
                     and not isinstance(exception, IgnoreRequest)
                     and self.recrawl.keeps(request)):
                 # robots.txt or a middleware saying no is not the page's fault.
-                self.driver.record_visit(self.admission.fp64(request), request.url, None)
+                self.backend.history.record_visit(self.admission.fp64(request), request.url, None)
             ticket = request.meta.get(LEASE_META)
             if ticket is not None:
                 self._fetch_ended(ticket, response, exception)
@@ -448,7 +444,7 @@ class FrontierScheduler:
             robots_end = self.rules.robots_rest_end(host, take=True)
             if robots_end is not None:
                 rest = max(rest, robots_end - now)
-        token = self.driver.release(ticket, timed.duration, rest, timed.ended_at)
+        token = self.queue.complete(ticket, timed.duration, rest, timed.ended_at)
         if token is not None:  # (tested here too: a call saved per fetch without one)
             self.inflight.released(fetch, token)
         if failures and self.rules.should_retire(failures):
@@ -468,7 +464,7 @@ class FrontierScheduler:
 
     def _retire(self, host: str, failures: int, response: Response | None,
                 exception: BaseException | None) -> None:
-        dropped = self.driver.retire(host)
+        dropped = self.backend.controls.retire(host)
         self.rules.forget(host)
         self.stats.inc_value("frontier/retired_hosts")
         if dropped:
@@ -482,7 +478,7 @@ class FrontierScheduler:
 
     def _report_dropped(self) -> None:
         """Log the URLs of retired hosts that surfaced from the front queues."""
-        dropped = self.driver.take_dropped()
+        dropped = self.backend.controls.take_dropped()
         if not dropped:
             return
         self.stats.inc_value("frontier/retired_requests", len(dropped))
@@ -504,7 +500,7 @@ class FrontierScheduler:
         agent = settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT") or "*"
         wanted = self.rules.crawl_delay(host, robotparser, str(agent))
         if wanted is not None:
-            self.driver.set_min_rest(host, wanted)
+            self.backend.controls.set_min_rest(host, wanted)
         if self.signals is not None and "robots" in self.config.sitemaps:
             for url in robots_sitemaps(robotparser):
                 self.enqueue_request(sitemap_request(url))
@@ -587,7 +583,7 @@ class FrontierScheduler:
             return
         visit.request = self.recrawl.snapshot(request, self.spider)
         try:
-            self.driver.record_visit(self.admission.fp64(request), request.url, visit)
+            self.backend.history.record_visit(self.admission.fp64(request), request.url, visit)
         except StoreError as exc:
             self.run.state_failed(exc)
 
@@ -644,7 +640,7 @@ class FrontierScheduler:
             return
         batch = self.config.recrawl.feed_batch
         try:
-            records = self.driver.take_due(batch)
+            records = self.backend.history.take_due(batch)
         except HistoryStoreError as exc:
             self.run.state_failed(exc)
             return
@@ -659,7 +655,7 @@ class FrontierScheduler:
             recrawl.feed_at = now + 1.0
 
     def _due_arrived(self) -> None:
-        """The driver has due pages it did not have when last asked: feed them at the
+        """The page history has due pages it did not have when last asked: feed them at the
         engine's next request, not after the feed's one-second pause."""
         if self.recrawl is not None:
             self.recrawl.feed_at = 0.0
@@ -699,11 +695,11 @@ class FrontierScheduler:
         """
         if self.run.closed:
             return
-        at = self.driver.next_wakeup()
+        at = self.queue.next_wakeup()
         rc = self.recrawler
-        if rc is not None and rc.settings.mode == "continuous" and not len(self.driver):
+        if rc is not None and rc.settings.mode == "continuous" and not len(self.queue):
             # Wake when the next page falls due (looked at again at least every minute).
-            due = self.driver.next_due()
+            due = self.backend.history.next_due()
             wait = 60.0 if due is None else min(60.0, max(1.0, due - time.time()))
             at = self.clock() + wait if at is None else min(at, self.clock() + wait)
         self.waker.wake_at(at)
@@ -712,7 +708,7 @@ class FrontierScheduler:
 
     def publish_stats(self) -> None:
         set_value = self.stats.set_value
-        enqueued = self.admission.enqueued - self.driver.dropped_later
+        enqueued = self.admission.enqueued - self.queue.dropped_later
         if enqueued:
             set_value("frontier/enqueued", enqueued)
             set_value("scheduler/enqueued", enqueued)  # Scrapy's name, for dashboards
@@ -722,17 +718,13 @@ class FrontierScheduler:
             set_value("scheduler/dequeued", inflight.handed)
         if inflight.ended:
             set_value("frontier/completed", inflight.ended)
-        set_value("frontier/queued", len(self.driver))
+        set_value("frontier/queued", len(self.queue))
         if self.feeds.flushes:
             set_value("frontier/feeds/flushes", self.feeds.flushes)
         self.timing.publish_stats(set_value)
-        self.driver.publish_stats(self.stats)
+        self.backend.inspection.publish_stats(self.stats)
         if self.recrawl is not None:
             self.recrawl.publish_stats(self.stats)
-
-
-def _no_op(ticket: int) -> None:
-    pass
 
 
 def _sample_urls(requests: list[Request], limit: int = 10) -> str:

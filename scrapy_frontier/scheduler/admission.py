@@ -1,8 +1,8 @@
 """Which requests go into the frontier, and into which front queue.
 
-The seen test (Scrapy's dupe filter, the frontier's own, or a shared seen set the driver
+The seen test (Scrapy's dupe filter, the frontier's own, or a shared seen set the queue
 tests), the start gate (a start request already fetched, or not due for recrawl, is
-skipped), the request's priority with the host's boost, then the driver's push.
+skipped), the request's priority with the host's boost, then the queue's push.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from scrapy.spiders import Spider
     from scrapy.statscollectors import StatsCollector
 
-    from scrapy_frontier.backends.ports import Driver
+    from scrapy_frontier.backends.ports import Backend
     from scrapy_frontier.scheduler.recrawl import RecrawlHooks
     from scrapy_frontier.settings import FrontierConfig
 
@@ -33,26 +33,27 @@ logger = logging.getLogger("scrapy_frontier.scheduler")
 
 
 class Admission:
-    """Admits requests into the driver's frontier (see the module docstring)."""
+    """Admits requests into the backend's queue (see the module docstring)."""
 
-    def __init__(self, config: FrontierConfig, dupefilter: BaseDupeFilter, driver: Driver,
+    def __init__(self, config: FrontierConfig, dupefilter: BaseDupeFilter, backend: Backend,
                  stats: StatsCollector, fp64: Fingerprinter64, *,
                  history_failed: Callable[[HistoryStoreError], None]) -> None:
         self.df = dupefilter
-        self.driver = driver
+        self.queue = backend.queue
+        self.persistent = backend.persistent
         self.stats = stats
         self.fp64 = fp64
         self.history_failed = history_failed
         self.mapper = PriorityMapper(config.front_queues)
         self.host_rules = HostRules(config.priority_rules)
         self.frontier_df = isinstance(dupefilter, FrontierDupeFilter)
-        # The driver's seen set is shared by every worker: it tests and marks there.
-        self.shared_seen = driver.shared_seen
+        # The queue's seen set is shared by every worker: it tests and marks there.
+        self.shared_seen = backend.queue.shared_seen
         # Decided once, read once per request: whether route needs the fingerprint,
-        # and whether the driver's shared seen set does the whole seen test.
+        # and whether the queue's shared seen set does the whole seen test.
         self.route_fp = self.frontier_df or self.shared_seen
-        self.driver_dedupes = self.frontier_df and self.shared_seen
-        self.over_budget = driver.over_budget
+        self.queue_dedupes = self.frontier_df and self.shared_seen
+        self.over_budget = backend.controls.over_budget
         # Start requests of this run already let through (Scrapy fetches a start URL
         # listed twice twice); their fingerprints only.
         # (On a shared frontier: how often each was listed, see occurrence_key.)
@@ -70,7 +71,7 @@ class Admission:
         dedupe = mark = start = False
         key: int | None = None
         if request.dont_filter:
-            if (ticket is None and self.driver.persistent and START_META in meta
+            if (ticket is None and self.persistent and START_META in meta
                     and not meta.get(RECRAWL_META) and not meta.get(FORCE_META)):
                 fp = self.fp64(request) if fp is None else fp
                 # A spider that lists a start URL twice fetches it twice, as with Scrapy;
@@ -83,7 +84,7 @@ class Admission:
                     key = occurrence_key(fp, seen_before)
             if start:
                 if self.shared_seen:
-                    dedupe = mark = True  # the driver's start gate, on the shared seen set
+                    dedupe = mark = True  # the queue's start gate, on the shared seen set
                 elif self._admit_start(request, fp):  # type: ignore[arg-type]
                     start = False
                 else:
@@ -96,7 +97,7 @@ class Admission:
                 self.df.fingerprint_seen(fp)  # type: ignore[attr-defined,arg-type]
             else:
                 self.df.request_seen(request)
-        elif self.driver_dedupes:
+        elif self.queue_dedupes:
             dedupe = mark = True
         elif (self.df.fingerprint_seen(fp) if self.frontier_df  # type: ignore[attr-defined]
               else self.df.request_seen(request)):
@@ -107,14 +108,14 @@ class Admission:
         priority = request.priority
         if self.host_rules.rules or BOOST_META in meta:
             priority += self.host_rules.boost(host) + self._boost(request)
-        # The seen test only for a driver that keeps the seen set: one object fewer per
+        # The seen test only for a queue that keeps the seen set: one object fewer per
         # request on the others.
         seen = SeenTest(fp, dedupe, mark, start, key) if self.shared_seen else None
-        if self.driver.push(request, host, self.mapper.level(priority), seen):
+        if self.queue.push(request, host, self.mapper.level(priority), seen):
             self.enqueued += 1
             return True
         if self.over_budget(host):
-            return False  # counted by the driver (frontier/budget/requests), not logged each
+            return False  # counted by the backend (frontier/budget/requests), not logged each
         self.stats.inc_value("frontier/retired_requests")
         self.stats.inc_value("frontier/retired_requests/refused")
         logger.info("Dropped %s: its host %r was retired", request, host)

@@ -8,7 +8,7 @@ A lease goes through three states:
    back through ``enqueue_request``) reported the end: the host is released and rests;
 3. **acknowledged** -- the engine is done with the request (its callback's items are
    through the pipelines and flushed to the feeds, its requests, or the retry or redirect
-   it became, are queued): the driver may forget the URL for good.
+   it became, are queued): the queue may forget the URL for good.
 
 A lease whose end is never reported expires after ``FRONTIER_LEASE_TIMEOUT``.
 """
@@ -23,6 +23,8 @@ from scrapy_frontier.meta import LEASE_META
 
 if TYPE_CHECKING:
     from scrapy import Request
+
+    from scrapy_frontier.backends.ports import QueuePort
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
 
@@ -45,7 +47,7 @@ class Fetch:
         self.sent_at: float | None = None
         #: What the kernel knows of the answer (scheduler.tcp_timing), once its headers came.
         self.answer: Any = None
-        #: What the driver's ``ack`` takes once the engine is done with the request (from
+        #: What the queue's ``ack`` takes once the engine is done with the request (from
         #: its ``release``); None: nothing to acknowledge.
         self.token: object = None
 
@@ -58,7 +60,7 @@ class InFlight:
         self.lease_timeout = lease_timeout
         # Insertion-ordered; deadlines grow with insertion (one timeout for all).
         self._out: dict[int, Fetch] = {}
-        #: Ended fetches whose driver token waits for the engine to be done with the
+        #: Ended fetches whose queue token waits for the engine to be done with the
         #: request (a plain dict: the hot path tests it for emptiness on every hand-out).
         self.awaiting_ack: dict[int, Fetch] = {}
         #: Leases handed out, and fetch ends reported (the dequeued and completed stats).
@@ -85,14 +87,14 @@ class InFlight:
 
     def end(self, ticket: int) -> Fetch | None:
         """The fetch of ``ticket`` ended: it, or None if the lease was unknown or had
-        ended already. Pass it to :meth:`released` once the driver released it."""
+        ended already. Pass it to :meth:`released` once the queue completed it."""
         fetch = self._out.pop(ticket, None)
         if fetch is not None:
             self.ended += 1
         return fetch
 
     def released(self, fetch: Fetch, token: object) -> None:
-        """The driver released ``fetch``'s host; ``token`` (not None) waits here until the
+        """The queue completed ``fetch``; ``token`` (not None) waits here until the
         engine is done with the request (a store that can lose nothing)."""
         if token is not None:
             fetch.token = token
@@ -150,12 +152,12 @@ class LeaseKeeper:
     """Ends the leases the in-flight ledger holds that no report will end, and
     acknowledges the ended ones the engine is done with."""
 
-    def __init__(self, inflight: InFlight, engine: Any, driver: Any, stats: Any,
+    def __init__(self, inflight: InFlight, engine: Any, queue: QueuePort, stats: Any,
                  lease_timeout: float, *, ended: Callable[[Request], None],
                  items_safe: Callable[[], None]) -> None:
         self.inflight = inflight
         self.engine = engine  # scheduler.engine.EngineAdapter
-        self.driver = driver
+        self.queue = queue
         self.stats = stats
         self.lease_timeout = lease_timeout
         self.ended = ended
@@ -174,7 +176,7 @@ class LeaseKeeper:
         if not done:
             return
         self.items_safe()
-        ack = self.driver.ack
+        ack = self.queue.ack
         for fetch in done:
             ack(fetch.token)
 
@@ -209,7 +211,7 @@ class LeaseKeeper:
                 "No end was reported for %s within %.0f s (FRONTIER_LEASE_TIMEOUT); "
                 "releasing host %r", fetch.request, self.lease_timeout, fetch.host,
             )
-            inflight.released(fetch, self.driver.release(fetch.ticket, now - fetch.handed_at,
+            inflight.released(fetch, self.queue.complete(fetch.ticket, now - fetch.handed_at,
                                                          0.0))
 
     def _extended(self, fetch: Fetch) -> None:

@@ -352,7 +352,7 @@ def _freeze_holding_claims_ahead(crawler: Any, marker: Path, *, after: int) -> N
     def opened(spider: Any) -> None:
         engine = crawler.engine
         scheduler = getattr(engine, "scheduler", None) or engine._slot.scheduler
-        driver = scheduler.driver
+        driver = scheduler.backend.driver
         landed_first = driver._round_done
 
         def landed(answer: Any) -> None:

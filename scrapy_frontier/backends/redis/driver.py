@@ -60,7 +60,15 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
-from scrapy_frontier.backends.ports import DriverContext, Handout, SeenTest
+from scrapy_frontier.backends.ports import (
+    BackendContext,
+    Handout,
+    HistoryPort,
+    HostControlPort,
+    InspectPort,
+    QueuePort,
+    SeenTest,
+)
 from scrapy_frontier.backends.redis.connection import describe, redis_from_settings
 from scrapy_frontier.backends.redis.fence import LeaseFence
 from scrapy_frontier.backends.redis.frontier import Quarantined, RedisLease
@@ -127,7 +135,7 @@ CLAIM_LEAD = 0.02
 _NO_SEEN_TEST = SeenTest(None, False, False, False, None)
 
 
-class RedisDriver:
+class RedisDriver(QueuePort, HistoryPort, HostControlPort, InspectPort):
     """One worker's view of a frontier shared through Redis."""
 
     name = "redis"
@@ -137,7 +145,7 @@ class RedisDriver:
     persistent = True
     dropped_later = 0
 
-    def __init__(self, context: DriverContext, *, client: Any = None) -> None:
+    def __init__(self, context: BackendContext, *, client: Any = None) -> None:
         self.ctx = context
         self.config = context.config
         self.stats = context.stats
@@ -252,7 +260,7 @@ class RedisDriver:
         assert self._client is not None and self._layout is not None
         return open_history(self._client, self._layout)
 
-    def attach_recrawler(self, recrawler: Recrawler) -> None:
+    def attach(self, recrawler: Recrawler) -> None:
         self.recrawler = recrawler
         if self._rounds is not None:
             self._rounds.recrawler = recrawler
@@ -338,7 +346,7 @@ class RedisDriver:
         self._kick()
         return True
 
-    def pop(self) -> Handout | None:
+    def claim(self) -> Handout | None:
         if self._closed:
             return None
         backlog = len(self._next.pushes) + (len(self._sending.pushes) if self._sending else 0)
@@ -479,7 +487,7 @@ class RedisDriver:
         """Requests in the crawl's quarantine key (set aside by any worker, any run)."""
         return self.remote.quarantine_size() if self.remote is not None else 0
 
-    def release(self, ticket: int, seconds: float, rest: float, ended_at: float | None = None,
+    def complete(self, ticket: int, seconds: float, rest: float, ended_at: float | None = None,
                 ) -> object:
         """The host is released in Redis only at :meth:`ack`: the completion it returns
         is sent once the engine is done with the request."""
@@ -526,7 +534,7 @@ class RedisDriver:
         if self.recrawler is not None and not self._closed:
             self._next.visits.append((fp, url, visit))
 
-    def record_claims(self, claims: list[PageClaim]) -> None:
+    def record_hints(self, claims: list[PageClaim]) -> None:
         if self.recrawler is not None and not self._closed:
             self._next.claims.extend(claims)
             self._kick()
