@@ -16,7 +16,7 @@ from typing import Any
 
 from w3lib.url import canonicalize_url
 
-from scrapy_frontier.backends.local import STATE_FILE
+from scrapy_frontier.backends.sqlite.backend import STATE_FILE
 from scrapy_frontier.backends.sqlite.control import RETIRED, TAKEN_BACK, ControlFile
 from scrapy_frontier.backends.sqlite.history import FORMAT as HISTORY_FORMAT
 from scrapy_frontier.backends.sqlite.history import STORE_NAME as HISTORY_FILE
