@@ -135,17 +135,14 @@ class SQLiteStore(Generic[T]):
         with self._state.sql("counting its queued URLs"):
             counts = self._state.db.execute("SELECT level, COUNT(*) FROM front GROUP BY level")
             for level, count in counts.fetchall():
-                self._check_level(level)
+                if not 1 <= level <= self.levels:
+                    raise StoreError(
+                        f"{self.path} holds front level {level}, but FRONTIER_FRONT_QUEUES "
+                        f"is {self.levels}. Run with the FRONTIER_FRONT_QUEUES it was written "
+                        "with.")
                 self._front[level - 1].size = count
         for front in self._front:
             front.on_disk = front.size
-
-    def _check_level(self, level: int) -> None:
-        if not 1 <= level <= self.levels:
-            raise StoreError(
-                f"{self.path} holds front level {level}, but FRONTIER_FRONT_QUEUES is "
-                f"{self.levels}. Run with the FRONTIER_FRONT_QUEUES it was written with."
-            )
 
     def recover(self) -> tuple[dict[str, int], dict[str, tuple[float, float | None]]]:
         """Return leased URLs to their queues; the hosts with back queues and their sizes,
@@ -216,11 +213,6 @@ class SQLiteStore(Generic[T]):
     def _peek(self, row: int, data: bytes | None) -> T:
         return self._volatile[row] if data is None else self._decode(row, data)
 
-    def _new_id(self) -> int:
-        row = self._next_id
-        self._next_id += 1
-        return row
-
     def _op(self, nbytes: int = 0) -> None:
         writes = self._writes
         writes.ops += 1
@@ -249,7 +241,8 @@ class SQLiteStore(Generic[T]):
     # -- front queues ----------------------------------------------------------
 
     def front_append(self, level: int, host: str, item: T) -> None:
-        row = self._new_id()
+        row = self._next_id
+        self._next_id = row + 1
         data = self._encode(item, row)
         self._writes.front.append((row, level, host, data))
         front = self._front[level - 1]
@@ -315,7 +308,8 @@ class SQLiteStore(Generic[T]):
         assert back.size == 0 and not back.window
 
     def back_append(self, host: str, level: int, item: T) -> None:
-        row = self._new_id()
+        row = self._next_id
+        self._next_id = row + 1
         self._back_insert(host, level, row, self._encode(item, row))
 
     def _back_insert(self, host: str, level: int, row: int, data: bytes | None) -> None:
