@@ -218,7 +218,7 @@ class LocalInspection(InspectPort):
         """Scrapy's own scheduler stats, for dashboards that read them."""
         pushed = self.frontier.stats.pushed  # the core counts every URL it queued
         store = self.store
-        volatile = store.volatile if store is not None else pushed
+        volatile = store.counts.volatile if store is not None else pushed
         if pushed:
             stats.set_value("scheduler/enqueued/memory", volatile)
             if store is not None:

@@ -266,13 +266,13 @@ class SQLiteBackend(MemoryBackend):
             self._catch_up_seen(store, seen)
         restored = len(frontier)
         stats.set_value("frontier/restored", restored)
-        stats.set_value("frontier/recovered_leases", store.recovered_leases)
-        if store.volatile_lost:
-            stats.set_value("frontier/volatile_lost", store.volatile_lost)
+        stats.set_value("frontier/recovered_leases", store.counts.recovered_leases)
+        if store.counts.volatile_lost:
+            stats.set_value("frontier/volatile_lost", store.counts.volatile_lost)
         if restored:
             logger.info(
                 "Resumed %d queued requests (%d were in flight when the crawl stopped) and "
-                "%d resting hosts from %s", restored, store.recovered_leases, len(rests), path,
+                "%d resting hosts from %s", restored, store.counts.recovered_leases, len(rests), path,
             )
 
     def _catch_up_seen(self, store: SQLiteStore[Request], seen: SQLiteFingerprintStore) -> None:
@@ -317,9 +317,9 @@ class SQLiteBackend(MemoryBackend):
                 errors.append(exc)
         store = self.queue.store
         if store is not None:
-            stats.set_value("frontier/store/flushes", store.flushes)
-            if store.volatile:
-                stats.set_value("frontier/volatile", store.volatile)
+            stats.set_value("frontier/store/flushes", store.counts.flushes)
+            if store.counts.volatile:
+                stats.set_value("frontier/volatile", store.counts.volatile)
             try:
                 store.close()
             except StoreError as exc:
