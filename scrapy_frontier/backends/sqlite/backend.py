@@ -272,7 +272,8 @@ class SQLiteBackend(MemoryBackend):
         if restored:
             logger.info(
                 "Resumed %d queued requests (%d were in flight when the crawl stopped) and "
-                "%d resting hosts from %s", restored, store.counts.recovered_leases, len(rests), path,
+                "%d resting hosts from %s", restored, store.counts.recovered_leases, len(rests),
+                path,
             )
 
     def _catch_up_seen(self, store: SQLiteStore[Request], seen: SQLiteFingerprintStore) -> None:
