@@ -2,7 +2,7 @@
 
 On a shared machine, the wall-clock rates of ``bench_scheduler_cost.py`` move by 10-40 %
 between runs, which hides a change of a few percent. This counts the instructions that
-the frontier's ``enqueue_request`` and ``next_request`` + ``fetch_finished`` execute per
+the frontier's ``enqueue_request`` and ``next_request`` + ``fetch_completed`` execute per
 request, with valgrind's cachegrind (``apt-get install valgrind``): the same workload
 as ``bench_scheduler_cost.py`` (N requests over H hosts, nothing downloaded), run three
 times in fresh processes, stopping after setup, after enqueue and after dequeue; the

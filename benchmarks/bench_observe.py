@@ -7,7 +7,7 @@ frontier in the same process:
 * **census**: ``scheduler.backend.inspection.census()`` (median of ``--repeat`` calls);
 * **scrape**: one ``/metrics`` exposition (census + text), without HTTP;
 * **baseline, per request**: ``enqueue_request`` + ``next_request`` +
-  ``fetch_finished`` of one request, averaged over ``--n`` requests.
+  ``fetch_completed`` of one request, averaged over ``--n`` requests.
 
 for a backlog of ``--n`` queued requests over ``--hosts`` hosts, with
 ``--back-queues`` hosts active (a census walks the hosts the frontier tracks, not the
@@ -94,7 +94,7 @@ def bench_local(backend: str, n: int, hosts: int, back_queues: int, repeat: int)
             request = scheduler.next_request()
             if request is None:
                 break
-            scheduler.fetch_finished(request)
+            scheduler.fetch_completed(request)
             out += 1
         per_request = (time.perf_counter() - started) / (len(half) + out)
         for request in requests[n // 2:]:

@@ -12,7 +12,7 @@ them). Nothing is downloaded and no network is contacted.
   per URL: ``frontier.sqlite`` and ``seen.sqlite`` with their ``-wal``/``-shm``
   (each queued URL is a pickled ``Request.to_dict``).
 * **Phase 2, dequeue**: ``next_request()`` until every URL came back, each
-  reported finished at once with ``scheduler.fetch_finished(request)``;
+  reported finished at once with ``scheduler.fetch_completed(request)``;
   ``FRONTIER_DELAY_FACTOR=0`` and ``FRONTIER_MIN_DELAY=0``, so every host is
   ready at once. Dequeue/s and RSS, sampled like phase 1.
 
@@ -333,7 +333,7 @@ def _dequeue_phase(
 ) -> dict[str, Any]:
     next_request = scheduler.next_request
     pending = scheduler.has_pending_requests
-    finished = scheduler.fetch_finished if frontier else None
+    finished = scheduler.fetch_completed if frontier else None
     inprogress = scheduler.crawler.engine._slot.inprogress if frontier else set()
     samples: list[dict[str, Any]] = []
     got = empty = empties = 0
@@ -791,7 +791,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     ax1.set_xlabel("URLs queued")
     ax1.set_title("Phase 1: enqueue_request()", fontsize=10)
     ax2.set_xlabel("URLs dequeued")
-    ax2.set_title("Phase 2: next_request() + fetch_finished()", fontsize=10)
+    ax2.set_title("Phase 2: next_request() + fetch_completed()", fontsize=10)
     ax1.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, 0.86), handlelength=3.5)
     fig.suptitle(
         "Process RSS: scrapy-frontier's SQLite state (solid) vs Scrapy's JOBDIR scheduler (dashed)",

@@ -99,7 +99,7 @@ class FetchTimingMiddleware:
                     scheduler.robots_fetched(request, max(0.0, scheduler.clock() - started))
             return
         scheduler = running_scheduler(self.crawler)
-        finished = getattr(scheduler, "fetch_finished", None)
+        finished = getattr(scheduler, "fetch_completed", None)
         if finished is not None:
             finished(request, response=response, exception=exception)
 

@@ -174,11 +174,11 @@ class GroupedFrontierMachine(FrontierMachine):
         assert self.clock.now >= self.group_rest_until.get(group, float("-inf"))
         super()._record_pop(lease)
 
-    def _record_release(self, lease: Lease[int], fetch: float, at_least: float = 0.0) -> None:
+    def _record_completion(self, lease: Lease[int], fetch: float, at_least: float = 0.0) -> None:
         group = GROUP_OF[lease.host]
         until = self.clock.now + clamp_delay(self.policy, fetch)
         self.group_rest_until[group] = max(self.group_rest_until.get(group, until), until)
-        super()._record_release(lease, fetch, at_least)
+        super()._record_completion(lease, fetch, at_least)
 
     @invariant()
     def next_contact_matches_model(self):  # type: ignore[no-untyped-def]
@@ -211,7 +211,7 @@ class GroupedFrontierMachine(FrontierMachine):
                 lease = self.outstanding.pop(ticket)
                 assert f.complete(ticket, 0.1) is lease
                 self.completed += 1
-                self._record_release(lease, 0.1)
+                self._record_completion(lease, 0.1)
             while True:
                 lease = f.pop()
                 self._resolve_all()

@@ -120,7 +120,7 @@ class FrontierMachine(RuleBasedStateMachine):
         self.popped.add(lease.item)
         self.outstanding[lease.ticket] = lease
 
-    def _record_release(self, lease: Lease[int], fetch: float, at_least: float = 0.0) -> None:
+    def _record_completion(self, lease: Lease[int], fetch: float, at_least: float = 0.0) -> None:
         rest = max(clamp_delay(self.policy, fetch), self.min_rest.get(lease.host, 0.0), at_least)
         self.rest_until[lease.host] = self.clock.now + rest
         self.finished_tickets.append(lease.ticket)
@@ -208,7 +208,7 @@ class FrontierMachine(RuleBasedStateMachine):
         lease = self.outstanding.pop(ticket)
         assert self.frontier.complete(ticket, fetch, rest_at_least=at_least) is lease
         self.completed += 1
-        self._record_release(lease, fetch, at_least)
+        self._record_completion(lease, fetch, at_least)
 
     @precondition(lambda self: self.frontier is not None and self.finished_tickets)
     @rule(data=st.data(), fetch=st.floats(0.0, 5.0))
@@ -244,7 +244,7 @@ class FrontierMachine(RuleBasedStateMachine):
             assert lease.deadline <= now
             assert self.outstanding.pop(lease.ticket) is lease
             self.expired += 1
-            self._record_release(lease, now - lease.handed_at)
+            self._record_completion(lease, now - lease.handed_at)
         assert all(lease.deadline > now for lease in self.outstanding.values())
 
     # -- invariants ------------------------------------------------------------------
@@ -325,7 +325,7 @@ class FrontierMachine(RuleBasedStateMachine):
                 lease = self.outstanding.pop(ticket)
                 assert f.complete(ticket, 0.1) is lease
                 self.completed += 1
-                self._record_release(lease, 0.1)
+                self._record_completion(lease, 0.1)
             check_frontier(f)
             if done():
                 break

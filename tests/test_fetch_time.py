@@ -210,7 +210,7 @@ def test_a_stall_that_held_the_read_is_not_taken_off(
     assert req is not None
     sched.fetch_sent(req)
     clock.advance(0.02)
-    sched.fetch_finished(req)  # a clean 20 ms fetch first (the former rule's history)
+    sched.fetch_completed(req)  # a clean 20 ms fetch first (the former rule's history)
     while (req := sched.next_request()) is None:
         clock.advance(0.01)
     # The read waited 300 ms behind a stall the scheduler saw.
@@ -218,7 +218,7 @@ def test_a_stall_that_held_the_read_is_not_taken_off(
     clock.advance(0.01)
     sched.timing.stalls.log.add(clock(), clock() + 0.3)
     clock.advance(0.304)
-    sched.fetch_finished(req)
+    sched.fetch_completed(req)
     assert _rest_after(sched, clock, req) == pytest.approx(3.14, abs=0.015)
 
 
@@ -230,14 +230,14 @@ def test_a_stall_in_the_middle_of_a_fetch_is_not_discounted() -> None:
     assert req is not None
     sched.fetch_sent(req)
     clock.advance(0.02)
-    sched.fetch_finished(req)
+    sched.fetch_completed(req)
     while (req := sched.next_request()) is None:
         clock.advance(0.01)
     # The server works 400 ms; the loop stalls 100 ms early on; the answer is read on time.
     sched.fetch_sent(req)
     sched.timing.stalls.log.add(clock() + 0.05, clock() + 0.15)
     clock.advance(0.4)
-    sched.fetch_finished(req)
+    sched.fetch_completed(req)
     waited = 0.0
     while sched.next_request() is None:
         clock.advance(0.01)
@@ -260,7 +260,7 @@ def test_the_start_is_never_moved_after_the_send() -> None:
     clock.advance(0.1)
     req.meta["download_latency"] = 0.05  # measured 50 ms before this handler runs
     sched._on_headers_received({}, None, req, None)
-    sched.fetch_finished(req)
+    sched.fetch_completed(req)
     assert _rest_after(sched, clock, req) == pytest.approx(1.0, abs=0.015)
 
 

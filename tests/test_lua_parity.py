@@ -353,7 +353,7 @@ class Twins:
         assert done is not None
         self.clock.now = done.at
         assert self.core.complete(core.ticket, fetch, ended_ago=ago) is not None
-        # The rest itself agrees too (release() in the prelude, Frontier._release).
+        # The rest itself agrees too (release() in the prelude, Frontier._complete_lease).
         next_contact = self.core.next_contact(core.host)
         assert next_contact is not None
         assert abs(next_contact - done.next_contact) <= EPS, (core.host, fetch)

@@ -87,7 +87,7 @@ def test_fetched_page_is_kept_until_the_engine_is_done_with_it(tmp_path: Path) -
     inprogress.add(page)  # the engine tracks it until its callback output is queued
     sched.fetch_sent(page)
     clock.advance(0.1)
-    sched.fetch_finished(page)
+    sched.fetch_completed(page)
     assert sched.next_request() is None  # still in progress: not acknowledged
     crash(sched)  # before the spider's links were queued: the page must come back
     again, _, crawler2 = make_scheduler(job(tmp_path))
@@ -102,7 +102,7 @@ def test_links_are_durable_before_the_page_is_forgotten(tmp_path: Path) -> None:
     page = sched.next_request()
     assert page is not None
     inprogress.add(page)
-    sched.fetch_finished(page)
+    sched.fetch_completed(page)
     sched.enqueue_request(Request("http://b.example/link"))  # yielded by the callback
     inprogress.discard(page)  # the engine is done with it
     link = sched.next_request()  # acknowledges the page, and writes it through
@@ -121,7 +121,7 @@ def test_retry_is_queued_before_the_failed_request_is_forgotten(tmp_path: Path) 
     req = sched.next_request()
     assert req is not None
     inprogress.add(req)
-    sched.fetch_finished(req)  # a download error; RetryMiddleware follows
+    sched.fetch_completed(req)  # a download error; RetryMiddleware follows
     crash(sched)  # before the retry was queued: the URL must come back
     again, _, crawler2 = make_scheduler(job(tmp_path))
     assert crawler2.stats.get_value("frontier/recovered_leases") == 1
@@ -278,7 +278,7 @@ def test_a_url_fetched_before_the_seen_set_is_written_is_not_fetched_again(
     assert [r.url for r in (sched.next_request(), sched.next_request()) if r is not None] == [
         "http://a.example/first", "http://b.example/start"]
     # The start page's fetch ends, and its link is queued.
-    sched.fetch_finished(next(f.request for f in sched.inflight._out.values()
+    sched.fetch_completed(next(f.request for f in sched.inflight._out.values()
                               if f.request.url.endswith("/start")))
     assert sched.enqueue_request(Request("http://b.example/link"))
     link = sched.next_request()  # the start page is acknowledged; the link is in flight
@@ -298,7 +298,7 @@ def test_a_url_fetched_before_the_seen_set_is_written_is_not_fetched_again(
     for _ in range(2):
         request = again.next_request()
         assert request is not None and not request.url.endswith("/start")
-        again.fetch_finished(request)
+        again.fetch_completed(request)
     assert again.next_request() is None
     # The next periodic flush writes the seen-set: the acknowledged rows are purged, and
     # stay purged when nothing more is queued.

@@ -192,7 +192,7 @@ def _respond(sched: Any, clock: FakeClock, status: int, headers: dict[str, str] 
     assert request is not None
     sched.fetch_sent(request)
     response = None if exception else Response(request.url, status=status, headers=headers)
-    sched.fetch_finished(request, response=response, exception=exception)
+    sched.fetch_completed(request, response=response, exception=exception)
     return request
 
 
@@ -255,10 +255,10 @@ def test_host_retired_after_consecutive_failures_and_logged(
             continue
         sched.fetch_sent(request)
         if "up.example" in request.url:
-            sched.fetch_finished(request, response=Response(request.url, status=200))
+            sched.fetch_completed(request, response=Response(request.url, status=200))
             continue
         seen += 1
-        sched.fetch_finished(request, response=Response(request.url, status=503))
+        sched.fetch_completed(request, response=Response(request.url, status=503))
     assert sched.backend.frontier.is_retired("down.example")
     assert not sched.enqueue_request(Request("http://down.example/new"))
     sched.close("finished")

@@ -467,7 +467,7 @@ def test_middleware_takes_a_304_past_httperror_to_no_callback_unless_asked() -> 
     class FakeScheduler:  # the middleware looks for a frontier scheduler's methods
         recrawler = rc
 
-        def fetch_finished(self, *args: Any) -> None: ...
+        def fetch_completed(self, *args: Any) -> None: ...
 
         def page_visited(self, request: Request, visit: Any) -> None:
             seen.append(visit.status)
@@ -551,7 +551,7 @@ def _drain(sched: Any, clock: Any) -> list[Request]:
             continue
         out.append(request)
         sched.fetch_sent(request)
-        sched.fetch_finished(request)
+        sched.fetch_completed(request)
     return out
 
 
@@ -779,7 +779,7 @@ def test_a_kill_after_a_fetch_keeps_its_visit_or_its_request(tmp_path: Path) -> 
     request = sched.next_request()
     assert request is not None
     sched.fetch_sent(request)
-    sched.fetch_finished(request)
+    sched.fetch_completed(request)
     sched.page_visited(request, Visit(status=200, digest="d"))
     sched.leases.acknowledge()  # the engine is done with the request
     moments = []

@@ -72,7 +72,7 @@ def make_scheduler(
 def finish(sched: FrontierScheduler, clock: FakeClock, request: Request, seconds: float) -> None:
     sched.fetch_sent(request)
     clock.advance(seconds)
-    sched.fetch_finished(request)
+    sched.fetch_completed(request)
 
 
 def test_one_request_per_host_until_finished_then_ten_times_fetch_time() -> None:
@@ -127,7 +127,7 @@ def test_late_report_does_not_release_twice() -> None:
     clock.advance(5.0)
     assert sched.next_request() is None  # lease expired now; host rests
     assert crawler.stats.get_value("frontier/lease_expired") == 1
-    sched.fetch_finished(req)  # too late: ignored
+    sched.fetch_completed(req)  # too late: ignored
     sched.publish_stats()
     assert crawler.stats.get_value("frontier/completed") is None
 
@@ -559,7 +559,7 @@ def test_a_scheduler_driven_by_hand_without_a_reactor(tmp_path: Any) -> None:
         got = [scheduler.next_request() for _ in range(3)]
         assert all(r is not None for r in got), got
         for r in got:
-            scheduler.fetch_finished(r)
+            scheduler.fetch_completed(r)
         scheduler.close("finished")
         print("OK")
     """)

@@ -244,7 +244,7 @@ def _fetch_with_kernel(settings: dict[str, Any], sent_ago: float | None,
         fetch = sched.inflight.get(req.meta[LEASE_META])
         assert fetch is not None
         fetch.answer = sched.timing.tcp.begin(Transport(sock), clock())
-    sched.fetch_finished(req, exception=exception)
+    sched.fetch_completed(req, exception=exception)
     waited = _rest_after(sched, clock, req)
     sched.publish_stats()
     return waited, sched.stats

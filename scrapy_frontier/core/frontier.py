@@ -435,9 +435,9 @@ class Frontier(Generic[T]):
             self._schedule(hs, held=True)
         return False
 
-    def _release_group(self, host: str, fetch_seconds: float, now: float) -> None:
+    def _complete_group(self, host: str, fetch_seconds: float, now: float) -> None:
         assert self.groups is not None
-        parked, contact = self.groups.release(host, fetch_seconds, now)
+        parked, contact = self.groups.complete(host, fetch_seconds, now)
         for key in parked:
             hs = self._hosts[key]
             hs.next_contact = max(hs.next_contact, contact)
@@ -697,8 +697,8 @@ class Frontier(Generic[T]):
             return None
         if not rest_at_least >= 0:  # NaN too
             raise ValueError(f"rest_at_least must be >= 0, got {rest_at_least}")
-        self._release(lease, fetch_seconds, self.clock(), ack=ack, rest_at_least=rest_at_least,
-                      ended_ago=ended_ago)
+        self._complete_lease(lease, fetch_seconds, self.clock(), ack=ack,
+                             rest_at_least=rest_at_least, ended_ago=ended_ago)
         self.stats.completed += 1
         if self.budgets.active:
             host = lease.host
@@ -710,7 +710,7 @@ class Frontier(Generic[T]):
         """The URL of a completed lease is done for good (see ``complete``)."""
         self.store.ack(token)
 
-    def _release(
+    def _complete_lease(
         self,
         lease: Lease[T],
         fetch_seconds: float,
@@ -726,7 +726,7 @@ class Frontier(Generic[T]):
         # only while the host owns a back queue (forgotten below when it gives it up).
         hs.last_fetch = fetch_seconds if fetch_seconds > 0.0 else 0.0
         if self.groups is not None:
-            self._release_group(hs.key, fetch_seconds, now)
+            self._complete_group(hs.key, fetch_seconds, now)
         controls = self.controls
         min_rests, delays = controls.min_rests, controls.delays
         rest = rest_after_fetch(
@@ -739,7 +739,7 @@ class Frontier(Generic[T]):
         self.store.save_rest(hs.key, rest, fetch_seconds)
         if controls.blocks:
             # The rest is saved as is; a block is kept beside it (and re-applied).
-            hs.next_contact = controls.after_release(hs.key, hs.next_contact, now)
+            hs.next_contact = controls.after_completion(hs.key, hs.next_contact, now)
         if hs.queued:
             self.stats.politeness_hold_seconds += rest
             self._schedule(hs, held=True)
@@ -775,7 +775,7 @@ class Frontier(Generic[T]):
             if lease.deadline > now:
                 break
             del leases[ticket]
-            self._release(lease, now - lease.handed_at, now)
+            self._complete_lease(lease, now - lease.handed_at, now)
             self.stats.expired += 1
             expired.append(lease)
         return expired

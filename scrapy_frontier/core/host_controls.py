@@ -70,7 +70,7 @@ class HostControls:
         """Hosts blocked at ``now``."""
         return sum(1 for until, _ in self.blocks.values() if until > now)
 
-    def after_release(self, host: str, next_contact: float, now: float) -> float:
+    def after_completion(self, host: str, next_contact: float, now: float) -> float:
         """The next contact of ``host``, released at ``now`` to rest until ``next_contact``:
         a block still running holds it longer (the rest is kept beside it); an ended block
         is forgotten."""

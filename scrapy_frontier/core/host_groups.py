@@ -3,7 +3,7 @@
 :class:`HostGroups` keeps which group (IP address) each host belongs to, which member
 holds the group's one lease, and the ready members parked until it ends. The frontier
 asks it before handing a host out (:meth:`HostGroups.gate`) and tells it when a fetch
-ends (:meth:`HostGroups.release`); it never touches the frontier's queues or heaps.
+ends (:meth:`HostGroups.complete`); it never touches the frontier's queues or heaps.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ UNKNOWN = -1.0
 entry until :meth:`HostGroups.assign` is called for it."""
 PARKED = -2.0
 """Another member holds the group's lease: the host waits, with no heap entry, for
-:meth:`HostGroups.release` to hand it back."""
+:meth:`HostGroups.complete` to hand it back."""
 
 
 @dataclass(slots=True, eq=False)
@@ -104,7 +104,7 @@ class HostGroups:
         """``host`` (which :meth:`gate` let go) holds its group's lease now."""
         self._groups[self._group_of[host]].busy = host
 
-    def release(self, host: str, fetch_seconds: float, now: float) -> tuple[list[str], float]:
+    def complete(self, host: str, fetch_seconds: float, now: float) -> tuple[list[str], float]:
         """``host``'s fetch ended: the group rests by the delay policy. Returns the parked
         hosts to make ready again, and the group's next contact (none before it)."""
         gkey = self._group_of.get(host)

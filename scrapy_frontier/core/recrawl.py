@@ -268,7 +268,7 @@ class Recrawler:
         mode, due now.
         """
         if self._releasing:
-            self._release(limit)
+            self._make_held_due(limit)
         if self._exhausted and self.settings.mode != "continuous":
             return []
         if self.settings.mode == "continuous":
@@ -453,7 +453,7 @@ class Recrawler:
         else:
             self._held_count -= len(held)
 
-    def _release(self, limit: int) -> None:
+    def _make_held_due(self, limit: int) -> None:
         """Make up to ``limit`` released pages due whose claims still say they changed."""
         releasing = self._releasing
         batch = [releasing.popleft() for _ in range(min(limit, len(releasing)))]

@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from scrapy_frontier.observe.census import Census
+from scrapy_frontier.reactor.timer import Timer
 
 logger = logging.getLogger("scrapy_frontier.progress")
 
 
-class Timer(Protocol):
-    def cancel(self) -> None: ...
-
-
-#: ``call_later(delay, func)`` on the running reactor (scheduler/timer.py's).
+#: ``call_later(delay, func)`` on the running reactor (reactor/timer.py's).
 CallLater = Callable[[float, Callable[[], Any]], Timer]
 
 

@@ -124,7 +124,7 @@ class FrontierScheduler:
                                    history_failed=self.run.state_failed)
         self.feeds = FeedGuard(crawler)
         self.leases = LeaseKeeper(self.inflight, self.engine, self.queue, self.stats,
-                                  config.lease_timeout, ended=self.fetch_finished,
+                                  config.lease_timeout, ended=self.fetch_completed,
                                   items_safe=self.feeds.flush)
         self.observer: Observer | None = None
 
@@ -325,12 +325,12 @@ class FrontierScheduler:
                 self.stats.inc_value(f"frontier/rejected/{exc.reason}")
                 logger.warning("Dropped %s: %s", request, exc)
                 if ticket is not None:
-                    self._fetch_ended(ticket)
+                    self._complete_fetch(ticket)
                 return False
             queued = self.admission.route(request, meta, host, ticket)
             if ticket is not None:
                 # After the push, so that the request this one became is stored first.
-                self._fetch_ended(ticket)
+                self._complete_fetch(ticket)
             return queued
         except StoreError as exc:
             # The request is in the store's pending writes: not lost, but the
@@ -386,7 +386,7 @@ class FrontierScheduler:
         meta = request.meta
         ticket = meta.get(LEASE_META)
         queue = self.queue
-        if ticket is None or queue.holds(ticket) or self.inflight.end(ticket) is None:
+        if ticket is None or queue.holds(ticket) or self.inflight.complete(ticket) is None:
             return None
         queue.give_back(ticket)
         meta[LAPSED_META] = True
@@ -399,7 +399,7 @@ class FrontierScheduler:
         if fetch is not None:
             self.timing.sent(fetch)
 
-    def fetch_finished(
+    def fetch_completed(
         self,
         request: Request,
         response: Response | None = None,
@@ -419,11 +419,11 @@ class FrontierScheduler:
                 self.backend.history.record_visit(self.admission.fp64(request), request.url, None)
             ticket = request.meta.get(LEASE_META)
             if ticket is not None:
-                self._fetch_ended(ticket, response, exception)
+                self._complete_fetch(ticket, response, exception)
         except StoreError as exc:
             self.run.state_failed(exc)
 
-    def _fetch_ended(
+    def _complete_fetch(
         self,
         ticket: int,
         response: Response | None = None,
@@ -431,12 +431,12 @@ class FrontierScheduler:
     ) -> None:
         if self.run.closed:
             return
-        fetch = self.inflight.end(ticket)
+        fetch = self.inflight.complete(ticket)
         if fetch is None:
             return  # a late report, or one already made: never release a host twice
         host, started = fetch.host, fetch.sent_at
         now = self.clock()
-        timed = self.timing.end(fetch, now, exception is not None)
+        timed = self.timing.measure(fetch, now, exception is not None)
         rest, failures = 0.0, 0
         if response is not None or exception is not None:
             rest, failures = self.rules.outcome_rest(host, response, exception)
@@ -446,7 +446,7 @@ class FrontierScheduler:
                 rest = max(rest, robots_end - now)
         token = self.queue.complete(ticket, timed.duration, rest, timed.ended_at)
         if token is not None:  # (tested here too: a call saved per fetch without one)
-            self.inflight.released(fetch, token)
+            self.inflight.await_ack(fetch, token)
         if failures and self.rules.should_retire(failures):
             self._retire(host, failures, response, exception)
         if self.timing.log_each:
@@ -683,8 +683,8 @@ class FrontierScheduler:
         # Scrapy passes each receiver only the arguments it takes: the request here.
         sig = self.crawler.signals
         sig.connect(self.fetch_sent, signal=signals.request_reached_downloader)
-        sig.connect(self.fetch_finished, signal=signals.request_left_downloader)
-        sig.connect(self.fetch_finished, signal=signals.response_received)
+        sig.connect(self.fetch_completed, signal=signals.request_left_downloader)
+        sig.connect(self.fetch_completed, signal=signals.response_received)
 
     # -- waking the engine -------------------------------------------------------------
 

@@ -163,7 +163,7 @@ def running_scheduler(crawler: Crawler) -> Any:
     for candidate in (getattr(engine, "scheduler", None),
                       getattr(getattr(engine, "_slot", None), "scheduler", None)):
         # A class attribute, so that a Mock's made-up attributes do not count.
-        if callable(getattr(type(candidate), "fetch_finished", None)):
+        if callable(getattr(type(candidate), "fetch_completed", None)):
             return candidate
     return None
 

@@ -4,7 +4,7 @@ One component owns the fetch's timing from its send to its end: the kernel's tim
 (``scheduler.tcp_timing``), the rule that turns them into a fetch time
 (``core.fetch_time.fetch_seconds``), the opt-in record of the loop's own stalls
 (``reactor.stalls``), and the stats of these. The scheduler asks it one question per
-fetch, :meth:`FetchTiming.end`, and gets one answer, a :class:`FetchEnd`.
+fetch, :meth:`FetchTiming.measure`, and gets one answer, a :class:`FetchTime`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ logger = logging.getLogger("scrapy_frontier.scheduler")
 politeness_log = logging.getLogger("scrapy_frontier.politeness")
 
 
-class FetchEnd(NamedTuple):
+class FetchTime(NamedTuple):
     """A fetch's time to rest by (seconds), and when its answer ended on the scheduler's
     clock (None: when the scheduler learnt of it, which is later)."""
 
@@ -37,9 +37,9 @@ class FetchEnd(NamedTuple):
     ended_at: float | None
 
 
-#: Builds a FetchEnd from its two fields without the Python frame of the NamedTuple's
+#: Builds a FetchTime from its two fields without the Python frame of the NamedTuple's
 #: constructor (one per fetch).
-_fetch_end: Callable[[tuple[float, float | None]], FetchEnd] = partial(tuple.__new__, FetchEnd)
+_fetch_time: Callable[[tuple[float, float | None]], FetchTime] = partial(tuple.__new__, FetchTime)
 
 
 class FetchTiming:
@@ -130,13 +130,13 @@ class FetchTiming:
                     "spider can lengthen. Please report it with your Scrapy version.",
                     watch.missed)
 
-    def end(self, fetch: Fetch, now: float, failed: bool) -> FetchEnd:
+    def measure(self, fetch: Fetch, now: float, failed: bool) -> FetchTime:
         """``fetch`` ended (``failed``: with an exception), as the scheduler learnt ``now``.
         A fetch never sent never touched the network (a cache hit, an IgnoreRequest before
         the downloader): it took no time."""
         started = fetch.sent_at
         if started is None:
-            return _fetch_end((0.0, None))
+            return _fetch_time((0.0, None))
         answer, fetch.answer = fetch.answer, None
         if answer is not None and self.tcp is not None:
             self.kernel_read += 1
@@ -149,10 +149,10 @@ class FetchTiming:
                 if seconds < now - started:
                     self.kernel_timed += 1
                     self.kernel_seconds_cut += now - started - seconds
-                return _fetch_end((seconds, span.end))
+                return _fetch_time((seconds, span.end))
         # Nothing says when the answer came in: a stall that held its read (if any) may
         # have been the server still sending, so the fetch runs to its report.
-        return _fetch_end((fetch_seconds(started, now), None))
+        return _fetch_time((fetch_seconds(started, now), None))
 
     def recent_stalls(self, since: float, now: float) -> Any:
         return self.stalls.log.recent(since, now)

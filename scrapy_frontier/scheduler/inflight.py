@@ -85,15 +85,15 @@ class InFlight:
         fetch = self._out.get(ticket)  # type: ignore[call-overload]
         return None if fetch is None else fetch.host
 
-    def end(self, ticket: int) -> Fetch | None:
+    def complete(self, ticket: int) -> Fetch | None:
         """The fetch of ``ticket`` ended: it, or None if the lease was unknown or had
-        ended already. Pass it to :meth:`released` once the queue completed it."""
+        ended already. Pass it to :meth:`await_ack` once the queue completed it."""
         fetch = self._out.pop(ticket, None)
         if fetch is not None:
             self.ended += 1
         return fetch
 
-    def released(self, fetch: Fetch, token: object) -> None:
+    def await_ack(self, fetch: Fetch, token: object) -> None:
         """The queue completed ``fetch``; ``token`` (not None) waits here until the
         engine is done with the request (a store that can lose nothing)."""
         if token is not None:
@@ -211,7 +211,7 @@ class LeaseKeeper:
                 "No end was reported for %s within %.0f s (FRONTIER_LEASE_TIMEOUT); "
                 "releasing host %r", fetch.request, self.lease_timeout, fetch.host,
             )
-            inflight.released(fetch, self.queue.complete(fetch.ticket, now - fetch.handed_at,
+            inflight.await_ack(fetch, self.queue.complete(fetch.ticket, now - fetch.handed_at,
                                                          0.0))
 
     def _extended(self, fetch: Fetch) -> None:
