@@ -161,6 +161,22 @@ class RedisConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SiteRuleLimits:
+    """The caps of the site rules (scheduler/site_rules.py)."""
+
+    max_crawl_delay: float = 300.0
+    """Cap on a robots.txt Crawl-delay (Heritrix's default); longer ones are capped."""
+    max_retry_after: float = 3600.0
+    """Cap on a Retry-After wait (429 / 503); longer ones are clamped."""
+    backoff_base: float = 5.0
+    """Rest after a first failure (5xx, 429 without Retry-After, timeout, connection error)."""
+    backoff_max: float = 600.0
+    """Cap on the doubling back-off."""
+    retire_after: int = 10
+    """Consecutive failures after which a host is retired; 0 never retires."""
+
+
+@dataclass(frozen=True, slots=True)
 class FrontierConfig:
     front_queues: int
     priority_bias: float
@@ -176,16 +192,8 @@ class FrontierConfig:
     """Where the SQLite state lives: FRONTIER_PATH, else JOBDIR, else None (memory)."""
     flush_interval: float
     write_through: bool
-    max_crawl_delay: float = 300.0
-    """Cap on a robots.txt Crawl-delay (Heritrix's default); longer ones are capped."""
-    max_retry_after: float = 3600.0
-    """Cap on a Retry-After wait (429 / 503); longer ones are clamped."""
-    backoff_base: float = 5.0
-    """Rest after a first failure (5xx, 429 without Retry-After, timeout, connection error)."""
-    backoff_max: float = 600.0
-    """Cap on the doubling back-off."""
-    retire_after: int = 10
-    """Consecutive failures after which a host is retired; 0 never retires."""
+    site_limits: SiteRuleLimits = field(default_factory=SiteRuleLimits)
+    """Caps of the site rules: Crawl-delay, Retry-After, back-off, retirement."""
     ip_politeness: bool = False
     """Hosts that resolve to one IP address also share one fetch at a time and one rest."""
     stall_discount: bool = False
@@ -287,11 +295,13 @@ class FrontierConfig:
             state_dir=state_dir,
             flush_interval=_float(settings, "FRONTIER_FLUSH_INTERVAL", minimum=0.0),
             write_through=_bool(settings, "FRONTIER_WRITE_THROUGH"),
-            max_crawl_delay=_float(settings, "FRONTIER_MAX_CRAWL_DELAY", minimum=0.0),
-            max_retry_after=_float(settings, "FRONTIER_MAX_RETRY_AFTER", minimum=0.0),
-            backoff_base=backoff_base,
-            backoff_max=backoff_max,
-            retire_after=_int(settings, "FRONTIER_RETIRE_AFTER", minimum=0),
+            site_limits=SiteRuleLimits(
+                max_crawl_delay=_float(settings, "FRONTIER_MAX_CRAWL_DELAY", minimum=0.0),
+                max_retry_after=_float(settings, "FRONTIER_MAX_RETRY_AFTER", minimum=0.0),
+                backoff_base=backoff_base,
+                backoff_max=backoff_max,
+                retire_after=_int(settings, "FRONTIER_RETIRE_AFTER", minimum=0),
+            ),
             ip_politeness=ip_politeness,
             stall_discount=_bool(settings, "FRONTIER_STALL_DISCOUNT"),
             tcp_timing=_bool(settings, "FRONTIER_TCP_TIMING"),

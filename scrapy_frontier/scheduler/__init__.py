@@ -473,7 +473,8 @@ class FrontierScheduler:
         logger.warning(
             "Retired host %r after %d consecutive failed fetches (last: %s, "
             "FRONTIER_RETIRE_AFTER=%d): dropped %d queued requests%s",
-            host, failures, last, self.config.retire_after, len(dropped), _sample_urls(dropped),
+            host, failures, last, self.config.site_limits.retire_after, len(dropped),
+            _sample_urls(dropped),
         )
 
     def _report_dropped(self) -> None:

@@ -33,7 +33,8 @@ class SiteRules:
     def __init__(
         self, config: FrontierConfig, stats: StatsCollector, clock: Callable[[], float]
     ) -> None:
-        self.config = config
+        self.limits = config.site_limits
+        self.policy = config.policy
         self.stats = stats
         self.clock = clock
         # Consecutive failed fetches per host (only hosts currently failing).
@@ -74,7 +75,7 @@ class SiteRules:
         failures = self._failures[host] = self._failures.get(host, 0) + 1
         if retry_after is not None:
             self.stats.inc_value("frontier/retry_after/honoured")
-            cap = self.config.max_retry_after
+            cap = self.limits.max_retry_after
             if retry_after > cap:
                 self.stats.inc_value("frontier/retry_after/clamped")
                 politeness_log.warning(
@@ -84,10 +85,10 @@ class SiteRules:
                 retry_after = cap
             return retry_after, failures
         self.stats.inc_value("frontier/backoff/count")
-        return backoff(self.config.backoff_base, self.config.backoff_max, failures), failures
+        return backoff(self.limits.backoff_base, self.limits.backoff_max, failures), failures
 
     def should_retire(self, failures: int) -> bool:
-        return bool(self.config.retire_after) and failures >= self.config.retire_after
+        return bool(self.limits.retire_after) and failures >= self.limits.retire_after
 
     def forget(self, host: str) -> None:
         self._failures.pop(host, None)
@@ -100,7 +101,7 @@ class SiteRules:
         if wanted is None or wanted <= 0:
             return None
         self.stats.inc_value("frontier/crawl_delay/hosts")
-        cap = self.config.max_crawl_delay
+        cap = self.limits.max_crawl_delay
         if not math.isfinite(wanted) or wanted > cap:
             self.stats.inc_value("frontier/crawl_delay/capped")
             if host not in self._capped:
@@ -128,4 +129,4 @@ class SiteRules:
         if robots is None:
             return None
         end, seconds = robots
-        return end + max(self.config.policy.delay(seconds), self.crawl_delays.get(host, 0.0))
+        return end + max(self.policy.delay(seconds), self.crawl_delays.get(host, 0.0))
