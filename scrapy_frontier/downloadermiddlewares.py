@@ -61,14 +61,14 @@ class FetchTimingMiddleware:
                 lapsed: Request | None = scheduler.lease_lapsed(request)
                 if lapsed is not None:
                     return lapsed  # given back unfetched: dropped by enqueue_request
-                wait = scheduler.robots_wait_in_place(request)
+                wait = scheduler.robots.wait_in_place(request)
                 if wait > 0:  # not held at the robots.txt step: it waits here, seen once
                     return _after(wait, partial(_send_if_held, scheduler, request))
                 scheduler.fetch_sent(request)
         elif meta.get("dont_obey_robotstxt") and _is_robots_txt(request.url):
             scheduler = running_scheduler(self.crawler)
             if scheduler is not None:  # timed on the scheduler's clock, as every fetch
-                wait = scheduler.robots_wait(request)
+                wait = scheduler.robots.wait(request)
                 if wait > 0:
                     return _after(wait, lambda: _stamp(meta, scheduler.clock()))
                 meta[ROBOTS_START_META] = scheduler.clock()
@@ -96,7 +96,7 @@ class FetchTimingMiddleware:
             if started is not None:
                 scheduler = running_scheduler(self.crawler)
                 if scheduler is not None:
-                    scheduler.robots_fetched(request, max(0.0, scheduler.clock() - started))
+                    scheduler.robots.fetched(request, max(0.0, scheduler.clock() - started))
             return
         scheduler = running_scheduler(self.crawler)
         finished = getattr(scheduler, "fetch_completed", None)
@@ -136,7 +136,7 @@ class RobotsHoldMiddleware:
             if not self.holds:
                 return None
         # The fence first: a lease that lapsed during the robots.txt fetch goes back as is.
-        again: Request | None = scheduler.lease_lapsed(request) or scheduler.robots_hold(request)
+        again: Request | None = scheduler.lease_lapsed(request) or scheduler.robots.hold(request)
         return again  # a copy back to the frontier until the host has rested, or None
 
     def _first_seen(self, before: list[Any] | None) -> bool:

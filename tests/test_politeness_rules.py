@@ -391,7 +391,7 @@ def _robots_fetched_during(sched: Any, clock: FakeClock) -> Request:
     robots = Request("http://a.example/robots.txt", meta={"dont_obey_robotstxt": True})
     robots.meta[ROBOTS_START_META] = clock()
     clock.advance(0.1)
-    sched.robots_fetched(robots, 0.1)  # rest 1 s from now
+    sched.robots.fetched(robots, 0.1)  # rest 1 s from now
     return first
 
 

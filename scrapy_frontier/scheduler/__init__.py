@@ -47,6 +47,7 @@ from scrapy_frontier.scheduler.feeds import FeedGuard
 from scrapy_frontier.scheduler.fetch_timing import FetchTiming
 from scrapy_frontier.scheduler.inflight import InFlight, LeaseKeeper
 from scrapy_frontier.scheduler.recrawl import RecrawlHooks
+from scrapy_frontier.scheduler.robots import RobotsPacing
 from scrapy_frontier.scheduler.run_state import RunState
 from scrapy_frontier.scheduler.site_rules import SiteRules
 from scrapy_frontier.scheduler.slots import SlotKeys
@@ -123,6 +124,9 @@ class FrontierScheduler:
                                    Fingerprinter64(crawler.request_fingerprinter),
                                    history_failed=self.run.state_failed)
         self.feeds = FeedGuard(crawler)
+        self.robots = RobotsPacing(slots=self.slots, rules=self.rules, inflight=self.inflight,
+                                   controls=self.backend.controls, stats=self.stats,
+                                   clock=clock, settings=crawler.settings)
         self.leases = LeaseKeeper(self.inflight, self.engine, self.queue, self.stats,
                                   config.lease_timeout, ended=self.fetch_completed,
                                   items_safe=self.feeds.flush)
@@ -493,84 +497,10 @@ class FrontierScheduler:
     # -- robots.txt ------------------------------------------------------------------------
 
     def _on_robots_parsed(self, robotparser: Any, request: Request) -> None:
-        try:
-            host = self.slots.key(request, remember=False)
-        except HostlessURL:
-            return
-        settings = self.crawler.settings
-        agent = settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT") or "*"
-        wanted = self.rules.crawl_delay(host, robotparser, str(agent))
-        if wanted is not None:
-            self.backend.controls.set_min_rest(host, wanted)
+        self.robots.parsed(robotparser, request)
         if self.signals is not None and "robots" in self.config.sitemaps:
             for url in robots_sitemaps(robotparser):
                 self.enqueue_request(sitemap_request(url))
-
-    def robots_fetched(self, request: Request, seconds: float) -> None:
-        """A robots.txt fetch of ``request``'s host ended now after ``seconds``."""
-        try:
-            host = self.slots.key(request, remember=False)
-        except HostlessURL:
-            return
-        self.rules.robots_fetched(host, seconds)
-
-    def robots_wait(self, request: Request) -> float:
-        """Seconds a robots.txt request waits before it is sent: 0 for a first attempt; a
-        retry (RetryMiddleware sends it again at once) waits for the rest owed after the
-        attempt before it, by the same rule as any page."""
-        try:
-            host = self.slots.key(request, remember=False)
-        except HostlessURL:
-            return 0.0
-        until = self.rules.robots_rest_end(host, take=False)
-        wait = 0.0 if until is None else until - self.clock()
-        if wait <= 0:
-            return 0.0
-        self.stats.inc_value("frontier/robots/paced")
-        politeness_log.debug("host %r: robots.txt sent again in %.3f s", host, wait)
-        return wait
-
-    def robots_hold(self, request: Request) -> Request | None:
-        """If the leased ``request`` follows its host's robots.txt fetch too soon,
-        a copy to queue again (the host rests until the gap is kept); else None.
-
-        For the robots.txt step (``RobotsHoldMiddleware``), before any project middleware
-        has seen the request. The copy goes back through ``enqueue_request``, which ends
-        the lease with the rest still owed: no download slot waits.
-        """
-        if self._robots_owed(request, "queued again") <= 0:
-            return None
-        return request.replace(dont_filter=True)
-
-    def robots_wait_in_place(self, request: Request) -> float:
-        """Seconds the leased ``request`` waits in the downloader before it is sent: the
-        rest its host still owes after its robots.txt fetch (0 almost always).
-
-        For the timing middleware, when the request was not held at the robots.txt step
-        (a project middleware sees it before that step): sent back to the queue, it would
-        pass that middleware twice, so it waits where it is, holding a request slot.
-        """
-        wait = self._robots_owed(request, "in the downloader")
-        if wait > 0:
-            self.stats.inc_value("frontier/robots/held_in_place")
-        return wait
-
-    def _robots_owed(self, request: Request, how: str) -> float:
-        """Seconds of rest the leased ``request``'s host still owes after its robots.txt
-        fetch, counted in ``frontier/robots/held`` when any; else 0."""
-        if not self.rules.robots_done:  # the hot path: no robots.txt fetch awaits a page
-            return 0.0
-        host = self.inflight.host_of(request.meta.get(LEASE_META))
-        if host is None:
-            return 0.0
-        until = self.rules.robots_rest_end(host, take=False)
-        wait = 0.0 if until is None else until - self.clock()
-        if wait <= 0:
-            return 0.0
-        self.stats.inc_value("frontier/robots/held")
-        politeness_log.debug("host %r: %s waits %.3f s after robots.txt (%s)",
-                             host, request, wait, how)
-        return wait
 
     # -- incremental recrawl ---------------------------------------------------------------
 
