@@ -8,7 +8,7 @@ then Redis is back; plus kill -9 with and without persistence, and maxmemory.
 
 The invariant, everywhere: every item pushed durably and not acknowledged
 durably comes out again after the fault; an acknowledgement that was durable
-is never undone. See tests/faults.py for the layer.
+is never undone. See tests/backends/faults.py for the layer.
 """
 
 from __future__ import annotations
@@ -35,7 +35,15 @@ from scrapy_frontier.errors import (
     RedisFrontierUnavailable,
     StoreError,
 )
-from tests.faults import DISK_FULL, IO_ERROR, KILL, Killed, RedisFaults, SQLiteFault, SQLiteFaults
+from tests.backends.faults import (
+    DISK_FULL,
+    IO_ERROR,
+    KILL,
+    Killed,
+    RedisFaults,
+    SQLiteFault,
+    SQLiteFaults,
+)
 from tests.invariants import check_frontier, check_redis_frontier
 from tests.redis_server import RedisServer
 

@@ -21,7 +21,7 @@ from scrapy_frontier.backends.ports import (
 )
 from scrapy_frontier.errors import FrontierConfigError
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "backends.rst"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "backends.rst"
 
 
 class NotABackend:

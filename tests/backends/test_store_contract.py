@@ -24,9 +24,9 @@ from scrapy_frontier.codec import Codec
 from scrapy_frontier.core import FakeClock, Frontier
 from scrapy_frontier.core.store import MemoryQueueStore
 from scrapy_frontier.errors import StoreError
+from tests.core.test_seen import cut_short_checkpoint
+from tests.core.test_statemachine import FrontierMachine
 from tests.invariants import check_frontier
-from tests.test_core_statemachine import FrontierMachine
-from tests.test_seen import cut_short_checkpoint
 
 INT_CODEC: Codec[Any] = Codec(pickle.dumps, pickle.loads)
 

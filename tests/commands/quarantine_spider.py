@@ -1,6 +1,6 @@
 """A spider whose meta pickles in every run but unpickles only once it is fixed.
 
-Run as ``python -m tests.quarantine_spider SITE SETTINGS_JSON STATS_OUT`` with
+Run as ``python -m tests.commands.quarantine_spider SITE SETTINGS_JSON STATS_OUT`` with
 ``FRAGILE_FIXED=1`` in the environment for the fixed spider. Pages /p/3 and /p/7 are
 requested with a :class:`Fragile` value in their meta; every page yields an item
 with the value it got back.

@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 
-from tests.quarantine_spider import FRAGILE_PAGES
+from tests.commands.quarantine_spider import FRAGILE_PAGES
+from tests.commands.test_operating import Backend, as_json
 from tests.redis_server import RedisServer
 from tests.styles_site import StyleSite
-from tests.test_operating import Backend, as_json
 
 pytestmark = pytest.mark.crawl
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = 10
 
 
@@ -47,7 +47,7 @@ def _crawl(site: StyleSite, b: Backend, workdir: Path, *, fixed: bool
     if fixed:
         env["FRAGILE_FIXED"] = "1"
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.quarantine_spider", site.base, json.dumps(settings),
+        [sys.executable, "-m", "tests.commands.quarantine_spider", site.base, json.dumps(settings),
          str(stats)], cwd=ROOT, capture_output=True, text=True, timeout=180, env=env)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-3000:]

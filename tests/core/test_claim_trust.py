@@ -9,7 +9,7 @@ from scrapy_frontier.core import FakeClock
 from scrapy_frontier.core.claim_trust import MIN_CHECKS, ClaimTrust
 from scrapy_frontier.core.recrawl import PROBES_PER_RUN, Recrawler
 from scrapy_frontier.core.refresh import DAY
-from tests.test_recrawl import make_recrawler, page
+from tests.core.test_recrawl import make_recrawler, page
 
 TEXT = " ".join(f"word{i}" for i in range(300))
 NEW = " ".join(f"other{i}" for i in range(300))

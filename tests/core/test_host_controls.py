@@ -225,7 +225,7 @@ def test_control_file_is_applied_by_the_poll_and_budget_counts_survive_a_restart
     from scrapy import Request
 
     from scrapy_frontier.backends.sqlite.control import RETIRED, TAKEN_BACK, ControlFile
-    from tests.test_scheduler import finish, make_scheduler
+    from tests.scheduler.test_scheduler import finish, make_scheduler
 
     job = Path(str(tmp_path)) / "job"
     settings = {"JOBDIR": str(job), "FRONTIER_HOST_BUDGET": 3}

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import invariant, rule
 
 from scrapy_frontier.core import DelayPolicy, FakeClock, Frontier, Lease
+from tests.core.test_statemachine import FrontierMachine, clamp_delay
 from tests.invariants import check_frontier
-from tests.test_core_statemachine import FrontierMachine, clamp_delay
 
 POLICY = DelayPolicy(factor=10.0, min_delay=0.0, max_delay=60.0)
 

@@ -532,7 +532,7 @@ def test_middleware_takes_a_304_past_httperror_to_no_callback_unless_asked() -> 
 
 
 def _run(tmp_path: Path, **settings: Any) -> Any:
-    from tests.test_scheduler import make_scheduler
+    from tests.scheduler.test_scheduler import make_scheduler
 
     base = {"JOBDIR": str(tmp_path / "job"), "FRONTIER_RECRAWL_MIN": 0.05,
             "FRONTIER_RECRAWL_INITIAL": 0.3, "FRONTIER_RECRAWL_PREDICTOR": "timely_return"}

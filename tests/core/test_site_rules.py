@@ -30,7 +30,7 @@ from scrapy_frontier.meta import LEASE_META
 from scrapy_frontier.scheduler.engine import ProtegoDelays, robots_view
 from scrapy_frontier.settings import FrontierConfig
 from tests.invariants import check_frontier
-from tests.test_scheduler import make_scheduler
+from tests.scheduler.test_scheduler import make_scheduler
 
 NO_REST = DelayPolicy(factor=0.0, min_delay=0.0, max_delay=0.0)
 

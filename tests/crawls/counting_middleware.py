@@ -1,5 +1,5 @@
 """A downloader middleware that counts what it sees, for crawls that check every request
-reaches a project's middlewares once per fetch (tests/test_robots_once.py)."""
+reaches a project's middlewares once per fetch (tests/crawls/test_robots_once.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Components the plugin crawls (tests/test_plugins.py) load by import path."""
+"""Components the plugin crawls (tests/crawls/test_plugins.py) load by import path."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A SitemapSpider as users write it, started from the test web's robots.txt files.
 
-Run as ``python -m tests.signals_spider SETTINGS_JSON STATS_OUT ROBOTS_URL...``.
+Run as ``python -m tests.crawls.signals_spider SETTINGS_JSON STATS_OUT ROBOTS_URL...``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The spiders people write, for the spider-style tests; run with ``python -m
-tests.styles_spiders STYLE SITE SETTINGS_JSON STATS_OUT``.
+tests.crawls.styles_spiders STYLE SITE SETTINGS_JSON STATS_OUT``.
 
 Every item names the page it came from (``source``) and the page's version, and carries
 what the callback received (``cb_kwargs``, meta), so that two crawls compare item by item.
@@ -126,7 +126,7 @@ SPIDERS = {cls.name: cls for cls in (RulesSpider, MapSpider, FeedSpider, PlainSp
 def main(style: str, site: str, settings_json: str, out: str) -> int:
     cls: Any = SPIDERS[style]
     settings = json.loads(settings_json)
-    settings.setdefault("ITEM_PIPELINES", {"tests.styles_spiders.StampPipeline": 300})
+    settings.setdefault("ITEM_PIPELINES", {"tests.crawls.styles_spiders.StampPipeline": 300})
     process = CrawlerProcess(settings=settings)
     crawler = process.create_crawler(cls)
     kwargs: dict[str, Any] = {"site": site}

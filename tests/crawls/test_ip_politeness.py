@@ -142,7 +142,7 @@ class _FakeReactor:
 
 
 def _scheduler_with(table: dict[str, str], deferred: bool = False) -> tuple[Any, Any, _FakeReactor]:
-    from tests.test_scheduler import make_scheduler
+    from tests.scheduler.test_scheduler import make_scheduler
 
     sched, clock, _ = make_scheduler({"FRONTIER_IP_POLITENESS": True})
     reactor = _FakeReactor(table, deferred)
@@ -155,7 +155,7 @@ def _scheduler_with(table: dict[str, str], deferred: bool = False) -> tuple[Any,
 def test_scheduler_holds_the_second_host_on_an_ip_and_resolves_slot_hostnames() -> None:
     from scrapy import Request
 
-    from tests.test_scheduler import finish
+    from tests.scheduler.test_scheduler import finish
 
     table = {"b.example": "10.0.0.1", "c.example": "10.0.0.1", "d.example": "10.0.0.2",
              "e.example": "10.0.0.3"}
@@ -195,8 +195,8 @@ def test_a_late_dns_answer_wakes_the_engine() -> None:
 def test_ip_groups_are_looked_up_again_after_a_restart(tmp_path: Any) -> None:
     from scrapy import Request
 
-    from tests.test_persistence import crash
-    from tests.test_scheduler import make_scheduler
+    from tests.backends.sqlite.test_persistence import crash
+    from tests.scheduler.test_scheduler import make_scheduler
 
     settings = {"FRONTIER_IP_POLITENESS": True, "JOBDIR": str(tmp_path / "job")}
     table = {"b.example": "10.0.0.1", "c.example": "10.0.0.1"}

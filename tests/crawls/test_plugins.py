@@ -26,7 +26,7 @@ WEB = ["--shape", "wide", "--hosts", "4", "--pages", "6", "--latency", "0.01", "
 HTTPX = "scrapy.core.downloader.handlers._httpx.HttpxDownloadHandler"
 
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _crawl(tmp_path: Path, settings: dict[str, Any], cwd: Path | None = None,
@@ -73,7 +73,7 @@ def test_scrapy_playwright_with_debian_chromium_crawls_politely_and_completely(
         tmp_path: Path) -> None:
     """Each request is one page load in a real browser, its subresources blocked."""
     assert CHROMIUM is not None, "apt-get install chromium (.ci/run does)"
-    from tests.plugin_helpers import CHROMIUM_ARGS
+    from tests.crawls.plugin_helpers import CHROMIUM_ARGS
 
     handler = "scrapy_playwright.handler.ScrapyPlaywrightDownloadHandler"
     result, report, web = _crawl(tmp_path, {
@@ -81,8 +81,8 @@ def test_scrapy_playwright_with_debian_chromium_crawls_politely_and_completely(
         "TWISTED_REACTOR": "twisted.internet.asyncioreactor.AsyncioSelectorReactor",
         "PLAYWRIGHT_BROWSER_TYPE": "chromium",
         "PLAYWRIGHT_LAUNCH_OPTIONS": {"executable_path": CHROMIUM, "args": CHROMIUM_ARGS},
-        "PLAYWRIGHT_ABORT_REQUEST": "tests.plugin_helpers.abort_subresources",
-        "DOWNLOADER_MIDDLEWARES": {"tests.plugin_helpers.EveryRequestInTheBrowser": 100},
+        "PLAYWRIGHT_ABORT_REQUEST": "tests.crawls.plugin_helpers.abort_subresources",
+        "DOWNLOADER_MIDDLEWARES": {"tests.crawls.plugin_helpers.EveryRequestInTheBrowser": 100},
     }, cwd=ROOT, browser=True)
     assert result.stats.get("playwright/page_count", 0) >= len(web.expected), result.stats
     assert report.overlaps == 0 and report.short_gaps == 0, report

@@ -91,7 +91,7 @@ def test_three_runs_recrawl_due_pages_with_conditional_get(tmp_path: Path) -> No
         assert stats["frontier/recrawl/bytes_saved"] == saved
         assert stats.get("frontier/recrawl/pages_changed", 0) == len(expected) - len(unchanged)
         # The 304s are no errors: HttpErrorMiddleware neither ignored nor counted them
-        # (tests/test_recrawl_unchanged.py checks that no callback or errback saw them).
+        # (tests/crawls/test_recrawl_unchanged.py checks that no callback or errback saw them).
         assert stats["response_received_count"] == len(expected)
         assert not [k for k in stats if k.startswith("httperror/")]
 

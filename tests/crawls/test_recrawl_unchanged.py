@@ -22,9 +22,9 @@ import pytest
 from frontier_testweb import ServerProcess, read_log
 from frontier_testweb.crawl import BASE_SETTINGS, FRONTIER_ADDON
 from frontier_testweb.log import LogEntry
-from tests.test_recrawl_crawl import WEB
+from tests.crawls.test_recrawl import WEB
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _crawl(web: ServerProcess, state: dict[str, Any], log: Path, workdir: Path, **extra: Any
@@ -39,7 +39,7 @@ def _crawl(web: ServerProcess, state: dict[str, Any], log: Path, workdir: Path, 
     workdir.mkdir(parents=True)
     out = workdir / "out.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.unchanged_spider", json.dumps(settings), str(out),
+        [sys.executable, "-m", "tests.crawls.unchanged_spider", json.dumps(settings), str(out),
          *web.start_urls], cwd=ROOT, capture_output=True, text=True, timeout=180)
     output = proc.stdout + proc.stderr
     (workdir / "output.txt").write_text(output)

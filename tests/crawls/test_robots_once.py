@@ -16,7 +16,7 @@ import pytest
 
 from frontier_testweb import ServerProcess, audit, read_log
 from frontier_testweb.crawl import FRONTIER_ADDON, run_crawl
-from tests.counting_middleware import OUT_SETTING
+from tests.crawls.counting_middleware import OUT_SETTING
 
 pytestmark = pytest.mark.crawl
 
@@ -39,7 +39,7 @@ def test_first_page_after_robots_txt_reaches_middlewares_once(
     counts = tmp_path / "counts.json"
     settings: dict[str, Any] = {
         "ADDONS": FRONTIER_ADDON, "ROBOTSTXT_OBEY": True, "FRONTIER_MIN_DELAY": MIN_DELAY,
-        "DOWNLOADER_MIDDLEWARES": {"tests.counting_middleware.CountingMiddleware": order},
+        "DOWNLOADER_MIDDLEWARES": {"tests.crawls.counting_middleware.CountingMiddleware": order},
         OUT_SETTING: str(counts),
     }
     if backend == "sqlite":

@@ -27,7 +27,7 @@ from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.crawl
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = 40
 WEB = ["--shape", "wide", "--hosts", "4", "--pages", str(PAGES), "--latency", "0.002", "0.005",
        "--cross-links", "0", "--signals", "--change-rate", "0.5", "--changing-fraction", "0.25",
@@ -61,7 +61,7 @@ def _crawl(settings: dict[str, Any], robots: list[str], workdir: Path) -> tuple[
     workdir.mkdir(parents=True, exist_ok=True)
     stats = workdir / "stats.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.signals_spider", json.dumps(settings), str(stats),
+        [sys.executable, "-m", "tests.crawls.signals_spider", json.dumps(settings), str(stats),
          *robots], cwd=ROOT, capture_output=True, text=True, timeout=180)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-3000:]

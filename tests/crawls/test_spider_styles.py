@@ -1,6 +1,6 @@
 """The spiders people write, crawled twice, on every backend, beside Scrapy's scheduler.
 
-Styles (tests/styles_spiders.py): a CrawlSpider with several rules, a SitemapSpider on a
+Styles (tests/crawls/styles_spiders.py): a CrawlSpider with several rules, a SitemapSpider on a
 sitemap index, an XMLFeedSpider on an RSS feed, and a plain spider with cb_kwargs, a
 meta chain, an errback, follow_all, a FormRequest POST, Request.replace, an async
 callback and an async start(). Items go through a pipeline into a JSON-lines feed.
@@ -29,7 +29,7 @@ import pytest
 from tests.redis_server import RedisServer
 from tests.styles_site import StyleSite
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STYLES = ("rules", "map", "feed", "plain")
 _names = itertools.count()
 
@@ -106,7 +106,7 @@ def _crawl(style: str, site: StyleSite, workdir: Path, settings: dict[str, Any]
     full = {"LOG_LEVEL": "INFO", "TELNETCONSOLE_ENABLED": False, "ROBOTSTXT_OBEY": False,
             "FEEDS": {str(items): {"format": "jsonlines"}}, **settings}
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.styles_spiders", style, site.base, json.dumps(full),
+        [sys.executable, "-m", "tests.crawls.styles_spiders", style, site.base, json.dumps(full),
          str(stats)], cwd=ROOT, capture_output=True, text=True, timeout=180)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-3000:]

@@ -3,7 +3,7 @@
 It records what each of its hooks saw: the errback's calls, the callback's responses, and the
 pages ``scrapy_frontier.signals.page_unchanged`` announced.
 
-Run as ``python -m tests.unchanged_spider SETTINGS_JSON OUT START_URL...``; OUT gets the
+Run as ``python -m tests.crawls.unchanged_spider SETTINGS_JSON OUT START_URL...``; OUT gets the
 crawl's stats and those records as JSON.
 """
 

@@ -256,7 +256,7 @@ def _value(scrape: dict[Any, float], name: str, scope: str, **labels: str) -> fl
 
 
 class Scraper(threading.Thread):
-    """Scrapes the crawl's endpoint every 0.2 s; once the crawl is idle (tests/linger.py),
+    """Scrapes the crawl's endpoint every 0.2 s; once the crawl is idle (tests/observe/linger.py),
     takes the final scrapes and lets the crawl close."""
 
     def __init__(self, port: int, linger: Path) -> None:
@@ -287,7 +287,7 @@ def _metrics_settings(backend: str, tmp_path: Path, redis_server: Any,
                       port: int, linger: Path) -> dict[str, Any]:
     settings: dict[str, Any] = {
         "ADDONS": FRONTIER_ADDON, "FRONTIER_MIN_DELAY": 0.1, "FRONTIER_METRICS_PORT": port,
-        "FRONTIER_PROGRESS_INTERVAL": 0, "EXTENSIONS": {"tests.linger.LingerWhenIdle": 0},
+        "FRONTIER_PROGRESS_INTERVAL": 0, "EXTENSIONS": {"tests.observe.linger.LingerWhenIdle": 0},
         "LINGER_DIR": str(linger), "FRONTIER_BACKEND": backend,
     }
     if backend == "sqlite":

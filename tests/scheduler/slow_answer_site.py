@@ -8,7 +8,8 @@ Two loopback hosts, each a stdlib ``ThreadingHTTPServer`` (HTTP/1.1, keep-alive)
   test measures the rest by;
 * the *trigger* host holds ``/trigger`` until ``lead`` seconds after ``/slow`` came in.
 
-The spider (run as ``python -m tests.slow_answer_site SETTINGS_JSON OUT_DIR FAST TRIGGER``)
+The spider (run as
+``python -m tests.scheduler.slow_answer_site SETTINGS_JSON OUT_DIR FAST TRIGGER``)
 fetches ``/fast``, then ``/slow`` from its callback, then ``/after`` from the callback of
 ``/slow``; the callback of ``/trigger`` blocks the reactor: it writes ``blocking`` in
 ``OUT_DIR``, waits until the site writes ``answered`` there (``/slow`` was sent whole), then

@@ -20,7 +20,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_frontier.errors import RedisFrontierGone, SeenStoreError
 from scrapy_frontier.scheduler.engine import fail_command, running_command
 from scrapy_frontier.scheduler.run_state import RunState
-from tests.scrapy_project import make_project, scrapy_crawl
+from tests.scheduler.scrapy_project import make_project, scrapy_crawl
 
 #: Queues three pages with callback CALLBACK, then (with CLOSESPIDER_PAGECOUNT=1) stops.
 SPIDER = '''

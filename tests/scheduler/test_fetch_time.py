@@ -12,7 +12,7 @@ from scrapy import Request
 from scrapy_frontier.core import FakeClock
 from scrapy_frontier.core.fetch_time import StallLog, fetch_seconds
 from scrapy_frontier.reactor.stalls import BEAT, MIN_STALL, StallMeter
-from tests.test_scheduler import make_scheduler
+from tests.scheduler.test_scheduler import make_scheduler
 
 
 def test_stall_log_overlap() -> None:
@@ -277,7 +277,7 @@ def test_a_slow_answer_sent_while_the_spider_blocks_is_timed_whole(
     reactor, rested 0.47 x the rule: the stall was subtracted from the fetch though the
     server was still working through most of it. Here ``/slow`` takes the server 250 ms;
     100 ms in, the callback of another page blocks the reactor until the answer was sent
-    whole, and 200 ms more (tests/slow_answer_site.py: the two sides wait for each other).
+    whole, and 200 ms more (tests/scheduler/slow_answer_site.py: the two sides wait for each other).
     The fetch time must not be below the server's own, and the host's next request must
     come 10 x that after the answer ended."""
     import json
@@ -285,7 +285,7 @@ def test_a_slow_answer_sent_while_the_spider_blocks_is_timed_whole(
     import subprocess
 
     from frontier_testweb.crawl import FRONTIER_ADDON
-    from tests.slow_answer_site import SlowAnswerSite
+    from tests.scheduler.slow_answer_site import SlowAnswerSite
 
     factor = 10.0
     variant = ({"FRONTIER_TCP_TIMING": False, "FRONTIER_STALL_DISCOUNT": True}
@@ -296,7 +296,7 @@ def test_a_slow_answer_sent_while_the_spider_blocks_is_timed_whole(
                 "COOKIES_ENABLED": False, "RETRY_ENABLED": False, **variant}
     with SlowAnswerSite(tmp_path, slow=SLOW_SECONDS, lead=0.1) as site:
         done = subprocess.run(
-            [sys.executable, "-m", "tests.slow_answer_site", json.dumps(settings),
+            [sys.executable, "-m", "tests.scheduler.slow_answer_site", json.dumps(settings),
              str(tmp_path), site.url(0, "/fast"), site.url(1, "/trigger")],
             capture_output=True, text=True, timeout=120)
         output = done.stdout + done.stderr

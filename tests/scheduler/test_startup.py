@@ -25,7 +25,7 @@ import pytest
 from scrapy_frontier.errors import FrontierConfigError
 from scrapy_frontier.scheduler import startup
 from tests.redis_server import free_port
-from tests.scrapy_project import ONE_PAGE, Crawl, make_project, scrapy_crawl, start_crawl
+from tests.scheduler.scrapy_project import ONE_PAGE, Crawl, make_project, scrapy_crawl, start_crawl
 
 #: Without the add-on: the scheduler finds the error when the engine builds it.
 NO_ADDON = ("ADDONS={}", "SCHEDULER=scrapy_frontier.FrontierScheduler")

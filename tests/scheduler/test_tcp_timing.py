@@ -21,8 +21,8 @@ from scrapy_frontier.scheduler.tcp_timing import (
     stamp_reads,
     stamps_supported,
 )
-from tests.test_fetch_time import _rest_after
-from tests.test_scheduler import make_scheduler
+from tests.scheduler.test_fetch_time import _rest_after
+from tests.scheduler.test_scheduler import make_scheduler
 
 linux = pytest.mark.skipif(sys.platform != "linux",
                            reason="receive stamps (SO_TIMESTAMPNS) are Linux's")

@@ -26,10 +26,10 @@ from scrapy_frontier.backends.redis.partitions import (
 )
 from scrapy_frontier.core import DelayPolicy
 from scrapy_frontier.errors import RedisFrontierDataError
+from tests.backends.redis.test_crawl import _reap, _spec, _wait_for, _worker, check_one_killed
 from tests.invariants import check_redis_frontier
 from tests.redis_cluster import RedisClusterServers
 from tests.redis_server import RedisServer
-from tests.test_redis_crawl import _reap, _spec, _wait_for, _worker, check_one_killed
 
 _names = itertools.count()
 

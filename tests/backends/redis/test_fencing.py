@@ -32,6 +32,7 @@ from scrapy_frontier.backends.redis.heartbeat import Heartbeat
 from scrapy_frontier.backends.redis.partitions import Layout, open_frontier
 from scrapy_frontier.core import DelayPolicy
 from scrapy_frontier.meta import LAPSED_META
+from tests.backends.redis.test_crawl import _reap, _settings, _spec, _wait_for, _worker
 from tests.contract_helpers import (
     ContractSpider,
     Driver,
@@ -43,7 +44,6 @@ from tests.contract_helpers import (
 )
 from tests.invariants import check_redis_frontier
 from tests.redis_server import RedisServer
-from tests.test_redis_crawl import _reap, _settings, _spec, _wait_for, _worker
 
 _names = itertools.count()
 Gen = Generator[Any, Any, None]

@@ -13,7 +13,7 @@ from scrapy import Request
 from scrapy_frontier.backends.local import STATE_FILE
 from scrapy_frontier.core import FakeClock
 from scrapy_frontier.errors import StoreError
-from tests.test_scheduler import finish, make_scheduler
+from tests.scheduler.test_scheduler import finish, make_scheduler
 
 
 def job(tmp_path: Path) -> dict[str, str]:
