@@ -478,7 +478,7 @@ def run_worker(
                 "completed": st.completed,
                 "activations": st.activations,
                 "peak_active_back_queues": st.peak_active,
-                "store_flushes": getattr(scheduler.backend.store, "flushes", None),
+                "store_flushes": getattr(scheduler.backend.queue.store, "flushes", None),
                 "engine_wakeups": crawler.engine._slot.nextcall.scheduled,
             }
         result["peak_rss_bytes"] = _peak_rss()

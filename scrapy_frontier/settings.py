@@ -32,8 +32,8 @@ __all__ = ["DEFAULTS", "BACKENDS", "FrontierConfig", "FrontierConfigError", "Obs
 
 #: The backends that ship with scrapy-frontier; FRONTIER_BACKEND may also be an import path.
 BACKENDS = {
-    "memory": "scrapy_frontier.backends.local.LocalBackend",
-    "sqlite": "scrapy_frontier.backends.local.LocalBackend",
+    "memory": "scrapy_frontier.backends.memory.MemoryBackend",
+    "sqlite": "scrapy_frontier.backends.sqlite.backend.SQLiteBackend",
     "redis": "scrapy_frontier.backends.redis.backend.RedisBackend",
 }
 

@@ -16,15 +16,15 @@ from typing import Any
 
 from w3lib.url import canonicalize_url
 
-from scrapy_frontier.backends.local import STATE_FILE
+from scrapy_frontier.backends.sqlite.backend import STATE_FILE
 from scrapy_frontier.backends.sqlite.control import RETIRED, TAKEN_BACK, ControlFile
 from scrapy_frontier.backends.sqlite.history import FORMAT as HISTORY_FORMAT
 from scrapy_frontier.backends.sqlite.history import STORE_NAME as HISTORY_FILE
 from scrapy_frontier.backends.sqlite.history import VERSION as HISTORY_VERSION
 from scrapy_frontier.backends.sqlite.lock import is_locked
-from scrapy_frontier.backends.sqlite.queue import FORMAT, VERSION
 from scrapy_frontier.backends.sqlite.seen import FORMAT as SEEN_FORMAT
 from scrapy_frontier.backends.sqlite.seen import VERSION as SEEN_VERSION
+from scrapy_frontier.backends.sqlite.state import FORMAT, VERSION
 from scrapy_frontier.codec import saved_url
 from scrapy_frontier.commands import shapes
 from scrapy_frontier.commands.shapes import HostView, HostViews

@@ -56,9 +56,8 @@ def rest_after_fetch(delay: float, ended_ago: float, min_rest: float, at_least: 
     ``delay`` is the policy's rest (:meth:`DelayPolicy.delay`), which counts from the
     answer's end, ``ended_ago`` seconds back (never a negative rest); the host's floors
     then raise it: its robots.txt minimum rest, the rest the outcome asks for (Retry-After,
-    back-off) and an operator's ``scrapy frontier delay``. The Redis frontier's Lua
-    ``rest_after_fetch`` (backends/redis/lua/prelude.lua) is the same function, compared
-    with this one by tests/test_lua_parity.py.
+    back-off) and an operator's ``scrapy frontier delay``. Every floor is a maximum, so
+    the floors may be applied in any order, or some later (see :func:`rest_before_floors`).
     """
     rest = delay
     if ended_ago > 0.0:  # (NaN is not > 0)
@@ -71,6 +70,14 @@ def rest_after_fetch(delay: float, ended_ago: float, min_rest: float, at_least: 
         rest = operator_delay
     return rest
 
+
+def rest_before_floors(policy: DelayPolicy, fetch_seconds: float, ended_ago: float = 0.0,
+                       at_least: float = 0.0) -> float:
+    """:func:`rest_after_fetch` without the host's stored floors (robots.txt's minimum rest,
+    an operator's delay): what the Redis frontier computes for a completion and sends its
+    scripts, which raise it to those floors, kept in Redis for every worker
+    (``max(rest, floors)`` is then the whole of :func:`rest_after_fetch`)."""
+    return rest_after_fetch(policy.delay(fetch_seconds), ended_ago, 0.0, at_least, 0.0)
 
 
 #: The fields a crawl's state keeps of its delay rule, so that ``scrapy frontier hosts`` shows

@@ -43,7 +43,7 @@ SQLiteFault = Literal["database or disk is full", "disk I/O error", "kill"]
 
 #: The store modules whose ``sqlite3`` the shim replaces (files.py opens seen/history).
 STORE_MODULES = (
-    "scrapy_frontier.backends.sqlite.queue",
+    "scrapy_frontier.backends.sqlite.state",
     "scrapy_frontier.backends.sqlite.files",
     "scrapy_frontier.backends.sqlite.seen",
     "scrapy_frontier.backends.sqlite.history",

@@ -327,8 +327,8 @@ def test_resume_keeps_the_refill_floor(tmp_path: Path) -> None:
     # The refill's look at the front queue's head flushes (the row is committed); the
     # move into the host's back queue is pending when the process dies.
     frontier.push(HOSTS[0], 1, b"i000")
-    store._db.close()  # kill -9
-    store._unlock()  # the kernel drops the lock of a dead process
+    # kill -9: the connection is dropped, and the kernel drops the lock.
+    store._state.close()
     again, store2 = open_frontier(path, clock, 5000)
     assert again.active_back_queues >= again.back_queues or not again.front_len
     check_frontier(again)
@@ -369,10 +369,10 @@ def test_a_kill_after_a_flush_inside_front_to_back_loses_nothing(
 def test_the_layer_counts_and_kills(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sqlite3
 
-    from scrapy_frontier.backends.sqlite import queue
+    from scrapy_frontier.backends.sqlite import state
 
     plan = SQLiteFaults(at=3, fault=KILL).install(monkeypatch)
-    conn = queue.sqlite3.connect(str(tmp_path / "x.db"), isolation_level=None,
+    conn = state.sqlite3.connect(str(tmp_path / "x.db"), isolation_level=None,
                                  check_same_thread=False)
     conn.execute("CREATE TABLE t(x)")
     conn.execute("INSERT INTO t VALUES (1)")
@@ -382,7 +382,7 @@ def test_the_layer_counts_and_kills(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         conn.execute("SELECT 1")
     plan.die()
     assert sqlite3.connect(tmp_path / "x.db").execute("SELECT x FROM t").fetchall() == [(1,)]
-    assert sqlite3.connect is not queue.sqlite3.connect and queue.sqlite3.Error is sqlite3.Error
+    assert sqlite3.connect is not state.sqlite3.connect and state.sqlite3.Error is sqlite3.Error
 
 
 # -- Redis: the connection drops at command N -------------------------------------------------

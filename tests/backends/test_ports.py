@@ -73,9 +73,9 @@ class BackendWithABadQueue(Backend):
 
 class BackendWithoutInspection(BackendWithABadQueue):
     def __init__(self, context: BackendContext) -> None:
-        from scrapy_frontier.backends.local import LocalBackend
+        from scrapy_frontier.backends.memory import MemoryBackend
 
-        whole = LocalBackend(context)
+        whole = MemoryBackend(context)
         self.queue, self.history, self.controls = whole.queue, whole.history, whole.controls
 
 

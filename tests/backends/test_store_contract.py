@@ -149,13 +149,13 @@ def test_reopen_returns_leased_urls_and_keeps_rests(tmp_path: Path) -> None:
     in_flight = frontier.pop()
     assert in_flight is not None and in_flight.item == 1
     store.flush()
-    # kill -9 here: nothing else is written, the connection is just dropped.
-    store._db.close()
-    store._unlock()  # the kernel drops the lock of a dead process
+    # kill -9 here: nothing else is written, the connection is just dropped (and the
+    # kernel drops the lock).
+    store._state.close()
 
     again = sqlite_store(path)
     hosts, rests = again.recover()
-    assert again.recovered_leases == 1
+    assert again.counts.recovered_leases == 1
     assert hosts == {"a": 5}  # 4 queued + the one that was in flight
     assert set(rests) == {"a"}
     assert list(again.front_items()) == [("b", 2, 100)]
@@ -174,8 +174,8 @@ def test_unflushed_operations_are_lost_together(tmp_path: Path) -> None:
     store.back_append("a", 1, "lost")
     _, _, token = store.back_lease("a")
     store.ack(token)  # ack of "kept" is not durable either: it follows in the same batch
-    store._db.close()
-    store._unlock()  # the kernel drops the lock of a dead process
+    # kill -9: the connection is dropped, and the kernel drops the lock.
+    store._state.close()
     again = sqlite_store(path)
     hosts, _ = again.recover()
     assert hosts == {"a": 1}
@@ -216,7 +216,7 @@ def test_file_cut_short_by_a_checkpoint_is_replayed_from_its_wal(tmp_path: Path)
         "for i in range(3000):\n"
         "    store.front_append(1 + i % 4, f'h{i}', i)\n"
         "store.flush()\n"
-        "conn = store._db\n"
+        "conn = store._state.db\n"
     ))
     store = sqlite_store(path)
     store.recover()
@@ -330,7 +330,7 @@ def test_unserializable_items_stay_in_memory_and_are_counted(tmp_path: Path) -> 
     store.back_open("a")
     store.back_append("a", 1, fn)
     store.back_append("a", 1, "plain")
-    assert store.volatile == 1
+    assert store.counts.volatile == 1
     _, item, _ = store.back_lease("a")
     assert item is fn
     store.close()
@@ -354,7 +354,7 @@ class SQLiteFrontierMachine(FrontierMachine):
             store = getattr(self, "_store", None)
             if store is not None:
                 # The run really went through the disk, not only the windows.
-                assert store.flushes > 0 or len(self.pushed) < 3
+                assert store.counts.flushes > 0 or len(self.pushed) < 3
                 store.close()
                 shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -368,7 +368,7 @@ TestSQLiteFrontierStateMachine = SQLiteFrontierMachine.TestCase
 def test_a_flush_is_one_transaction(tmp_path: Path) -> None:
     store = sqlite_store(tmp_path / "f.sqlite", flush_ops=10_000)
     commits = []
-    store._db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    store._state.db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
     store.back_open("a")
     for i in range(50):
         store.back_append("a", 1, i)

@@ -230,14 +230,14 @@ def test_control_file_is_applied_by_the_poll_and_budget_counts_survive_a_restart
     job = Path(str(tmp_path)) / "job"
     settings = {"JOBDIR": str(job), "FRONTIER_HOST_BUDGET": 3}
     sched, clock, _ = make_scheduler(settings)
-    driver: Any = sched.backend.driver
+    driver: Any = sched.backend
     for i in range(6):
         sched.enqueue_request(Request(f"http://a.example/{i}"))
         sched.enqueue_request(Request(f"http://b.example/{i}"))
     control = ControlFile(job)
     control.update("b.example", blocked_until=math.inf)
     control.update("a.example", delay=7.0)
-    driver._control.poll()
+    driver.history.control.poll()
     frontier = driver.frontier
     assert frontier.controls.blocked_until("b.example", clock()) == math.inf
     assert frontier.controls.delay_of("a.example") == 7.0
@@ -255,13 +255,13 @@ def test_control_file_is_applied_by_the_poll_and_budget_counts_survive_a_restart
     assert control.crawl_hosts()["a.example"] == (3, "budget")
     # A restart resumes the counts and the block; unblocking lets b go.
     sched, clock, _ = make_scheduler(settings)
-    driver = sched.backend.driver
+    driver = sched.backend
     assert driver.frontier.over_budget("a.example")
     assert not sched.enqueue_request(Request("http://a.example/new"))
     clock.advance(30.0)
     assert sched.next_request() is None and len(sched) == 6  # b is still blocked
     control.update("b.example", blocked_until=None)
-    driver._control.poll()
+    driver.history.control.poll()
     got = []
     for _ in range(60):
         request = sched.next_request()
@@ -274,11 +274,11 @@ def test_control_file_is_applied_by_the_poll_and_budget_counts_survive_a_restart
     # Retired by hand, then taken back by hand: its new URLs are taken again. A host over
     # its budget stays retired (only a higher budget reopens it).
     control.update("c.example", retired=RETIRED)
-    driver._control.poll()
+    driver.history.control.poll()
     assert not sched.enqueue_request(Request("http://c.example/0"))
     control.update("c.example", retired=TAKEN_BACK)
     control.update("a.example", retired=TAKEN_BACK)
-    driver._control.poll()
+    driver.history.control.poll()
     assert sched.enqueue_request(Request("http://c.example/1"))
     assert not sched.enqueue_request(Request("http://a.example/again"))
     sched.close("finished")

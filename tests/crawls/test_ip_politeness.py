@@ -146,8 +146,8 @@ def _scheduler_with(table: dict[str, str], deferred: bool = False) -> tuple[Any,
 
     sched, clock, _ = make_scheduler({"FRONTIER_IP_POLITENESS": True})
     reactor = _FakeReactor(table, deferred)
-    assert sched.backend.driver._resolver is not None
-    sched.backend.driver._resolver = HostResolver(sched.backend.driver._on_group, timeout=1.0,
+    assert sched.backend.ip_groups is not None
+    sched.backend.ip_groups.resolver = HostResolver(sched.backend.ip_groups.on_group, timeout=1.0,
                                           reactor=reactor)
     return sched, clock, reactor
 
@@ -201,7 +201,7 @@ def test_ip_groups_are_looked_up_again_after_a_restart(tmp_path: Any) -> None:
     settings = {"FRONTIER_IP_POLITENESS": True, "JOBDIR": str(tmp_path / "job")}
     table = {"b.example": "10.0.0.1", "c.example": "10.0.0.1"}
     sched, _, _ = make_scheduler(settings)
-    sched.backend.driver._resolver = HostResolver(sched.backend.driver._on_group, timeout=1.0,
+    sched.backend.ip_groups.resolver = HostResolver(sched.backend.ip_groups.on_group, timeout=1.0,
                                           reactor=_FakeReactor(table))
     for host in ("b", "c"):
         for i in range(2):
@@ -211,8 +211,8 @@ def test_ip_groups_are_looked_up_again_after_a_restart(tmp_path: Any) -> None:
     crash(sched)
     again, _, _ = make_scheduler(settings)
     reactor = _FakeReactor(table)
-    driver = again.backend.driver
-    driver._resolver = HostResolver(driver._on_group, timeout=1.0, reactor=reactor)
+    groups = again.backend.ip_groups
+    groups.resolver = HostResolver(groups.on_group, timeout=1.0, reactor=reactor)
     out = [again.next_request() for _ in range(3)]
     got = [r for r in out if r is not None]
     # The interrupted host rests; the other host of the IP goes, alone.

@@ -669,8 +669,8 @@ def test_the_queue_forgets_a_fetched_page_only_after_its_visit_is_kept(
         acked = [0]  # fetched rows deleted so far, each one page's visit
 
         def committed(self: Any) -> Any:
-            if self._ack_back:
-                acked[0] += len(self._ack_back)
+            if self._writes.acks:
+                acked[0] += len(self._writes.acks)
                 history = sqlite3.connect(driver.state_dir / "history.sqlite")
                 kept = history.execute("SELECT COUNT(*) FROM pages").fetchone()[0]
                 history.close()

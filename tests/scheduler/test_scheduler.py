@@ -460,7 +460,7 @@ def test_memory_backend_writes_nothing_even_with_jobdir(tmp_path: Any) -> None:
     sched.enqueue_request(Request("http://a.example/"))
     assert sched.next_request() is not None
     sched.close("finished")
-    assert sched.backend.driver.name == "memory"
+    assert sched.backend.name == "memory"
     # (Scrapy's own RFPDupeFilter, used here, keeps JOBDIR/requests.seen.)
     assert not list(tmp_path.glob("*.sqlite*"))
 

@@ -85,9 +85,10 @@ from scrapy_frontier.backends.redis.connection import (
     is_cluster,
     text,
 )
-from scrapy_frontier.backends.redis.lua import load_script
+from scrapy_frontier.backends.redis.lua import load_script, lua_source
 from scrapy_frontier.core.frontier import check_shape
-from scrapy_frontier.core.politeness import DelayPolicy, saved_delay_rule
+from scrapy_frontier.core.politeness import DelayPolicy, rest_before_floors, saved_delay_rule
+from scrapy_frontier.core.prioritizer import FrontQueueChooser
 from scrapy_frontier.errors import RedisFrontierDataError, RedisFrontierError, RedisFrontierGone
 
 FORMAT = "scrapy-frontier/redis"
@@ -230,15 +231,6 @@ _KEY_TYPES = {
 
 
 
-#: The clock of the node that holds the key given (the frontier's meta key).
-_CLOCK = "return redis.call('TIME')"
-#: Writes the meta hash's fields (ARGV: field, value, ...) unless the hash exists.
-_INIT_META = """
-if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('HSET', KEYS[1], unpack(ARGV)) end
-return 1
-"""
-
-
 def _one_slot(prefix: str) -> bool:
     """Whether every key under ``prefix`` hashes to one Redis Cluster slot (a non-empty
     ``{...}`` hash tag in the prefix)."""
@@ -253,6 +245,12 @@ def _check_fetch(fetch_seconds: float, rest_at_least: float) -> None:
         raise ValueError(f"rest_at_least must be >= 0, got {rest_at_least}")
     if math.isnan(fetch_seconds):
         raise ValueError("fetch_seconds must be a number, got NaN")
+
+
+def _weights(levels: int, bias: float) -> str:
+    """The front queues' weights, level 1 first, as the scripts read them (ARGV[8])."""
+    chooser = FrontQueueChooser(levels, bias, random.Random(0))
+    return " ".join(repr(w) for w in chooser.weights)
 
 
 class RedisFrontier:
@@ -325,7 +323,7 @@ class RedisFrontier:
             repr(self.policy.factor),
             repr(self.policy.min_delay),
             repr(self.policy.max_delay),
-            repr(float(priority_bias)),
+            _weights(front_queues, float(priority_bias)),
             repr(float(lease_timeout)),
             refill_budget,
             due_window,
@@ -340,8 +338,8 @@ class RedisFrontier:
         self._control = client.register_script(load_script("control"))
         self._renew = client.register_script(load_script("renew"))
         self._round = client.register_script(load_script("round"))
-        self._clock = client.register_script(_CLOCK)
-        self._init_meta = client.register_script(_INIT_META)
+        self._clock = client.register_script(lua_source("clock"))
+        self._init_meta = client.register_script(lua_source("init_meta"))
         self._connect()
 
     # -- plumbing ---------------------------------------------------------------------
@@ -371,6 +369,16 @@ class RedisFrontier:
 
     def _call(self, doing: str, fn: Callable[[], R]) -> R:
         return guard(self.client, self.prefix, doing, fn)
+
+    def _completion_args(self, lease: RedisLease, fetch_seconds: float, rest_at_least: float,
+                         budget: int, ended_ago: float) -> list[Any]:
+        """Five script arguments per completion (see complete_one in lua/prelude.lua): the
+        rest is computed here, by the core's rule; the scripts raise it to the host's floors
+        kept in Redis."""
+        _check_fetch(fetch_seconds, rest_at_least)
+        rest = rest_before_floors(self.policy, float(fetch_seconds),
+                                  max(0.0, float(ended_ago)), float(rest_at_least))
+        return [lease.host, lease.ticket, repr(float(fetch_seconds)), repr(rest), int(budget)]
 
     def _pipeline(self) -> Any:
         """A pipeline of this frontier's keys: a MULTI transaction on one Redis; on a
@@ -584,12 +592,9 @@ class RedisFrontier:
         Returns None (and changes nothing) if the lease is no longer held: it expired and
         its item was returned to the queue, so the item will be fetched again.
         """
-        _check_fetch(fetch_seconds, rest_at_least)
         reply = self._run(
             self._complete, "completing a lease",
-            lease.host, lease.ticket, repr(float(fetch_seconds)), repr(float(rest_at_least)),
-            int(budget), repr(max(0.0, float(ended_ago))),
-        )
+            *self._completion_args(lease, fetch_seconds, rest_at_least, budget, ended_ago))
         if not reply[0]:
             return None
         return Completion(float(reply[1]), float(reply[2]),
@@ -613,10 +618,8 @@ class RedisFrontier:
         done = list(finished)
         done_args: list[Any] = []
         for f in done:
-            _check_fetch(f.fetch_seconds, f.rest_at_least)
-            done_args += [f.lease.host, f.lease.ticket, repr(float(f.fetch_seconds)),
-                          repr(float(f.rest_at_least)), int(f.budget),
-                          repr(max(0.0, float(f.ended_ago)))]
+            done_args += self._completion_args(f.lease, f.fetch_seconds, f.rest_at_least,
+                                               f.budget, f.ended_ago)
         reply = self._run(
             self._round, "running a round", self.expire_batch, repr(float(self.liveness)),
             int(want), len(push_args) // 6, len(done), int(count_ready),

@@ -1,19 +1,7 @@
 """The SQLite queue store: the frontier's URLs on disk, crash-safe, in bounded memory.
 
-Layout (one file, WAL mode):
-
-* ``front(id, level, host, data)`` -- the front queues, FIFO by ``id`` per level;
-* ``back(id, host, level, leased, data)`` -- the back queues of active hosts,
-  served by ``level DESC, id``; ``leased = 1`` while a fetch is in flight;
-* ``done(id, data)`` -- with a seen-set beside this file (:attr:`SQLiteStore.keep_done`),
-  the rows acknowledged since the seen-set's last write, so that a restart puts their
-  URLs back in it (a page found again is then not fetched again); purged once the
-  seen-set has them;
-* ``hosts(host, rest_until, last_fetch)`` -- each host's rest, as wall-clock
-  time so that it survives a restart;
-* ``meta(key, value)`` -- format, version and spider name;
-* ``quarantine(id, host, level, data, error, at)`` -- rows set aside because
-  they cannot be rebuilt (created at the first one), kept for inspection.
+The file, its layout and its connection are state.py's; the writes not committed yet
+are writes.py's; what a stopped crawl left is read by recovery.py.
 
 Memory holds only windows: the next few hundred rows of each front level and
 of each active host's back queue, and the writes not yet committed. Writes are
@@ -31,7 +19,6 @@ served instead: one bad row must not stop every later run of the JOBDIR.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sqlite3
@@ -42,52 +29,59 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from scrapy_frontier.backends.sqlite.files import SQLiteFile, describe, sync_wal
-from scrapy_frontier.backends.sqlite.lock import FileLock
+from scrapy_frontier.backends.sqlite import recovery
+from scrapy_frontier.backends.sqlite.state import FORMAT, VERSION, StateFile
+from scrapy_frontier.backends.sqlite.writes import PendingWrites
 from scrapy_frontier.codec import Codec, saved_url
 from scrapy_frontier.errors import StoreError, UndecodableRow, Unserializable
+
+__all__ = ["FORMAT", "QUARANTINE_LOGGED", "VERSION", "SQLiteStore", "StoreCounts"]
 
 T = TypeVar("T")
 
 logger = logging.getLogger("scrapy_frontier.store")
 
-FORMAT = "scrapy-frontier/sqlite"
-#: The state's layout; request rows start with a format byte (scrapy_frontier.codec).
-VERSION = 1
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS front(
-    id INTEGER PRIMARY KEY, level INTEGER NOT NULL, host TEXT NOT NULL, data BLOB);
-CREATE INDEX IF NOT EXISTS front_by_level ON front(level, id);
-CREATE TABLE IF NOT EXISTS back(
-    id INTEGER PRIMARY KEY, host TEXT NOT NULL, level INTEGER NOT NULL,
-    leased INTEGER NOT NULL DEFAULT 0, data BLOB);
-CREATE INDEX IF NOT EXISTS back_by_host ON back(host, level DESC, id);
-CREATE TABLE IF NOT EXISTS done(id INTEGER PRIMARY KEY, data BLOB);
-CREATE TABLE IF NOT EXISTS hosts(
-    host TEXT PRIMARY KEY, rest_until REAL NOT NULL, last_fetch REAL) WITHOUT ROWID;
-"""
-
-# Not in SCHEMA: created with the first row set aside, so a healthy file stays as it was.
-QUARANTINE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS quarantine(
-    id INTEGER NOT NULL, host TEXT NOT NULL, level INTEGER NOT NULL, data BLOB,
-    error TEXT NOT NULL, at TEXT NOT NULL)
-"""
-
 #: Rows set aside that are logged one by one; later ones are only counted.
 QUARANTINE_LOGGED = 10
 
+_FRONT_WINDOW = "SELECT id, host, data FROM front WHERE level = ? ORDER BY id LIMIT ?"
+_BACK_WINDOW = ("SELECT id, level, data FROM back WHERE host = ? AND leased = 0 "
+                "ORDER BY level DESC, id LIMIT ?")
 
-@dataclass
+_Entry = tuple[int, int, bytes | None]  # (-level, id, data)
+
+
+@dataclass(slots=True)
+class _Front:
+    """A front level: a window of its head rows loaded from disk, and counts."""
+
+    window: deque[tuple[int, str, bytes | None]] = field(default_factory=deque)  # id, host, data
+    size: int = 0  # all queued rows of the level, window included
+    on_disk: int = 0  # rows on disk (or pending) not in the window
+
+
+@dataclass(slots=True)
 class _Back:
     """An active host's back queue: a window of its head rows, and a count on disk."""
 
-    window: list[tuple[int, int, bytes | None]] = field(default_factory=list)
+    # (-level, id, data) sorted ascending == served order; rows also on disk (or pending).
+    window: list[_Entry] = field(default_factory=list)
     nbytes: int = 0  # bytes of request data in the window
-    # (−level, id, data) sorted ascending == served order; rows also on disk (or pending).
     size: int = 0  # all queued rows of the host, window included (leased rows excluded)
+
+
+@dataclass(slots=True)
+class StoreCounts:
+    """What the store counted (frontier/store/* and frontier/volatile* stats); the rows
+    set aside are :attr:`SQLiteStore.undecodable` (QueueStore)."""
+
+    flushes: int = 0
+    #: Items kept in memory only because they cannot be encoded.
+    volatile: int = 0
+    #: Such items of the stopped process, found at :meth:`SQLiteStore.recover`: lost.
+    volatile_lost: int = 0
+    #: Rows leased when the crawl stopped, queued again at :meth:`SQLiteStore.recover`.
+    recovered_leases: int = 0
 
 
 class SQLiteStore(Generic[T]):
@@ -110,258 +104,77 @@ class SQLiteStore(Generic[T]):
         self.levels = levels
         self.codec = codec
         self.window = window
-        self.flush_ops = flush_ops
         # Memory is capped in bytes too: requests with big meta would otherwise keep
         # window x row size in RAM per queue (and flush_ops x row size pending).
         self.window_bytes = window_bytes
-        self.flush_bytes = flush_bytes
-        self._pending_bytes = 0
         self.wall_clock = wall_clock
-        self.volatile = 0  # items kept in memory only because they cannot be encoded
-        self.volatile_lost = 0
-        self._volatile: dict[int, T] = {}
-        self._file = SQLiteFile(self.path, _file_error, fmt=FORMAT, version=VERSION,
-                                what="state file")
-        self._db = self._connect(spider)
-        self._next_id = 1 + max(
-            self._db.execute("SELECT COALESCE(MAX(id), 0) FROM front").fetchone()[0],
-            self._db.execute("SELECT COALESCE(MAX(id), 0) FROM back").fetchone()[0],
-            self._db.execute("SELECT COALESCE(MAX(id), 0) FROM done").fetchone()[0],
-        )
-        # Front level -> window of (id, host, data) loaded from disk, and counts.
-        self._fwin: list[deque[tuple[int, str, bytes | None]]] = [deque() for _ in range(levels)]
+        self.counts = StoreCounts()
+        #: Rows moved to the quarantine table by this process (frontier/store/undecodable).
+        self.undecodable = 0
+        self._volatile: dict[int, T] = {}  # by row: items that cannot be encoded
+        self._state = StateFile(self.path, spider)
+        self._next_id = 1 + recovery.last_id(self._state.db)
+        self._front = [_Front() for _ in range(levels)]
         self._count_front()
         self._back: dict[str, _Back] = {}
-        # Pending writes, applied in this order by flush().
-        self._ins_front: list[tuple[int, int, str, bytes | None]] = []
-        # Back rows not written yet, by id: (id, host, level, data, leased). A
-        # lease of such a row is folded into its INSERT, and an ack drops it: the
-        # same state after the transaction, with fewer statements.
-        self._ins_back: dict[int, tuple[int, str, int, bytes | None, int]] = {}
-        self._del_front: list[tuple[int]] = []
-        self._lease: list[tuple[int]] = []
-        self._del_back: list[tuple[int]] = []
-        #: Acknowledged rows, moved to ``done`` (keep_done) or deleted.
-        self._ack_back: list[tuple[int]] = []
-        self._ins_done: list[tuple[int, bytes | None]] = []
-        self._purge_done: int | None = None
-        # True at first: rows an earlier run left in ``done`` are purged at the first chance.
-        self._done_since_purge = True
+        self._writes = PendingWrites(flush_ops, flush_bytes)
         #: Keep acknowledged rows in ``done`` until :meth:`purge_done` (set by a driver
         #: with a seen-set that is written after this file).
         self.keep_done = False
-        self._rests: dict[str, tuple[float, float | None]] = {}
-        self._quarantine: list[tuple[int, str, int, bytes, str, str]] = []
-        #: Rows moved to the quarantine table by this process (frontier/store/undecodable).
-        self.undecodable = 0
-        self._ops = 0
-        self.flushes = 0
-        self._unsynced = False
+        # True at first: rows an earlier run left in ``done`` are purged at the first chance.
+        self._done_since_purge = True
+        #: Hosts that had a fetch in flight when the crawl stopped, with their last known
+        #: fetch time (set by :meth:`recover`): their latest rest may not have been saved.
+        self.interrupted: dict[str, float | None] = {}
 
     # -- opening -------------------------------------------------------------
 
-    def _connect(self, spider: str) -> sqlite3.Connection:
-        self._opening: sqlite3.Connection | None = None
-        self._lock: FileLock | None = None
-        try:
-            db = self._open_db(spider)
-        except BaseException as exc:
-            if self._opening is not None:
-                self._opening.close()
-            self._opening = None
-            self._unlock(refused=True)
-            if isinstance(exc, sqlite3.Error):  # one mapping for every SQLite file (files.py)
-                raise self._file.classify(exc, "cannot be opened",
-                                          "nothing was changed in it") from exc
-            raise
-        self._opening = None
-        return db
-
-    def _unlock(self, *, refused: bool = False) -> None:
-        if self._lock is not None:
-            self._lock.end(refused=refused)
-            self._lock = None
-
-    @contextlib.contextmanager
-    def _sql(self, doing: str) -> Iterator[None]:
-        """SQLite errors as a StoreError that names the file and says what to do."""
-        try:
-            yield
-        except sqlite3.Error as exc:
-            raise self._file.classify(
-                exc, doing, "the state as of its last write is kept: run the crawl again "
-                "once the problem is fixed") from exc
-
-    def _open_db(self, spider: str) -> sqlite3.Connection:
-        path = self.path
-        fresh = not path.exists()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise self._file.error(path, f"cannot be created ({describe(exc)})",
-                                   "Check that its directory can be created and written.") \
-                from exc
-        # The checks every scrapy-frontier SQLite file gets (backends/sqlite/files.py).
-        if fresh:
-            self._file.check_directory()
-        else:
-            self._file.check_file()
-        # One crawl writes the file (see backends/sqlite/lock.py); readers may open it.
-        self._lock = FileLock(path, _file_error)
-        # A failure from here on is _connect's to close and map (self._opening).
-        db = sqlite3.connect(
-            str(path), isolation_level=None, check_same_thread=False, timeout=1.0
-        )
-        self._opening = db
-        if not fresh:
-            # Before the pragmas and the schema below write to it: another
-            # program's database is refused unchanged.
-            self._check_foreign(db)
-        if fresh:
-            # Small pages: a write-through commit writes about five pages to
-            # the WAL (front, back and their indexes, the host's rest); 1 KiB
-            # pages write a quarter of the bytes of the default 4 KiB, for
-            # rows of about 100 bytes. Only takes effect in a new file.
-            db.execute("PRAGMA page_size=1024")
-        db.execute("PRAGMA journal_mode=WAL")
-        # NORMAL in WAL mode: a commit survives a process crash (kill -9);
-        # only an OS crash or power loss can lose the last commits. FULL
-        # would fsync every commit; the at-least-once contract is about
-        # the process dying, and a lost suffix of commits only repeats fetches.
-        db.execute("PRAGMA synchronous=NORMAL")
-        # Checkpoint every 8 MiB of WAL instead of 1,000 pages: fewer fsyncs and
-        # hot pages copied back once per checkpoint. The WAL stays bounded.
-        db.execute("PRAGMA wal_autocheckpoint=8192")
-        db.execute("PRAGMA cache_size=-8192")  # 8 MiB page cache: bounded memory
-        quick = db.execute("PRAGMA quick_check").fetchone()[0]
-        if quick != "ok":
-            raise self._file.error(
-                path, f"is corrupt (quick_check: {quick})",
-                "Nothing was changed. Restore it from a backup, or move it away to start "
-                "afresh (the crawl then starts without its URLs).")
-        db.executescript(SCHEMA)
-        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-        if fresh or not meta:
-            with _transaction(db):
-                db.executemany(
-                    "INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                    [("format", FORMAT), ("version", str(VERSION)), ("spider", spider)],
-                )
-            return db
-        if meta.get("version") != str(VERSION):
-            raise StoreError(
-                f"{path} was written by an incompatible scrapy-frontier (state version "
-                f"{meta.get('version')}, this version reads {VERSION}). "
-                "Finish the crawl with the version that wrote it, or use a new JOBDIR."
-            )
-        if meta.get("spider") != spider:
-            raise StoreError(
-                f"{path} belongs to spider {meta.get('spider')!r}, not {spider!r}. "
-                "Each spider needs its own JOBDIR (or FRONTIER_PATH)."
-            )
-        return db
-
-    def _check_foreign(self, db: sqlite3.Connection) -> None:
-        """Refuse a database with tables but no scrapy-frontier ``meta`` (reads only)."""
-        try:
-            if "meta" not in self._file.check_tables(db, "meta", empty_ok=True):
-                return  # no tables: it gets the schema
-            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-            if meta and meta.get("format") != FORMAT:
-                raise _file_error(
-                    self.path, f"holds format {meta.get('format')!r}, not {FORMAT!r}",
-                    "It is not a scrapy-frontier state file: move it, or point FRONTIER_PATH / "
-                    "JOBDIR elsewhere. Nothing was changed in it.",
-                )
-        except StoreError:
-            db.close()
-            raise
-
     def _count_front(self) -> None:
-        self._fsize = [0] * self.levels
-        with self._sql("counting its queued URLs"):
-            counts = self._db.execute("SELECT level, COUNT(*) FROM front GROUP BY level")
+        for front in self._front:
+            front.size = 0
+        with self._state.sql("counting its queued URLs"):
+            counts = self._state.db.execute("SELECT level, COUNT(*) FROM front GROUP BY level")
             for level, count in counts.fetchall():
-                self._check_level(level)
-                self._fsize[level - 1] = count
-        self._fdisk = list(self._fsize)  # rows on disk (or pending) not in the window
-
-    def _check_level(self, level: int) -> None:
-        if not 1 <= level <= self.levels:
-            raise StoreError(
-                f"{self.path} holds front level {level}, but FRONTIER_FRONT_QUEUES is "
-                f"{self.levels}. Run with the FRONTIER_FRONT_QUEUES it was written with."
-            )
+                if not 1 <= level <= self.levels:
+                    raise StoreError(
+                        f"{self.path} holds front level {level}, but FRONTIER_FRONT_QUEUES "
+                        f"is {self.levels}. Run with the FRONTIER_FRONT_QUEUES it was written "
+                        "with.")
+                self._front[level - 1].size = count
+        for front in self._front:
+            front.on_disk = front.size
 
     def recover(self) -> tuple[dict[str, int], dict[str, tuple[float, float | None]]]:
         """Return leased URLs to their queues; the hosts with back queues and their sizes,
         and every host's rest as (seconds left, last fetch time).
 
-        A host that had a fetch in flight is in :attr:`interrupted` with its last
-        known fetch time: its latest rest may not have been saved.
+        A host that had a fetch in flight is in :attr:`interrupted`.
         """
-        self.interrupted: dict[str, float | None] = {}
-        try:
-            leased_hosts = self._db.execute(
-                "SELECT DISTINCT back.host, hosts.last_fetch FROM back "
-                "LEFT JOIN hosts ON hosts.host = back.host WHERE back.leased = 1"
-            ).fetchall()
-            self.interrupted = dict(leased_hosts)
-            in_flight = self._db.execute("SELECT COUNT(*) FROM back WHERE leased = 1").fetchone()[0]
-            if in_flight:
-                # Logged before the rows change, so that a crash during recovery
-                # cannot hide them: the next run would count them again.
-                logger.info(
-                    "%s: %d requests were in flight when the crawl stopped; queueing them again",
-                    self.path,
-                    in_flight,
-                )
-            # Requests that could not be serialised lived in the stopped process only.
-            lost = [
-                row
-                for table in ("front", "back")
-                for row in self._db.execute(f"SELECT id, host FROM {table} WHERE data IS NULL")
-            ]
-            if lost:
-                logger.error(
-                    "%s: %d requests that could not be saved (callbacks that are not spider "
-                    "methods, or meta that cannot be pickled) were lost when the crawl "
-                    "stopped; hosts: %s",
-                    self.path,
-                    len(lost),
-                    sorted({host for _, host in lost})[:20],
-                )
-            self.volatile_lost = len(lost)
-            with _transaction(self._db):
-                self._db.execute("DELETE FROM front WHERE data IS NULL")
-                self._db.execute("DELETE FROM back WHERE data IS NULL")
-                leased = self._db.execute("UPDATE back SET leased = 0 WHERE leased = 1").rowcount
-        except sqlite3.OperationalError as exc:
-            raise self._file.classify(exc, "cannot be recovered",
-                                      "nothing was changed in it") from exc
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(
-                f"the frontier state {self.path} is corrupt or truncated ({exc}). Restore it "
-                "from a backup; nothing was changed in it."
-            ) from exc
-        self.recovered_leases = leased
+        found = recovery.release_leases(self._state)
+        self.interrupted = found.hosts
+        self.counts.volatile_lost = found.lost
+        self.counts.recovered_leases = found.leases
         self._count_front()
-        hosts = dict(self._db.execute("SELECT host, COUNT(*) FROM back GROUP BY host").fetchall())
-        now = self.wall_clock()
-        rests = {
-            host: (until - now, last)
-            for host, until, last in self._db.execute(
-                "SELECT host, rest_until, last_fetch FROM hosts WHERE rest_until > ?", (now,)
-            )
-        }
-        return hosts, rests
-
-    def front_count(self) -> int:
-        return sum(self._fsize)
+        db = self._state.db
+        hosts = recovery.back_queues(db)
+        return hosts, recovery.rests(db, self.wall_clock())
 
     def adopt(self, host: str, size: int) -> None:
         """Open a back queue for a host that had one when the crawl stopped."""
         self._back[host] = _Back(size=size)
+
+    def start_ids_after(self, row: int) -> None:
+        """New rows get ids above ``row``, even if the rows up to it are gone."""
+        self._next_id = max(self._next_id, row + 1)
+
+    def rows_after(self, row: int) -> Iterator[bytes]:
+        """The saved data of the rows queued, leased or acknowledged (``done``) with ids
+        above ``row``."""
+        return recovery.rows_after(self._state, row)
+
+    def last_row(self) -> int:
+        """The id of the newest row (queued or moved), written or not."""
+        return self._next_id - 1
 
     # -- encoding ------------------------------------------------------------
 
@@ -371,8 +184,8 @@ class SQLiteStore(Generic[T]):
         except Unserializable as exc:
             # Documented fallback: kept in memory, lost on a crash (frontier/volatile).
             self._volatile[row] = item
-            self.volatile += 1
-            if self.volatile == 1:
+            self.counts.volatile += 1
+            if self.counts.volatile == 1:
                 logger.warning(
                     "Unable to serialize request %s (%s): it is kept in memory only, so a "
                     "stop or a crash loses it (counted in frontier/volatile; no more such "
@@ -397,25 +210,24 @@ class SQLiteStore(Generic[T]):
         except StoreError as exc:
             raise StoreError(f"{self.path}, row {row}: {exc}") from exc
 
-    def _new_id(self) -> int:
-        row = self._next_id
-        self._next_id += 1
-        return row
+    def _peek(self, row: int, data: bytes | None) -> T:
+        return self._volatile[row] if data is None else self._decode(row, data)
 
     def _op(self, nbytes: int = 0) -> None:
-        self._ops += 1
-        self._pending_bytes += nbytes
-        if self._ops >= self.flush_ops or self._pending_bytes >= self.flush_bytes:
+        writes = self._writes
+        writes.ops += 1
+        writes.nbytes += nbytes
+        if writes.ops >= writes.max_ops or writes.nbytes >= writes.max_bytes:
             self.flush()
 
-    def _rows(self, cursor: Iterator[tuple[Any, ...]], data_at: int) -> list[tuple[Any, ...]]:
+    def _rows(self, sql: str, key: object) -> list[tuple[Any, ...]]:
         """Rows for a window: at most ``window`` of them and about ``window_bytes`` of
-        request data (at least one row)."""
+        request data (at least one row). ``data`` is the third column."""
         rows: list[tuple[Any, ...]] = []
         total = 0
-        for row in cursor:
+        for row in self._state.db.execute(sql, (key, self.window)):
             rows.append(row)
-            total += len(row[data_at] or b"")
+            total += len(row[2] or b"")
             if len(rows) >= self.window or total >= self.window_bytes:
                 break
         return rows
@@ -423,81 +235,68 @@ class SQLiteStore(Generic[T]):
     @property
     def memory_bytes(self) -> int:
         """Request data held in memory: windows and writes not flushed yet."""
-        front = sum(len(d or b"") for w in self._fwin for _, _, d in w)
-        return front + sum(b.nbytes for b in self._back.values()) + self._pending_bytes
+        front = sum(len(d or b"") for f in self._front for _, _, d in f.window)
+        return front + sum(b.nbytes for b in self._back.values()) + self._writes.nbytes
 
     # -- front queues ----------------------------------------------------------
 
     def front_append(self, level: int, host: str, item: T) -> None:
-        row = self._new_id()
+        row = self._next_id
+        self._next_id = row + 1
         data = self._encode(item, row)
-        self._ins_front.append((row, level, host, data))
-        self._fsize[level - 1] += 1
-        self._fdisk[level - 1] += 1
+        self._writes.front.append((row, level, host, data))
+        front = self._front[level - 1]
+        front.size += 1
+        front.on_disk += 1
         self._op(len(data or b""))
 
     def front_levels(self) -> list[int]:
-        return [i + 1 for i, n in enumerate(self._fsize) if n]
+        return [i + 1 for i, front in enumerate(self._front) if front.size]
 
-    def _front_take(self, level: int) -> tuple[int, str, bytes | None]:
-        window = self._fwin[level - 1]
+    def front_count(self) -> int:
+        return sum(front.size for front in self._front)
+
+    def _front_window(self, level: int) -> deque[tuple[int, str, bytes | None]]:
+        """The level's window, loaded from disk if empty (pending rows written first)."""
+        front = self._front[level - 1]
+        window = front.window
         if not window:
             self.flush()  # the window is loaded from disk: pending rows first
-            last = -1
-            with self._sql("reading its front queue"):
-                rows = self._rows(self._db.execute(
-                    "SELECT id, host, data FROM front WHERE level = ? AND id > ? ORDER BY id "
-                    "LIMIT ?", (level, last, self.window),
-                ), 2)
+            with self._state.sql("reading its front queue"):
+                rows = self._rows(_FRONT_WINDOW, level)
             if not rows:
                 raise IndexError(f"front queue {level} is empty")
             window.extend(rows)
-            self._fdisk[level - 1] -= len(rows)
-        row, host, data = window.popleft()
-        self._fsize[level - 1] -= 1
-        # No _op() here: a flush between this delete and the back insert that follows
-        # would commit a URL that is in neither table.
-        self._del_front.append((row,))
-        return row, host, data
+            front.on_disk -= len(rows)
+        return window
 
     def front_to_back(self, level: int) -> str:
         """Move the head of front ``level`` into its host's back queue without decoding it.
 
         The host must have a back queue. Returns the host.
         """
-        row, host, data = self._front_take(level)
+        row, host, data = self._front_window(level).popleft()
+        self._front[level - 1].size -= 1
+        # No _op() here: a flush between this delete and the back insert that follows
+        # would commit a URL that is in neither table.
+        self._writes.front_taken.append((row,))
         self._back_insert(host, level, row, data)
         return host
 
     def front_head_host(self, level: int) -> str:
-        window = self._fwin[level - 1]
-        if not window:
-            self.flush()
-            with self._sql("reading its front queue"):
-                rows = self._rows(self._db.execute(
-                    "SELECT id, host, data FROM front WHERE level = ? ORDER BY id LIMIT ?",
-                    (level, self.window),
-                ), 2)
-            if not rows:
-                raise IndexError(f"front queue {level} is empty")
-            window.extend(rows)
-            self._fdisk[level - 1] -= len(rows)
-        return window[0][1]
+        return self._front_window(level)[0][1]
 
     def front_items(self) -> Iterator[tuple[str, int, T]]:
         self.flush()
-        for level in range(1, self.levels + 1):
-            for row, host, data in self._fwin[level - 1]:
+        for level, front in enumerate(self._front, 1):
+            for row, host, data in front.window:
                 yield host, level, self._peek(row, data)
-        loaded = {row for w in self._fwin for row, _, _ in w}
-        for row, level, host, data in self._db.execute(
+        loaded = {row for front in self._front for row, _, _ in front.window}
+        for row, level, host, data in self._state.db.execute(
             "SELECT id, level, host, data FROM front ORDER BY level, id"
         ):
             if row not in loaded:
                 yield host, level, self._peek(row, data)
-
-    def _peek(self, row: int, data: bytes | None) -> T:
-        return self._volatile[row] if data is None else self._decode(row, data)
 
     # -- back queues -----------------------------------------------------------
 
@@ -509,11 +308,12 @@ class SQLiteStore(Generic[T]):
         assert back.size == 0 and not back.window
 
     def back_append(self, host: str, level: int, item: T) -> None:
-        row = self._new_id()
+        row = self._next_id
+        self._next_id = row + 1
         self._back_insert(host, level, row, self._encode(item, row))
 
     def _back_insert(self, host: str, level: int, row: int, data: bytes | None) -> None:
-        self._ins_back[row] = (row, host, level, data, 0)
+        self._writes.back[row] = (row, host, level, data, 0)
         back = self._back[host]
         entry = (-level, row, data)
         window = back.window
@@ -543,12 +343,8 @@ class SQLiteStore(Generic[T]):
         if back.window or not back.size:
             return
         self.flush()
-        with self._sql("reading a back queue"):
-            rows = self._rows(self._db.execute(
-                "SELECT id, level, data FROM back WHERE host = ? AND leased = 0 "
-                "ORDER BY level DESC, id LIMIT ?",
-                (host, self.window),
-            ), 2)
+        with self._state.sql("reading a back queue"):
+            rows = self._rows(_BACK_WINDOW, host)
         back.window = [(-level, row, data) for row, level, data in rows]
         back.nbytes = sum(len(data or b"") for _, _, data in rows)
         if not back.window:
@@ -569,27 +365,52 @@ class SQLiteStore(Generic[T]):
                 assert data is not None
                 self._set_aside(host, -neg_level, row, data, exc)
                 continue
-            pending = self._ins_back.get(row)
-            if pending is None:
-                self._lease.append((row,))
+            pending = self._writes.back
+            written = pending.get(row)
+            if written is None:
+                self._writes.leases.append((row,))
             else:
-                self._ins_back[row] = pending[:4] + (1,)
+                pending[row] = written[:4] + (1,)
             self._op()
             return -neg_level, item, row
         return None
+
+    def ack(self, token: object) -> None:
+        assert isinstance(token, int)
+        writes = self._writes
+        pending = writes.back.pop(token, None)
+        if pending is None:
+            writes.acks.append((token,))
+        elif self.keep_done:
+            writes.done.append((token, pending[3]))
+        self._done_since_purge = self.keep_done
+        self._op()
+
+    def back_items(self, host: str) -> Iterator[tuple[int, T]]:
+        self.flush()
+        for row, level, data in self._state.db.execute(
+            "SELECT id, level, data FROM back WHERE host = ? AND leased = 0 "
+            "ORDER BY level DESC, id",
+            (host,),
+        ):
+            yield level, self._peek(row, data)
+
+    # -- rows set aside, rows done ---------------------------------------------
 
     def _set_aside(
         self, host: str, level: int, row: int, data: bytes, exc: UndecodableRow
     ) -> None:
         """Move a back row that cannot be rebuilt to the quarantine table (at the next
         flush, in the same transaction as its removal from ``back``)."""
-        if self._ins_back.pop(row, None) is None:
-            self._del_back.append((row,))
+        writes = self._writes
+        if writes.back.pop(row, None) is None:
+            writes.back_dropped.append((row,))
         at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.wall_clock()))
         error = str(exc.__cause__ or exc)  # the codec's words; the log names file and row
-        self._quarantine.append((row, host, level, data, error, at))
+        writes.quarantine.append((row, host, level, data, error, at))
         self.undecodable += 1
-        if self.undecodable <= QUARANTINE_LOGGED:
+        count = self.undecodable
+        if count <= QUARANTINE_LOGGED:
             url = saved_url(data)
             logger.error(
                 "%s: the queued request %s cannot be rebuilt (%s). It is not crawled: it is "
@@ -600,206 +421,73 @@ class SQLiteStore(Generic[T]):
                 url if url is not None else f"in row {row} (host {host!r})",
                 error,
                 " Further rows set aside are only counted (frontier/store/undecodable)."
-                if self.undecodable == QUARANTINE_LOGGED
+                if count == QUARANTINE_LOGGED
                 else "",
             )
         self._op()
 
-    def ack(self, token: object) -> None:
-        assert isinstance(token, int)
-        pending = self._ins_back.pop(token, None)
-        if pending is None:
-            self._ack_back.append((token,))
-        elif self.keep_done:
-            self._ins_done.append((token, pending[3]))
-        self._done_since_purge = self.keep_done
-        self._op()
+    def quarantine_size(self) -> int:
+        """Rows in the quarantine table (from this run and earlier ones), written or not."""
+        return self._state.quarantine_size() + len(self._writes.quarantine)
 
     def purge_done(self, covered: int) -> None:
         """The seen-set holds the URLs of every row up to ``covered``: forget those
         acknowledged rows (at the next flush)."""
         if self._done_since_purge:
-            self._purge_done = covered
+            self._writes.purge_done = covered
             self._done_since_purge = False
             self._op()
-
-    def back_items(self, host: str) -> Iterator[tuple[int, T]]:
-        self.flush()
-        for row, level, data in self._db.execute(
-            "SELECT id, level, data FROM back WHERE host = ? AND leased = 0 "
-            "ORDER BY level DESC, id",
-            (host,),
-        ):
-            yield level, self._peek(row, data)
 
     # -- hosts -----------------------------------------------------------------
 
     def save_meta(self, values: dict[str, str]) -> None:
         """Keep ``values`` in the ``meta`` table beside the format marker (read by the
         command line), at once."""
-        with self._sql("saving the crawl's settings"), _transaction(self._db):
-            self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                                 sorted(values.items()))
+        self._state.save_meta(values)
 
     def save_rest(self, host: str, rest_seconds: float, last_fetch: float | None) -> None:
-        self._rests[host] = (self.wall_clock() + rest_seconds, last_fetch)
+        self._writes.rests[host] = (self.wall_clock() + rest_seconds, last_fetch)
         self._op()
 
     # -- durability ------------------------------------------------------------
 
     def flush(self) -> None:
         """Apply every pending write in one transaction, in order."""
-        if not self._ops:
+        writes = self._writes
+        if not writes.ops:
             return
-        db = self._db
-        # Write-through commits a handful of rows per request: single rows go
-        # through execute(), and no context manager, to keep the fixed cost low.
         try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                if self._quarantine:
-                    db.execute(QUARANTINE_SCHEMA)
-                for sql, rows in (
-                    ("INSERT INTO front VALUES (?, ?, ?, ?)", self._ins_front),
-                    ("INSERT INTO quarantine VALUES (?, ?, ?, ?, ?, ?)", self._quarantine),
-                    (
-                        "INSERT INTO back(id, host, level, data, leased) VALUES (?, ?, ?, ?, ?)",
-                        list(self._ins_back.values()),
-                    ),
-                    ("DELETE FROM front WHERE id = ?", self._del_front),
-                    ("UPDATE back SET leased = 1 WHERE id = ?", self._lease),
-                    ("DELETE FROM back WHERE id = ?", self._del_back),
-                    (("INSERT OR REPLACE INTO done SELECT id, data FROM back WHERE id = ?"
-                      if self.keep_done else ""), self._ack_back),
-                    ("DELETE FROM back WHERE id = ?", self._ack_back),
-                    ("INSERT OR REPLACE INTO done VALUES (?, ?)", self._ins_done),
-                ):
-                    if not sql:
-                        continue
-                    if len(rows) == 1:
-                        db.execute(sql, rows[0])
-                    elif rows:
-                        db.executemany(sql, rows)
-                if self._purge_done is not None:
-                    db.execute("DELETE FROM done WHERE id <= ?", (self._purge_done,))
-                if self._rests:
-                    db.executemany(
-                        "INSERT OR REPLACE INTO hosts VALUES (?, ?, ?)",
-                        [(h, until, last) for h, (until, last) in self._rests.items()],
-                    )
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.rollback()
-                raise
+            writes.commit(self._state.db, self.keep_done)
         except sqlite3.Error as exc:
             raise StoreError(
                 f"cannot write the frontier state {self.path} ({exc}). The last "
-                f"{self._ops} operations are not saved; a restart with the same directory "
+                f"{writes.ops} operations are not saved; a restart with the same directory "
                 "re-fetches what was in flight. Free disk space or fix permissions."
             ) from exc
-        self._ins_front.clear()
-        self._ins_back.clear()
-        self._del_front.clear()
-        self._lease.clear()
-        self._del_back.clear()
-        self._ack_back.clear()
-        self._ins_done.clear()
-        self._purge_done = None
-        self._rests.clear()
-        self._quarantine.clear()
-        self._ops = 0
-        self._pending_bytes = 0
-        self.flushes += 1
-        self._unsynced = True
-
-    def last_row(self) -> int:
-        """The id of the newest row (queued or moved), written or not."""
-        return self._next_id - 1
-
-    def start_ids_after(self, row: int) -> None:
-        """New rows get ids above ``row``, even if the rows up to it are gone."""
-        self._next_id = max(self._next_id, row + 1)
-
-    def rows_after(self, row: int) -> Iterator[bytes]:
-        """The saved data of the rows queued, leased or acknowledged (``done``) with ids
-        above ``row``."""
-        with self._sql("reading the newest rows"):
-            for table in ("front", "back", "done"):
-                cursor = self._db.execute(
-                    f"SELECT data FROM {table} WHERE id > ? AND data IS NOT NULL", (row,))
-                while rows := cursor.fetchmany(1000):
-                    for (data,) in rows:
-                        yield data
+        self.counts.flushes += 1
+        self._state.unsynced = True
 
     def sync(self) -> None:
         """Flush, and make every commit so far durable (see files.sync_wal)."""
         self.flush()
-        if not self._unsynced:
-            return
-        try:
-            sync_wal(self.path)
-        except OSError as exc:
-            raise StoreError(
-                f"cannot write the frontier state {self.path} to the disk ({describe(exc)}). "
-                "A restart with the same directory re-fetches what was in flight. Check the "
-                "disk and the file system."
-            ) from exc
-        self._unsynced = False
+        self._state.sync()
 
     def close(self) -> None:
         try:
             self.flush()
-            with self._sql("writing its last changes"):
-                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._state.checkpoint()
         finally:
-            try:
-                self._db.close()
-            finally:
-                self._unlock()
-
-    def quarantine_size(self) -> int:
-        """Rows in the quarantine table (from this run and earlier ones), written or not."""
-        with self._sql("counting the quarantine"):
-            exists = self._db.execute(
-                "SELECT COUNT(*) FROM sqlite_master WHERE name = 'quarantine'").fetchone()[0]
-            written = (self._db.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
-                       if exists else 0)
-        return int(written) + len(self._quarantine)
+            self._state.close()
 
     def disk_bytes(self) -> int:
-        total = 0
-        for suffix in ("", "-wal", "-shm"):
-            p = Path(str(self.path) + suffix)
-            if p.exists():
-                total += p.stat().st_size
-        return total
+        return self._state.disk_bytes()
 
     def stats(self) -> dict[str, Any]:
-        return {"flushes": self.flushes, "volatile": self.volatile, "undecodable": self.undecodable}
+        counts = self.counts
+        return {"flushes": counts.flushes, "volatile": counts.volatile,
+                "undecodable": self.undecodable}
 
-
-_Entry = tuple[int, int, bytes | None]
-
-
-def _file_error(path: Path, problem: str, advice: str) -> StoreError:
-    return StoreError(f"the frontier state {path} {problem}. {advice}")
-
-
-@contextlib.contextmanager
-def _transaction(db: sqlite3.Connection) -> Iterator[None]:
-    """One explicit transaction. The connection runs in autocommit mode
-    (``isolation_level=None``), where ``with db:`` would commit every statement
-    -- every row of an ``executemany`` -- on its own."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        if db.in_transaction:
-            db.rollback()
-        raise
-    db.execute("COMMIT")
-
+    # -- counts by name, for backends/local.py (it can read ``counts``) ---------
 
 
 def _insort(window: list[_Entry], entry: _Entry) -> None:

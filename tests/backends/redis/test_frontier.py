@@ -519,3 +519,23 @@ def test_a_push_refused_for_a_retired_host_is_not_marked_seen(
     assert frontier.push_unseen([entry]) == [1]
     assert frontier.push_unseen([entry]) == [2]  # marked now
     assert seen.contains_many([42]) == [True]
+
+
+def test_every_frontier_script_ships_as_package_data() -> None:
+    """The frontier registers only scripts read from lua/*.lua: none is written inline."""
+    import ast
+    from pathlib import Path
+
+    from scrapy_frontier.backends.redis import frontier
+    from scrapy_frontier.backends.redis.lua import lua_source
+
+    assert "redis.call('TIME')" in lua_source("clock")
+    assert "HSET" in lua_source("init_meta")
+    tree = ast.parse(Path(frontier.__file__).read_text(encoding="utf-8"))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef)
+                  and ast.get_docstring(node) is not None}
+    inline = [node.value[:40] for node in ast.walk(tree)
+              if isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and "redis.call" in node.value and id(node) not in docstrings]
+    assert not inline, inline

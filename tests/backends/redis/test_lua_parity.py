@@ -1,15 +1,22 @@
 """Parity of the frontier's two implementations: the Python core and the Redis Lua scripts.
 
 The in-memory :class:`Frontier` (``scrapy_frontier/core``) and :class:`RedisFrontier`
-(``scrapy_frontier/backends/redis/lua/*.lua``) implement one algorithm twice. These tests feed
-both the same inputs and check that they agree:
+(``scrapy_frontier/backends/redis/lua/*.lua``) share one algorithm. The rules computed from the
+caller's numbers are written once, in Python, and sent to the scripts as numbers: a completion's
+rest (``core.politeness``), the front queues' weights (``FrontQueueChooser.weights``). What stays
+in Lua is what needs the server's state or clock at the moment the script runs; these tests feed
+both sides the same inputs and check that they agree:
 
-1. **the rest after a fetch**: ``DelayPolicy.delay`` against the prelude's ``delay(fetch)``, on a
-   grid of policies and fetch times (zero, tiny, huge, infinite, negative, both clamps);
+1. **the delay rule**: ``DelayPolicy.delay`` against the prelude's ``delay(fetch)``, which rests a
+   host after a lapsed lease (its fetch time is the server's clock less its claim) and weighs the
+   due hosts' schedules, on a grid of policies and fetch times (zero, tiny, huge, infinite,
+   negative, both clamps); and a completion's rest, sent by the client, raised to the floors kept
+   in Redis (a minimum rest, an operator's delay) as ``rest_after_fetch`` says;
 2. **the biased front-queue choice**: ``FrontQueueChooser`` against the prelude's
-   ``choose_level()``: a single non-empty level is always the one chosen; given the same uniform
-   draws (the prelude's Park-Miller ``rand()``) both choose the same levels, draw for draw; and
-   each, with its own generator, chooses level ``i`` with frequency ``bias ** (i - 1) / total``;
+   ``choose_level()`` (which levels are non-empty is known only on the server): a single
+   non-empty level is always the one chosen; given the same uniform draws (the prelude's
+   Park-Miller ``rand()``) both choose the same levels, draw for draw; and each, with its own
+   generator, chooses level ``i`` with frequency ``bias ** (i - 1) / total``;
 3. **the due order**: ``Frontier.pop`` against ``claim.lua``. Both frontiers get the same pushes,
    fetch times and completions, and the core's fake clock is set to the Redis server's time at
    every claim and completion, so both see the same ``t_e``. The hosts (and items) they hand out
@@ -104,47 +111,39 @@ def test_delay_matches_python(redis_client: redis.Redis, redis_prefix: str) -> N
     assert clamped_low > 50 and clamped_high > 50
 
 
-# -- 1b. the rest after a fetch ---------------------------------------------------------------
-
-REST_TAIL = """
-local out = {}
-for i = 13, #ARGV, 5 do
-  local r = rest_after_fetch(tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]),
-                             tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]))
-  out[#out + 1] = string.format('%.17g', r)
-end
-return out
-"""
-
-#: Values of each argument of the rest function: the policy's delay, the time since the
-#: answer ended, and the three floors (robots.txt, the outcome, the operator).
-REST_VALUES = [0.0, 1e-9, 0.05, 0.5, 1.0, 3.0, 60.0, 1e9]
+# -- 1b. the floors kept in Redis ---------------------------------------------------------------
 
 
-def test_the_rest_after_a_fetch_matches_python(redis_client: redis.Redis,
-                                               redis_prefix: str) -> None:
-    """Lua's ``rest_after_fetch`` (what ``release`` rests a host by) equals
-    ``core.politeness.rest_after_fetch`` on every combination of a grid of its five
-    arguments: each floor, the time since the answer's end, and none of them winning."""
+def test_a_completions_rest_is_the_core_rule_raised_to_the_stored_floors(
+        redis_client: redis.Redis, redis_prefix: str) -> None:
+    """A completion's rest is computed by the client (``rest_before_floors``) and the
+    prelude's ``release`` raises it to the floors kept in Redis (robots.txt's minimum rest,
+    an operator's delay): together, ``core.politeness.rest_after_fetch`` on every
+    combination of a grid of its inputs, with none of them, or each, winning."""
     from scrapy_frontier.core.politeness import rest_after_fetch
 
-    frontier = RedisFrontier(redis_client, redis_prefix)
-    grid = list(itertools.product([0.0, 0.5, 1.0, 60.0], [0.0, 0.2, 0.5, 2.0, 100.0],
-                                  [0.0, 1.0], [0.0, 0.7, 3.0], [0.0, 5.0]))
-    grid += [tuple(random.Random(i).choice(REST_VALUES) for _ in range(5)) for i in range(200)]
-    got: list[float] = []
-    for chunk in range(0, len(grid), 100):
-        args = [repr(v) for row in grid[chunk:chunk + 100] for v in row]
-        got += [float(x) for x in run_lua(frontier, REST_TAIL, *args)]
-    want = [rest_after_fetch(*row) for row in grid]
-    mismatches = [(row, w, g) for row, w, g in zip(grid, want, got, strict=True) if w != g]
+    policy = DelayPolicy(1.0, 0.0, 60.0)
+    frontier = RedisFrontier(redis_client, redis_prefix, policy=policy)
+    grid = list(itertools.product([0.0, 0.5, 3.0], [0.0, 0.2, 100.0], [0.0, 1.0],
+                                  [0.0, 0.7, 3.0], [0.0, 5.0]))
+    mismatches = []
+    for i, (fetch, ago, min_rest, at_least, operator) in enumerate(grid):
+        host = f"h{i}.example"
+        assert frontier.push(host, 1, b"x")
+        lease = frontier.pop()
+        assert lease is not None and lease.host == host
+        frontier.set_min_rest(host, min_rest)
+        frontier.control("delay", host, operator)
+        done = frontier.complete(lease, fetch, rest_at_least=at_least, ended_ago=ago)
+        assert done is not None
+        want = rest_after_fetch(policy.delay(fetch), ago, min_rest, at_least, operator)
+        if abs(done.next_contact - done.at - want) > EPS:
+            mismatches.append((fetch, ago, min_rest, at_least, operator, want,
+                               done.next_contact - done.at))
     assert not mismatches, mismatches[:10]
-    # Each floor alone decides the rest somewhere in the grid, and so does the delay less
-    # the time since the answer's end (so a dropped or swapped argument would show).
-    for k in (2, 3, 4):
-        assert any(w == row[k] > max(row[j] for j in (2, 3, 4) if j != k) + row[0]
-                   for row, w in zip(grid, want, strict=True)), k
-    assert any(w == row[0] - row[1] > 0 < row[1] for row, w in zip(grid, want, strict=True))
+    # Each stored floor alone decides the rest somewhere in the grid.
+    assert any(row[2] > max(row[3], row[4], policy.delay(row[0])) for row in grid)
+    assert any(row[4] > max(row[2], row[3], policy.delay(row[0])) for row in grid)
 
 
 # -- 2. the biased level choice --------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from scrapy import Request
 
-from scrapy_frontier.backends.local import STATE_FILE
+from scrapy_frontier.backends.sqlite.backend import STATE_FILE
 from scrapy_frontier.core import FakeClock
 from scrapy_frontier.errors import StoreError
 from tests.scheduler.test_scheduler import finish, make_scheduler
@@ -22,10 +22,10 @@ def job(tmp_path: Path) -> dict[str, str]:
 
 def crash(sched) -> None:  # type: ignore[no-untyped-def]
     """Stop like kill -9: flush what a timer would have flushed, then drop everything."""
-    store = sched.backend.store
+    store = sched.backend.queue.store
     store.flush()
-    store._db.close()
-    store._unlock()  # the kernel drops the lock of a dead process
+    # kill -9: the connection is dropped, and the kernel drops the lock.
+    store._state.close()
     if sched.recrawl is not None:  # the page history's buffer dies with the process
         sched.recrawl.recrawler.store._conn.close()
         sched.recrawl.recrawler.store._unlock()
@@ -193,8 +193,8 @@ def test_write_failure_stops_the_crawl_and_loses_nothing(
     else:
         crawler.engine.spider = crawler.spider
         crawler.engine.close_spider = close_spider
-    store = sched.backend.store
-    store._db.execute("PRAGMA query_only = ON")  # every write now fails, like a full disk
+    store = sched.backend.queue.store
+    store._state.db.execute("PRAGMA query_only = ON")  # every write now fails, like a full disk
     with caplog.at_level(logging.ERROR, logger="scrapy_frontier"):
         sched.enqueue_request(Request("http://a.example/0"))
         sched.enqueue_request(Request("http://a.example/1"))
@@ -202,7 +202,7 @@ def test_write_failure_stops_the_crawl_and_loses_nothing(
     assert closed == ["frontier_store_error"]
     assert crawler.stats.get_value("frontier/store/errors") >= 1
     assert any(str(tmp_path) in r.getMessage() for r in caplog.records)
-    store._db.execute("PRAGMA query_only = OFF")  # space freed before the close
+    store._state.db.execute("PRAGMA query_only = OFF")  # space freed before the close
     sched.close("frontier_store_error")
     again, _, crawler2 = make_scheduler(job(tmp_path))
     assert crawler2.stats.get_value("frontier/restored") == 2
@@ -284,7 +284,7 @@ def test_a_url_fetched_before_the_seen_set_is_written_is_not_fetched_again(
     link = sched.next_request()  # the start page is acknowledged; the link is in flight
     assert link is not None and link.url == "http://b.example/link"
     assert seen_store.covers == 1 and seen_store.pending == 2  # not written since
-    done = sched.backend.store._db.execute("SELECT COUNT(*) FROM done").fetchone()[0]
+    done = sched.backend.queue.store._state.db.execute("SELECT COUNT(*) FROM done").fetchone()[0]
     assert done == 1
     crash(sched)
     seen_store._conn.close()  # its buffer dies with the process
@@ -305,5 +305,6 @@ def test_a_url_fetched_before_the_seen_set_is_written_is_not_fetched_again(
     for _ in range(2):
         clock2.advance(61.0)
         assert again.next_request() is None
-        assert again.backend.store._db.execute("SELECT COUNT(*) FROM done").fetchone()[0] == 0
+        db = again.backend.queue.store._state.db
+        assert db.execute("SELECT COUNT(*) FROM done").fetchone()[0] == 0
     again.close("finished")

@@ -14,7 +14,7 @@ from scrapy import FormRequest, Request
 
 from frontier_testweb import ServerProcess, audit, read_log
 from frontier_testweb.crawl import FRONTIER_ADDON, run_crawl
-from scrapy_frontier.backends.local import STATE_FILE
+from scrapy_frontier.backends.sqlite.backend import STATE_FILE
 from scrapy_frontier.backends.sqlite.queue import SQLiteStore
 from scrapy_frontier.codec import COMPACT, FULL, request_codec, saved_url
 from scrapy_frontier.core import FakeClock, Frontier
@@ -37,7 +37,7 @@ def open_store(path: Path) -> SQLiteStore[Any]:
 
 
 def resume(path: Path) -> tuple[SQLiteStore[Any], Frontier[Any], FakeClock]:
-    """Reopen the file as LocalDriver does."""
+    """Reopen the file as the sqlite backend does."""
     store = open_store(path)
     hosts, _ = store.recover()
     for host, size in hosts.items():

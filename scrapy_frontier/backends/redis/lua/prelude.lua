@@ -14,7 +14,8 @@ local BMAX = tonumber(ARGV[4])
 local FACTOR = tonumber(ARGV[5])
 local MIND = tonumber(ARGV[6])
 local MAXD = tonumber(ARGV[7])
-local BIAS = tonumber(ARGV[8])
+local WEIGHTS = {}  -- of the front queues, level 1 first (FrontQueueChooser.weights)
+for w in string.gmatch(ARGV[8], '%S+') do WEIGHTS[#WEIGHTS + 1] = tonumber(w) end
 local LEASE_T = tonumber(ARGV[9])
 local BUDGET = {tonumber(ARGV[10])}
 local WINDOW = tonumber(ARGV[11])
@@ -52,21 +53,11 @@ local K_FETCHED, K_CAPPED = P .. 'fetched', P .. 'capped'
 local function fkey(lv) return P .. 'f:' .. lv end
 local function bkey(lv, host) return P .. 'b:' .. lv .. ':' .. host end
 
+-- DelayPolicy.delay (tests/test_lua_parity.py), for the fetch times only the server knows:
+-- a lapsed lease's (its clock less the claim) and the due hosts' it ranks (claim_one).
 local function delay(fetch)
   local w = FACTOR * math.max(0, fetch)
   return math.min(MAXD, math.max(MIND, w))
-end
-
--- The rest after a fetch, counted from now: core.politeness.rest_after_fetch, line for line.
-local function rest_after_fetch(d, ago, mr, at_least, od)
-  local rest = d
-  if ago > 0 then
-    if rest > ago then rest = rest - ago else rest = 0 end
-  end
-  if mr > rest then rest = mr end
-  if at_least > rest then rest = at_least end
-  if od > rest then rest = od end
-  return rest
 end
 
 -- Counters add up in STATS and reach K_STATS once per script call (flush_stats, which
@@ -171,20 +162,21 @@ local function add_to_back(host, lv, item, at_head)
   if q == 1 and redis.call('HEXISTS', K_LEASES, host) == 0 then schedule(host) end
 end
 
+-- FrontQueueChooser.choose's draw: which levels are non-empty is known only here.
 local function choose_level()
   local total = 0
   local levels = {}
   for lv = 1, F do
     if front_queue_len(lv) > 0 then
       levels[#levels + 1] = lv
-      total = total + BIAS ^ (lv - 1)
+      total = total + WEIGHTS[lv]
     end
   end
   if #levels == 0 then return nil end
   if #levels == 1 then return levels[1] end
   local x = rand() * total
   for _, lv in ipairs(levels) do
-    x = x - BIAS ^ (lv - 1)
+    x = x - WEIGHTS[lv]
     if x < 0 then return lv end
   end
   return levels[#levels]
@@ -238,14 +230,20 @@ local function deactivate(host)
   stat('releases', 1)
 end
 
--- End of a fetch (complete or expiry): the host rests, then is ready again or
+-- End of a fetch (complete or expiry): the host rests rest seconds (or more: the floors
+-- kept here, robots.txt's minimum rest and an operator's delay), then is ready again or
 -- gives up its back queue. not_before: the host's ready time when its lease was claimed
 -- (a lease claimed ahead and given back unfetched must not end the rest it was claimed in).
-local function release(host, fetch, at_least, ago, not_before)
-  local mr, od = 0, 0
-  if filled(K_MINREST, 'HLEN') then mr = tonumber(redis.call('HGET', K_MINREST, host) or '0') end
-  if filled(K_DELAY, 'HLEN') then od = tonumber(redis.call('HGET', K_DELAY, host) or '0') end
-  local nc = now + rest_after_fetch(delay(fetch), ago or 0, mr, at_least, od)
+local function release(host, fetch, rest, not_before)
+  if filled(K_MINREST, 'HLEN') then
+    local mr = tonumber(redis.call('HGET', K_MINREST, host) or '0')
+    if mr > rest then rest = mr end
+  end
+  if filled(K_DELAY, 'HLEN') then
+    local od = tonumber(redis.call('HGET', K_DELAY, host) or '0')
+    if od > rest then rest = od end
+  end
+  local nc = now + rest
   if not_before and not_before > nc then nc = not_before end
   redis.call('HDEL', K_LEASES, host)
   redis.call('ZREM', K_DEADLINES, host)
@@ -321,7 +319,7 @@ local function expire(limit, live)
       -- Back to the head of its level: it was next before, it is next again.
       add_to_back(host, lv, item, true)
     end
-    release(host, fetch, 0, ago, ready)
+    release(host, fetch, math.max(0, delay(fetch) - ago), ready)
     stat('expired', 1)
     out[#out + 1] = host
     out[#out + 1] = item
@@ -434,18 +432,19 @@ end
 
 -- The end of a fetch under lease id of host: {1, nc, capped} (nc: the host's next contact;
 -- capped: URLs dropped as this fetch spent the host's budget, -1 if it did not), or {0}
--- if the lease is no longer held (it lapsed and was taken back). given: the host's budget
+-- if the lease is no longer held (it lapsed and was taken back). rest: as the client's
+-- core.politeness computed it (see release). given: the host's budget
 -- from the worker's settings (0: unlimited; -1: handed back unfetched, not counted; -2:
 -- given back unfetched with its item queued again, see hand_back); the shared budgets hash
--- (scrapy frontier budget) overrides it. ago: seconds before now the answer was complete;
--- the delay counts from then.
-local function complete_one(host, id, fetch, at_least, given, ago)
+-- (scrapy frontier budget) overrides it. The fetch count is every worker's: counted and
+-- tested in one step, two workers cannot both pass a budget's last fetch.
+local function complete_one(host, id, fetch, rest, given)
   local rec = redis.call('HGET', K_LEASES, host)
   if not rec then return {0} end
   local lid, lv, _, ready, item = parse_lease(rec)
   if lid ~= id then return {0} end
   if given == -2 then return {1, hand_back(host, lv, ready, item), -1} end
-  local nc = release(host, fetch, at_least, ago, ready)
+  local nc = release(host, fetch, rest, ready)
   stat('completed', 1)
   local shared = filled(K_BUDGETS, 'HLEN')
   local budget = math.max(given, 0)

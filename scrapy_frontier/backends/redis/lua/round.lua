@@ -4,7 +4,7 @@
 -- ARGV[13] expire batch, [14] liveness window, [15] want, [16] pushes, [17] completions,
 -- [18] 1 to count the hosts ready now (a partitioned frontier shares its claims out by
 -- them), [19] seconds ahead to claim a host not due yet when none is due now (claim_one),
--- then six fields per push (as push.lua), then six per completion (as complete.lua).
+-- then six fields per push (as push.lua), then five per completion (as complete.lua).
 local want, npush, ndone = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17])
 local pushed = {}
 local ahead = tonumber(ARGV[19])
@@ -17,14 +17,13 @@ end
 local done = {}
 for _ = 1, ndone do
   local r = complete_one(ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2]),
-                         tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]),
-                         tonumber(ARGV[at + 5]))
+                         tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]))
   if r[1] == 0 then
     done[#done + 1] = {0}
   else
     done[#done + 1] = {1, fmt(r[2]), r[3]}
   end
-  at = at + 6
+  at = at + 5
 end
 local expired = {}
 local leases = {}
