@@ -2,8 +2,8 @@
 
 ``tests/core/`` holds the tests of ``scrapy_frontier/core/``, ``tests/backends/redis/`` those of
 ``scrapy_frontier/backends/redis/``, and so on; ``tests/`` itself holds the tests of the top-level
-modules and the checks of the project as a whole (layout, docs, release). Only the folders of
-``CROSS_LAYER`` have no package of their own.
+modules (``test_codec.py``) and the checks of the project as a whole (``PROJECT_CHECKS``). Only
+the folders of ``CROSS_LAYER`` have no package of their own.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ CROSS_LAYER = {
     "crawls": "whole crawls of the test web, through every layer",
     "testweb": "the loopback test web, a distribution of its own",
 }
+#: Test files in ``tests/`` that check the project, not one module.
+PROJECT_CHECKS = {"test_docs_truth.py", "test_layout.py", "test_plain_install.py",
+                  "test_release.py", "test_tree.py"}
 
 
 def _test_folders() -> set[Path]:
@@ -41,6 +44,13 @@ def test_every_test_folder_mirrors_a_package_or_is_cross_layer() -> None:
     assert stray == set(), f"test folders that mirror no package of scrapy_frontier: {stray}"
 
 
+def test_the_top_level_tests_test_a_top_level_module_or_the_project() -> None:
+    stray = {path.name for path in TESTS.glob("test_*.py")
+             if path.name not in PROJECT_CHECKS
+             and not (PACKAGE / f"{path.stem.removeprefix('test_')}.py").is_file()}
+    assert stray == set(), f"move these into the folder of the package they test: {stray}"
+
+
 def test_every_test_folder_is_a_package() -> None:
     # Equal basenames in two folders (core/test_recrawl.py, crawls/test_recrawl.py) import as
     # tests.core.test_recrawl and tests.crawls.test_recrawl only if each folder is a package.
@@ -51,8 +61,9 @@ def test_every_test_folder_is_a_package() -> None:
     assert missing == set()
 
 
-def test_the_allow_list_names_folders_that_exist() -> None:
+def test_the_allow_lists_name_what_exists() -> None:
     assert {name for name in CROSS_LAYER if (TESTS / name).is_dir()} == set(CROSS_LAYER)
+    assert {name for name in PROJECT_CHECKS if (TESTS / name).is_file()} == PROJECT_CHECKS
 
 
 def test_the_pages_name_test_files_that_exist() -> None:
