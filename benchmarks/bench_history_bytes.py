@@ -1,7 +1,7 @@
 """Bytes per page of history, with the kept request (recrawl replays it) and without.
 
 Crawls the spider-style site (tests/styles_site.py) with each style of
-tests/styles_spiders.py into a JOBDIR, then reads every record of ``history.sqlite``
+tests/crawls/styles_spiders.py into a JOBDIR, then reads every record of ``history.sqlite``
 and prints its JSON size as written, and as it would be without the kept request
 (the ``"rq"`` key): the same records, measured in the same run.
 
@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.crawls.test_spider_styles import STYLES, _build, _crawl, _frontier  # noqa: E402
 from tests.styles_site import StyleSite  # noqa: E402
-from tests.test_spider_styles import STYLES, _build, _crawl, _frontier  # noqa: E402
 
 
 def main() -> None:

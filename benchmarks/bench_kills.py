@@ -1,6 +1,6 @@
 """Items and repeats after 20 kills: the frontier beside Scrapy's own scheduler.
 
-The crawl of ``tests/test_items_after_kills.py`` (12 hosts × 80 pages, an item per page in
+The crawl of ``tests/crawls/test_items_after_kills.py`` (12 hosts × 80 pages, an item per page in
 a JSON Lines feed, an item pipeline that holds each item 1-20 ms), killed 20 times at
 random moments by itself (it writes down what was in flight first), then run to its end.
 Configurations, in one run:

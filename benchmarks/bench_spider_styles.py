@@ -1,6 +1,6 @@
 """The spider styles of the tests, crawled twice on SQLite and Redis: what a recrawl costs.
 
-For each style of tests/styles_spiders.py (CrawlSpider, SitemapSpider, XMLFeedSpider, a
+For each style of tests/crawls/styles_spiders.py (CrawlSpider, SitemapSpider, XMLFeedSpider, a
 plain spider with cb_kwargs, an errback and a form): run 1 on a fresh state, then the
 site changes (4 pages changed, 2 removed), then run 2 on the same state. Printed per run:
 requests the site answered 200, 304 and 404, items scraped, and spider errors; beside
@@ -21,9 +21,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.redis_server import RedisServer  # noqa: E402
-from tests.styles_site import StyleSite  # noqa: E402
-from tests.test_spider_styles import (  # noqa: E402
+from tests.crawls.test_spider_styles import (  # noqa: E402
     STYLES,
     _build,
     _change,
@@ -31,6 +29,8 @@ from tests.test_spider_styles import (  # noqa: E402
     _errors,
     _frontier,
 )
+from tests.redis_server import RedisServer  # noqa: E402
+from tests.styles_site import StyleSite  # noqa: E402
 
 
 def _row(label: str, site: StyleSite, before: int, items: list[Any], stats: dict[str, Any],

@@ -1,4 +1,4 @@
-"""Helpers of the scheduler-level contract suite (tests/test_scheduler_contract.py).
+"""Helpers of the scheduler-level contract suite (tests/scheduler/test_contract.py).
 
 Everything here drives the scheduler through Scrapy's public scheduler interface
 (``from_crawler``, ``open``, ``enqueue_request``, ``next_request``,
