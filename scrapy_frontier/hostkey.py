@@ -28,7 +28,7 @@ _SIMPLE_NETLOC = re.compile(
 #: dot-separated LDH labels (no port, no user info, no IDNA "xn--" label), and a
 #: non-empty path of unreserved characters whose segments do not start with "."
 #: (so no dot segments) -- no percent escapes, no query, no fragment. Most
-#: crawled URLs are not like this; many generated ones are. tests/test_seen.py
+#: crawled URLs are not like this; many generated ones are. tests/core/test_seen.py
 #: and tests/test_codec.py check the claim on many URLs inside and outside it.
 PLAIN_URL = re.compile(
     r"https?://(?!xn--)[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.(?!xn--)[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*"

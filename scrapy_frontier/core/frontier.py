@@ -722,8 +722,8 @@ class Frontier(Generic[T]):
     ) -> None:
         hs = self._hosts[lease.host]
         hs.lease = None
-        # As the Redis frontier keeps it (tests/test_lua_parity.py): never negative, and
-        # only while the host owns a back queue (forgotten below when it gives it up).
+        # As the Redis frontier keeps it (tests/backends/redis/test_lua_parity.py): never
+        # negative, and only while the host owns a back queue (forgotten below when it frees it).
         hs.last_fetch = fetch_seconds if fetch_seconds > 0.0 else 0.0
         if self.groups is not None:
             self._complete_group(hs.key, fetch_seconds, now)

@@ -10,7 +10,7 @@ lease it hands out. That is safe because the two rules that matter are kept. A l
 durable before its request leaves ``next_request``, so no URL can be fetched without being
 marked in flight on disk. An ack is only ever late, never early: until it is committed its
 URL stays marked in flight, so a kill re-queues it, and the restart counts it among the
-"requests in flight when the crawl stopped" -- the bound tests/test_crash.py checks
+"requests in flight when the crawl stopped" -- the bound tests/crawls/test_crash.py checks
 (repeats <= that count).
 
 With a page history, the pages' records are committed to ``history.sqlite`` just before

@@ -53,7 +53,7 @@ local K_FETCHED, K_CAPPED = P .. 'fetched', P .. 'capped'
 local function fkey(lv) return P .. 'f:' .. lv end
 local function bkey(lv, host) return P .. 'b:' .. lv .. ':' .. host end
 
--- DelayPolicy.delay (tests/test_lua_parity.py), for the fetch times only the server knows:
+-- DelayPolicy.delay (tests/backends/redis/test_lua_parity.py), for the fetch times only the server knows:
 -- a lapsed lease's (its clock less the claim) and the due hosts' it ranks (claim_one).
 local function delay(fetch)
   local w = FACTOR * math.max(0, fetch)
