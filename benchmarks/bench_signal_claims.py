@@ -7,7 +7,7 @@ crawl records them, 500 at a time:
 
 * ``one by one`` -- ``Recrawler.claim`` for each: one read of its record (a query on SQLite,
   a round trip on Redis);
-* ``together`` -- ``Recrawler.claim_many`` for each slice: one read for the slice.
+* ``together`` -- ``Recrawler.hint_many`` for each slice: one read for the slice.
 
 Both run in the same process, on the same history, several times each, alternating; the
 table gives the median seconds and claims per second. On Redis the reads run in the worker's
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scrapy_frontier.backends.redis.history import RedisHistoryStore  # noqa: E402
 from scrapy_frontier.backends.sqlite.history import SQLiteHistoryStore  # noqa: E402
 from scrapy_frontier.core import FakeClock  # noqa: E402
-from scrapy_frontier.core.recrawl import PageClaim, Recrawler, RecrawlSettings, Visit  # noqa: E402
+from scrapy_frontier.core.recrawl import PageHint, Recrawler, RecrawlSettings, Visit  # noqa: E402
 from scrapy_frontier.core.refresh import DAY, RefreshConfig  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
 
@@ -52,7 +52,7 @@ def recrawler(store: Any) -> tuple[Recrawler, FakeClock]:
     return Recrawler(RecrawlSettings(refresh=refresh), store, clock=clock), clock
 
 
-def fill(rc: Recrawler, pages: int) -> list[PageClaim]:
+def fill(rc: Recrawler, pages: int) -> list[PageHint]:
     visit = Visit(status=200, digest=hashlib.blake2b(TEXT.encode()).hexdigest(), text=TEXT,
                   size=len(TEXT))
     for fp in range(pages):
@@ -63,15 +63,15 @@ def fill(rc: Recrawler, pages: int) -> list[PageClaim]:
     return [(fp, f"http://a.example/{fp}", before, None) for fp in range(pages)]
 
 
-def timed(rc: Recrawler, claims: list[PageClaim], together: bool) -> float:
+def timed(rc: Recrawler, claims: list[PageHint], together: bool) -> float:
     started = time.perf_counter()
     for start in range(0, len(claims), SLICE):
         part = claims[start:start + SLICE]
         if together:
-            rc.claim_many(part)
+            rc.hint_many(part)
         else:
             for claim in part:
-                rc.claim(*claim)
+                rc.hint(*claim)
     rc.store.flush()
     return time.perf_counter() - started
 

@@ -128,7 +128,7 @@ def test_lua_scripts_ship_as_package_data() -> None:
     from scrapy_frontier.backends.redis.lua import lua_source
 
     for name in ("prelude", "push", "claim", "complete", "expire", "retire", "wakeup", "round",
-                 "history_claim_due", "census"):
+                 "history_take_due", "census"):
         assert "return" in lua_source(name)
     assert "redis.call('TIME')" in lua_source("prelude")
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from scrapy_frontier.core.frontier import Lease
     from scrapy_frontier.core.history import HistoryStore, PageRecord
-    from scrapy_frontier.core.recrawl import PageClaim, Recrawler, Visit
+    from scrapy_frontier.core.recrawl import PageHint, Recrawler, Visit
     from scrapy_frontier.observe.census import Census
     from scrapy_frontier.settings import FrontierConfig
 
@@ -174,9 +174,9 @@ class HistoryPort(ABC):
         """Record a page visit (None: a download error)."""
 
     @abstractmethod
-    def record_hints(self, hints: list[PageClaim]) -> None:
+    def record_hints(self, hints: list[PageHint]) -> None:
         """Sitemaps and feeds hint when their pages changed and how often they change
-        (see ``Recrawler.claim``); the records are read together."""
+        (see ``Recrawler.hint``); the records are read together."""
 
     @abstractmethod
     def record_signal_source(self, fp: int) -> None:

@@ -228,10 +228,10 @@ class RedisInspector:
                 views[host].blocked_for = until - now
         for host in snap["retired"]:
             views[host].retired = "budget" if host in snap["capped"] else "retired"
-        shapes.add_claims(views, self._claim_checks())
+        shapes.add_hints(views, self._hint_checks())
         return views, len(views), snap
 
-    def _claim_checks(self) -> dict[str, tuple[int, int]]:
+    def _hint_checks(self) -> dict[str, tuple[int, int]]:
         from scrapy_frontier.backends.redis.history import trust_counts
 
         out: dict[str, tuple[int, int]] = {}

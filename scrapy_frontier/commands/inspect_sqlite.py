@@ -175,17 +175,17 @@ class SQLiteInspector:
             if closed and (closed == "budget" or not taken_back):
                 views[host].retired = views[host].retired or closed
         if self.history is not None:
-            shapes.add_claims(views, self._claim_checks())
+            shapes.add_hints(views, self._hint_checks())
         return views, len(views)
 
-    def _claim_checks(self) -> dict[str, tuple[int, int]]:
+    def _hint_checks(self) -> dict[str, tuple[int, int]]:
         history = self.history
         assert history is not None
         if not history.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = "
-                               "'claim_trust'").fetchone()[0]:
+                               "'hint_trust'").fetchone()[0]:
             return {}
         return {str(h): (int(a), int(d)) for h, a, d in history.execute(
-            "SELECT host, agreed, disagreed FROM claim_trust")}
+            "SELECT host, agreed, disagreed FROM hint_trust")}
 
     def notes(self, views: dict[str, HostView]) -> dict[str, str]:
         """A few words per host for the human table: why it is retired, its budget."""

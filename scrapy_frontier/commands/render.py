@@ -48,12 +48,12 @@ def hosts(rows: list[dict[str, Any]], notes: dict[str, str]) -> str:
         return "(no hosts with queued URLs, a rest, a block or a retirement)"
     return table(
         ["host", "queued", "state", "next contact", "last fetch", "rest", "failures",
-         "crawl delay", "claims"],
+         "crawl delay", "hints"],
         [[r["host"], r["queued"], r["state"] + (f" ({notes[r['host']]})"
                                                  if r["host"] in notes else ""),
           _next_contact(r),
           seconds(r["last_fetch_s"]), seconds(r["rest_s"]), r["failures"],
-          seconds(r["crawl_delay"]), r["claims"]] for r in rows])
+          seconds(r["crawl_delay"]), r["hints"]] for r in rows])
 
 
 def _next_contact(row: dict[str, Any]) -> str:

@@ -37,8 +37,8 @@ class HostView:
     """Seconds its block still lasts (inf: until unblocked)."""
     retired: str | None = None
     """Why it was retired ("budget", "failures", "retired" by hand), if it was."""
-    claims: str | None = None
-    """How far its sitemap and feed claims are believed (core/claim_trust.py); None if
+    hints: str | None = None
+    """How far its sitemap and feed hints are believed (core/hint_trust.py); None if
     none of them was checked."""
 
     @property
@@ -86,19 +86,19 @@ def host_row(view: HostView) -> dict[str, Any]:
         "rest_s": _round(view.rest_s),
         "failures": view.failures,
         "crawl_delay": _round(view.crawl_delay),
-        "claims": view.claims,
+        "hints": view.hints,
     }
 
 
-def add_claims(views: dict[str, HostView], checks: dict[str, tuple[int, int]]) -> None:
-    """Annotate the hosts shown with the state of their checked change claims."""
-    from scrapy_frontier.core.claim_trust import ClaimTrust
+def add_hints(views: dict[str, HostView], checks: dict[str, tuple[int, int]]) -> None:
+    """Annotate the hosts shown with the state of their checked change hints."""
+    from scrapy_frontier.core.hint_trust import HintTrust
 
-    trust = ClaimTrust(checks)
+    trust = HintTrust(checks)
     for host in checks:
         view = views.get(host)
         if view is not None:
-            view.claims = trust.state(host)
+            view.hints = trust.state(host)
 
 
 def sort_hosts(views: list[HostView], by: str, limit: int) -> list[HostView]:

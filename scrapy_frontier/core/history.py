@@ -60,13 +60,13 @@ class PageRecord:
     """Why the page is never recrawled again ("gone", "failures"), or None."""
     weight: float = 1.0
     """Quality, for eviction when the history is full (lowest goes first)."""
-    claimed_until: float = 0.0
+    held_until: float = 0.0
     """Handed out for a recrawl: not handed out again before this time (or a visit)."""
     request: bytes | None = None
     """The request the spider made for this page, encoded like the queue's requests, that a
     recrawl replays; None if it was not kept (too large, or not encodable)."""
-    claimed_change: float | None = None
-    """The change time its site last claimed for it (a sitemap's lastmod, a feed's
+    hinted_change: float | None = None
+    """The change time its site last hinted for it (a sitemap's lastmod, a feed's
     updated), wall clock; None if the site never said."""
     history: PageHistory = field(default_factory=PageHistory)
 
@@ -76,9 +76,9 @@ class PageRecord:
 
     @property
     def eligible(self) -> float:
-        """When the page may be recrawled: its due time less the slack, unless claimed."""
+        """When the page may be recrawled: its due time less the slack, unless hinted."""
         h = self.history
-        return max(h.next_due - DUE_SLACK * h.interval, self.claimed_until)
+        return max(h.next_due - DUE_SLACK * h.interval, self.held_until)
 
     def to_json(self) -> str:
         out: dict[str, Any] = {"v": RECORD_VERSION, "u": self.url, "h": self.history.to_dict()}
@@ -96,9 +96,9 @@ class PageRecord:
             ("in", self.inlinks),
             ("r", self.retired),
             ("w", self.weight),
-            ("cl", self.claimed_until or None),
+            ("cl", self.held_until or None),
             ("rq", None if self.request is None else base64.b64encode(self.request).decode()),
-            ("cc", self.claimed_change),
+            ("cc", self.hinted_change),
         ):
             if value is not None:
                 out[key] = value
@@ -133,10 +133,10 @@ class PageRecord:
                 inlinks=int(data.get("in", 0)),
                 retired=data.get("r"),
                 weight=float(data.get("w", 1.0)),
-                claimed_until=float(data.get("cl", 0.0)),
+                held_until=float(data.get("cl", 0.0)),
                 request=None if data.get("rq") is None else base64.b64decode(
                     data["rq"], validate=True),
-                claimed_change=None if data.get("cc") is None else float(data["cc"]),
+                hinted_change=None if data.get("cc") is None else float(data["cc"]),
                 history=PageHistory.from_dict(data["h"]),
             )
         except (KeyError, TypeError, ValueError, binascii.Error) as exc:
@@ -189,7 +189,7 @@ def make_due(record: PageRecord) -> None:
     """Due at once, whatever its schedule (``scrapy frontier recrawl``): a retired page
     named this way comes back too. Its next visit sets its schedule again."""
     record.history.next_due = 0.0
-    record.claimed_until = 0.0
+    record.held_until = 0.0
     record.retired = None
 
 
@@ -258,11 +258,11 @@ class HistoryStore(Protocol):
         ...
 
     def load_trust(self) -> dict[str, tuple[int, int]]:
-        """Each host's checked change claims: (agreed, disagreed), over every run."""
+        """Each host's checked change hints: (agreed, disagreed), over every run."""
         ...
 
     def add_trust(self, host: str, agreed: int, disagreed: int) -> None:
-        """Count checks of ``host``'s claims (written with the next flush)."""
+        """Count checks of ``host``'s hints (written with the next flush)."""
         ...
 
     def sync(self) -> None:

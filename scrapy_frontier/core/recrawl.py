@@ -15,9 +15,9 @@ records into requests.
 * **the feed** -- :meth:`take_due` hands out due pages in due order, once each.
 
 A page is *eligible* from a tenth of its interval before its due time (see
-``history.DUE_SLACK``). A page handed out (or admitted) is *claimed* for the
-claim hold, so the feed and the gate never hand it out twice; the visit then
-sets the real next due time. A claimed page that is never fetched (the crawl
+``history.DUE_SLACK``). A page handed out (or admitted) is *held* for the
+due hold, so the feed and the gate never hand it out twice; the visit then
+sets the real next due time. A held page that is never fetched (the crawl
 was stopped, its frontier state deleted) becomes due again after the hold.
 """
 
@@ -32,7 +32,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from scrapy_frontier.core.claim_trust import MIN_CHECKS, ClaimTrust
+from scrapy_frontier.core.hint_trust import MIN_CHECKS, HintTrust
 from scrapy_frontier.core.history import HistoryStore, PageRecord, make_due
 from scrapy_frontier.core.recrawl_priority import (
     change_term,
@@ -130,11 +130,11 @@ class Visit:
 #: each).
 SEEDS_KEPT = 200_000
 
-#: Seconds a claimed change time may be past a visit and still be that visit's content
+#: Seconds a hinted change time may be past a visit and still be that visit's content
 #: (clocks, and sitemaps written to the second).
-CLAIM_SLACK = 1.0
+HINT_SLACK = 1.0
 
-#: Moved claims of a host whose claims are not decided yet (too few checks) that make their
+#: Moved hints of a host whose hints are not decided yet (too few checks) that make their
 #: pages due in one run: twice the checks a host needs. The others are held until these
 #: probes are back.
 PROBES_PER_RUN = 2 * MIN_CHECKS
@@ -146,12 +146,12 @@ _SPREAD = 0x9E3779B97F4A7C15  # Fibonacci hashing: the product's top bits mix ev
 _MASK64 = (1 << 64) - 1
 
 #: Pages held past the probes that a run remembers, to make them due once their host is
-#: trusted, and read times of unmoved claims it remembers (about 100 bytes each).
+#: trusted, and read times of unmoved hints it remembers (about 100 bytes each).
 HELD_KEPT = 200_000
 
-#: One claim of a sitemap or feed: (page fingerprint, URL, claimed change time (wall
-#: clock), claimed change period in seconds).
-PageClaim = tuple[int, str, "float | None", "float | None"]
+#: One hint of a sitemap or feed: (page fingerprint, URL, hinted change time (wall
+#: clock), hinted change period in seconds).
+PageHint = tuple[int, str, "float | None", "float | None"]
 
 #: A census counts due pages up to this many: past it, a count on an SQLite index
 #: would hold the crawl for tens of milliseconds (about 7 ms per 100 000 pages).
@@ -174,7 +174,7 @@ class Recrawler:
         self.refresher = Refresher(self.predictor, settings.refresh, clock)
         self.quality = quality or _builtin_quality(settings.quality)
         refresh = settings.refresh
-        self.claim_hold = max(refresh.min_interval, refresh.initial_interval)
+        self.due_hold = max(refresh.min_interval, refresh.initial_interval)
         self.counters: dict[str, float] = {}
         self._cursor: tuple[float, int] = (-math.inf, -(1 << 63))
         self._boundary = clock()
@@ -186,15 +186,15 @@ class Recrawler:
         # Nothing due at the start of a "due" run: the feed has nothing to hand out.
         self._exhausted = first_due is None or first_due > self._due_until
         self._inlinks: dict[int, int] = {}
-        #: How far each host's change claims agree with what fetches find.
-        self.trust = ClaimTrust(store.load_trust())
+        #: How far each host's change hints agree with what fetches find.
+        self.trust = HintTrust(store.load_trust())
         #: First intervals of pages never fetched, from their sitemaps' changefreq.
         self._seeds: dict[int, float] = {}
-        #: When each unmoved claim was read, in this run (see _check_claim).
+        #: When each unmoved hint was read, in this run (see _check_hint).
         self._read_at: dict[int, float] = {}
-        #: Moved claims made due in this run, per host not yet decided (see _probe).
+        #: Moved hints made due in this run, per host not yet decided (see _probe).
         self._probes: dict[str, int] = {}
-        #: Pages whose moved claims wait for their host to be decided (see _hold), and the
+        #: Pages whose moved hints wait for their host to be decided (see _hold), and the
         #: checks of such a host in this run.
         self._held: dict[str, list[int]] = {}
         self._probes_back: dict[str, int] = {}
@@ -238,7 +238,7 @@ class Recrawler:
         * a page fetched in this run is admitted again in one process (Scrapy's
           ``dont_filter`` contract), never on a ``shared`` frontier (another worker
           started it);
-        * a page fetched in an earlier run is admitted only when it is due (claimed).
+        * a page fetched in an earlier run is admitted only when it is due (held).
         """
         record = self.store.get(fp)
         if record is None:
@@ -253,16 +253,16 @@ class Recrawler:
         if not due:
             self._count("recrawl/not_due")
             return False, record
-        self._claim(record, now)
+        self._hold_due(record, now)
         return True, record
 
     def _touched(self, record: PageRecord) -> bool:
         """Fetched or handed out in this run (FRONTIER_RECRAWL_ALL takes each page once)."""
         return (record.fetched_at >= self._boundary
-                or record.claimed_until - self.claim_hold >= self._boundary)
+                or record.held_until - self.due_hold >= self._boundary)
 
     def take_due(self, limit: int) -> list[PageRecord]:
-        """Up to ``limit`` due pages not handed out yet, most overdue first; claims them.
+        """Up to ``limit`` due pages not handed out yet, most overdue first; holds them.
 
         In ``due`` mode "due" means due when the crawl started; in ``continuous``
         mode, due now.
@@ -274,10 +274,10 @@ class Recrawler:
         if self.settings.mode == "continuous":
             self.maybe_calibrate()
         until = self.clock() if self.settings.mode == "continuous" else self._due_until
-        claim_due = getattr(self.store, "claim_due", None)
-        if claim_due is not None:
-            # A shared store claims atomically: no two workers get the same page.
-            records = claim_due(until, limit, self.clock() + self.claim_hold)
+        take_due = getattr(self.store, "take_due", None)
+        if take_due is not None:
+            # A shared store takes them atomically: no two workers get the same page.
+            records = take_due(until, limit, self.clock() + self.due_hold)
             if len(records) < limit and self.settings.mode != "continuous":
                 self._exhausted = True
             if records:
@@ -293,7 +293,7 @@ class Recrawler:
                 records = [r for r in records if not self._touched(r)]
             now = self.clock()
             for record in records:
-                self._claim(record, now)
+                self._hold_due(record, now)
             self._count("recrawl/fed", len(records))
         return records
 
@@ -333,8 +333,8 @@ class Recrawler:
         self._cursor = (-math.inf, -(1 << 63))
         self._exhausted = False
 
-    def _claim(self, record: PageRecord, now: float) -> None:
-        record.claimed_until = now + self.claim_hold
+    def _hold_due(self, record: PageRecord, now: float) -> None:
+        record.held_until = now + self.due_hold
         self._put(record)
 
     def priority(self, record: PageRecord, boost: int = 0) -> int:
@@ -343,37 +343,37 @@ class Recrawler:
         changes = sum(1 for _, changed in samples if changed)
         return change_term(changes, len(samples)) + quality_term(self.quality(record)) + boost
 
-    # -- change claims (sitemaps, feeds) ---------------------------------------------------
+    # -- change hints (sitemaps, feeds) ---------------------------------------------------
 
-    def claim(self, fp: int, url: str, changed_at: float | None,
+    def hint(self, fp: int, url: str, changed_at: float | None,
               changefreq: float | None = None) -> str:
-        """A site claims page ``fp`` last changed at ``changed_at`` (wall clock), and
+        """A site hints page ``fp`` last changed at ``changed_at`` (wall clock), and
         changes every ``changefreq`` seconds.
 
         For a page never fetched, a finite ``changefreq`` is kept (at most SEEDS_KEPT of
         them, in this process) to be its first interval after its first visit: ``seeded``.
 
-        A claim past the last visit makes the page due now, unless the host's claims have
+        A hint past the last visit makes the page due now, unless the host's hints have
         proved wrong (or, for a host not decided yet, past PROBES_PER_RUN of them in this
         run); one that did not move defers the next visit to the verification interval
-        (``FRONTIER_RECRAWL_MAX`` after the last visit), once the host's claims have proved
+        (``FRONTIER_RECRAWL_MAX`` after the last visit), once the host's hints have proved
         right. Returns what became of it: ``due``, ``deferred``, ``kept``, ``held`` (not
         decided yet, past the probes), ``ignored`` (a distrusted host), ``unknown`` (never
         fetched) or ``retired``.
         """
-        return self._apply_claim(self.store.get(fp), fp, url, changed_at, changefreq)
+        return self._apply_hint(self.store.get(fp), fp, url, changed_at, changefreq)
 
-    def claim_many(self, claims: Sequence[PageClaim]) -> list[str]:
-        """:meth:`claim` for each of ``claims``, their records read together."""
-        records = self.store.get_many([claim[0] for claim in claims])
+    def hint_many(self, hints: Sequence[PageHint]) -> list[str]:
+        """:meth:`hint` for each of ``hints``, their records read together."""
+        records = self.store.get_many([hint[0] for hint in hints])
         outcomes = []
-        for fp, url, changed_at, changefreq in claims:
-            # A page claimed twice sees its record as the first claim left it.
-            outcomes.append(self._apply_claim(records.get(fp), fp, url, changed_at,
+        for fp, url, changed_at, changefreq in hints:
+            # A page hinted twice sees its record as the first hint left it.
+            outcomes.append(self._apply_hint(records.get(fp), fp, url, changed_at,
                                               changefreq))
         return outcomes
 
-    def _apply_claim(self, record: PageRecord | None, fp: int, url: str,
+    def _apply_hint(self, record: PageRecord | None, fp: int, url: str,
                      changed_at: float | None, changefreq: float | None) -> str:
         if record is None and changefreq is not None and math.isfinite(changefreq) \
                 and changefreq > 0 and len(self._seeds) < SEEDS_KEPT:
@@ -385,21 +385,21 @@ class Recrawler:
             return "unknown"
         if record.retired is not None:
             return "retired"
-        if record.claimed_change is not None and changed_at < record.claimed_change:
-            # An older claim since the visit (another sitemap, a feed) does not undo a newer.
-            changed_at = record.claimed_change
-        unchanged = record.claimed_change == changed_at  # read again, nothing new
-        record.claimed_change = changed_at
-        if changed_at <= record.fetched_at + CLAIM_SLACK and len(self._read_at) < HELD_KEPT:
-            self._read_at[fp] = self.clock()  # "not changed" as of now (see _check_claim)
+        if record.hinted_change is not None and changed_at < record.hinted_change:
+            # An older hint since the visit (another sitemap, a feed) does not undo a newer.
+            changed_at = record.hinted_change
+        unchanged = record.hinted_change == changed_at  # read again, nothing new
+        record.hinted_change = changed_at
+        if changed_at <= record.fetched_at + HINT_SLACK and len(self._read_at) < HELD_KEPT:
+            self._read_at[fp] = self.clock()  # "not changed" as of now (see _check_hint)
         state = self.trust.state(_hostname(url))
         outcome = "kept"
         if state == "distrusted":
             outcome = "ignored"
-        elif changed_at > record.fetched_at + CLAIM_SLACK:
+        elif changed_at > record.fetched_at + HINT_SLACK:
             outcome = "due"
             # Handed out for a recrawl already: it is on its way, not to be handed twice.
-            if record.claimed_until <= self.clock() and record.eligible > 0.0:
+            if record.held_until <= self.clock() and record.eligible > 0.0:
                 host = _hostname(url)
                 if state == "unknown" and not self._probe(host, fp):
                     outcome = "held"
@@ -418,14 +418,14 @@ class Recrawler:
         return outcome
 
     def _probe(self, host: str, fp: int) -> bool:
-        """May the moved claim of page ``fp`` of ``host`` (neither trusted nor distrusted
+        """May the moved hint of page ``fp`` of ``host`` (neither trusted nor distrusted
         yet) make the page due in this run? PROBES_PER_RUN of them decide the host, and a
-        noisy host's claims do not make every page of it due at once.
+        noisy host's hints do not make every page of it due at once.
 
-        The host's first MIN_CHECKS moved claims are probes, then one page in 2**PROBE_BITS
+        The host's first MIN_CHECKS moved hints are probes, then one page in 2**PROBE_BITS
         picked by its fingerprint: spread over the whole sitemap, whatever order its parts
         are read in, rather than its first pages only (which may all be pages that do
-        change). The held claims wait until every probe is back (see _check_claim)."""
+        change). The held hints wait until every probe is back (see _check_hint)."""
         made = self._probes.get(host, 0)
         if made >= PROBES_PER_RUN:
             return False
@@ -435,15 +435,15 @@ class Recrawler:
         return True
 
     def _hold(self, host: str, fp: int) -> None:
-        """Page ``fp``'s moved claim waits for its host's probes: due once the host is
+        """Page ``fp``'s moved hint waits for its host's probes: due once the host is
         trusted (in this run), forgotten if it is distrusted. At most HELD_KEPT pages are
-        remembered so; the others' claims are read again by the next run."""
+        remembered so; the others' hints are read again by the next run."""
         if self._held_count < HELD_KEPT:
             self._held.setdefault(host, []).append(fp)
             self._held_count += 1
 
     def _decided(self, host: str, state: str) -> None:
-        """``host``'s claims were just decided: a trusted host's held pages are released
+        """``host``'s hints were just decided: a trusted host's held pages are released
         (made due by the next ``take_due``s, a batch at a time, not here, in the middle of a
         visit); a distrusted host's are dropped."""
         held = self._held.pop(host, [])
@@ -454,16 +454,16 @@ class Recrawler:
             self._held_count -= len(held)
 
     def _make_held_due(self, limit: int) -> None:
-        """Make up to ``limit`` released pages due whose claims still say they changed."""
+        """Make up to ``limit`` released pages due whose hints still say they changed."""
         releasing = self._releasing
         batch = [releasing.popleft() for _ in range(min(limit, len(releasing)))]
         self._held_count -= len(batch)
         released = 0
         for record in self.store.get_many(batch).values():
-            claimed = record.claimed_change
-            if (record.retired is None and claimed is not None
-                    and claimed > record.fetched_at + CLAIM_SLACK
-                    and record.claimed_until <= self.clock() and record.eligible > 0.0):
+            hinted = record.hinted_change
+            if (record.retired is None and hinted is not None
+                    and hinted > record.fetched_at + HINT_SLACK
+                    and record.held_until <= self.clock() and record.eligible > 0.0):
                 make_due(record)
                 self._put(record)
                 released += 1
@@ -473,7 +473,7 @@ class Recrawler:
 
     def signal_source(self, fp: int) -> None:
         """Page ``fp`` is a sitemap or a feed: due again after ``FRONTIER_RECRAWL_MIN``, so
-        that every run reads the claims afresh (its content is what the claims are)."""
+        that every run reads the hints afresh (its content is what the hints are)."""
         record = self.store.get(fp)
         if record is None or record.retired is not None:
             return
@@ -483,21 +483,21 @@ class Recrawler:
             record.history.interval = self.settings.refresh.min_interval
             self._put(record)
 
-    def _check_claim(self, record: PageRecord, changed: bool,
+    def _check_hint(self, record: PageRecord, changed: bool,
                      last_modified: float | None = None) -> None:
-        """A visit found whether the page changed: was its site's claim right?
+        """A visit found whether the page changed: was its site's hint right?
 
-        A change found after a claim that did not move is no miss when the page's
-        Last-Modified is after the claim was read: it changed since (a sitemap read, then
+        A change found after a hint that did not move is no miss when the page's
+        Last-Modified is after the hint was read: it changed since (a sitemap read, then
         its pages fetched a while later)."""
-        claimed = record.claimed_change
+        hinted = record.hinted_change
         read_at = self._read_at.pop(record.fp, None)
-        if claimed is None or not record.history.visits:
+        if hinted is None or not record.history.visits:
             return
-        record.claimed_change = None  # one claim, one check
-        said = claimed > record.fetched_at + CLAIM_SLACK
+        record.hinted_change = None  # one hint, one check
+        said = hinted > record.fetched_at + HINT_SLACK
         if (changed and not said and read_at is not None and last_modified is not None
-                and last_modified >= read_at - CLAIM_SLACK):
+                and last_modified >= read_at - HINT_SLACK):
             return
         host = _hostname(record.url)
         agreed = self.trust.check(host, said, changed)
@@ -541,20 +541,20 @@ class Recrawler:
             threshold=self.settings.simhash_threshold,
             exact=self.settings.exact,
         )
-        claimed = record.claimed_change
+        hinted = record.hinted_change
         last_modified = _http_date(visit.last_modified)
-        self._check_claim(record, changed, last_modified)
+        self._check_hint(record, changed, last_modified)
         if first:
             self._count("recrawl/pages_new")
         elif changed:
             self._count("recrawl/pages_changed")
         else:
             self._count("recrawl/pages_unchanged")
-        if (last_modified is None and claimed is not None and claimed <= self.clock()
+        if (last_modified is None and hinted is not None and hinted <= self.clock()
                 and self.trust.state(_hostname(url)) == "trusted"):
-            # No Last-Modified: a trusted host's claim is the change time the
+            # No Last-Modified: a trusted host's hint is the change time the
             # Last-Modified estimator wants.
-            last_modified = claimed
+            last_modified = hinted
         self.refresher.visited(record.history, changed, last_modified,
                                self._seeds.pop(fp, None) if first else None)
         record.digest = visit.digest
@@ -589,7 +589,7 @@ class Recrawler:
     def not_modified(self, fp: int, url: str, visit: Visit) -> PageRecord:
         """A 304: a visit that saw no change; the body it saved is counted."""
         record = self._record(fp, url)
-        self._check_claim(record, False)
+        self._check_hint(record, False)
         self._count("recrawl/not_modified")
         self._count("recrawl/bytes_saved", record.size)
         self.refresher.visited(record.history, False, None)
@@ -611,7 +611,7 @@ class Recrawler:
         if visit is not None:
             record.status = visit.status
         record.fetched_at = self.clock()
-        record.claimed_until = 0.0
+        record.held_until = 0.0
         self._put(record)
         return record
 
@@ -635,7 +635,7 @@ class Recrawler:
         if visit.request is not None:
             record.request = visit.request
         record.retired = None
-        record.claimed_until = 0.0
+        record.held_until = 0.0
         record.weight = self.quality(record)
         self._put(record)
 

@@ -1,11 +1,11 @@
 """Change signals sites publish for free: sitemaps (``<lastmod>``, ``<changefreq>``), sitemap
 indexes, RSS (``<pubDate>``) and Atom (``<updated>``) feeds.
 
-:func:`read_signals` turns one such document into :class:`Claim` objects, each a page's URL
-with the change time and change frequency its site claims, and the sitemaps an index names.
+:func:`read_signals` turns one such document into :class:`Hint` objects, each a page's URL
+with the change time and change frequency its site hints, and the sitemaps an index names.
 It streams the XML (a pull parser), refuses a document type declaration (no entity is ever
 declared, so none is expanded), reads gzip, and stops at the
-sitemap protocol's limits: ``MAX_URLS`` entries, ``MAX_BYTES`` uncompressed. Whether a claim
+sitemap protocol's limits: ``MAX_URLS`` entries, ``MAX_BYTES`` uncompressed. Whether a hint
 is believed is the recrawl's business (per-host trust), not this module's.
 """
 
@@ -44,24 +44,24 @@ _W3C = re.compile(
 
 
 @dataclass(slots=True)
-class Claim:
+class Hint:
     """What a site says of one page."""
 
     url: str
     changed_at: float | None = None
-    """The claimed time of the page's last change (seconds since the epoch), if given."""
+    """The hinted time of the page's last change (seconds since the epoch), if given."""
     changefreq: float | None = None
     """Seconds between changes, from ``<changefreq>`` (inf for ``never``), if given."""
 
 
 @dataclass(slots=True)
 class Signals:
-    """One document read: its kind, the pages it claims, and the sitemaps it names."""
+    """One document read: its kind, the pages it hints, and the sitemaps it names."""
 
     kind: str
     """``urlset``, ``sitemapindex``, ``rss``, ``atom``, or ``other`` (not a signal)."""
-    claims: list[Claim] = field(default_factory=list)
-    sitemaps: list[Claim] = field(default_factory=list)
+    hints: list[Hint] = field(default_factory=list)
+    sitemaps: list[Hint] = field(default_factory=list)
     """A sitemap index's children, with their own ``<lastmod>``."""
     truncated: bool = False
     """Past MAX_URLS entries or MAX_BYTES: the rest was not read."""
@@ -113,9 +113,9 @@ def _uncompressed(body: bytes) -> io.BufferedIOBase | io.BytesIO:
 
 def read_signals(body: bytes, *, max_urls: int = MAX_URLS, max_bytes: int = MAX_BYTES
                  ) -> Signals:
-    """The claims of a sitemap, sitemap index or feed in ``body`` (gzip or not).
+    """The hints of a sitemap, sitemap index or feed in ``body`` (gzip or not).
 
-    A document that is none of these, or not XML, is ``kind == "other"`` with no claims.
+    A document that is none of these, or not XML, is ``kind == "other"`` with no hints.
     """
     stream = _uncompressed(body)
     parser: XMLPullParser[Element] = XMLPullParser(events=("start", "end"))
@@ -148,7 +148,7 @@ def read_signals(body: bytes, *, max_urls: int = MAX_URLS, max_bytes: int = MAX_
                 if name in ("url", "sitemap", "item", "entry"):
                     _finish(out, name, entry)
                     element.clear()
-                    if len(out.claims) + len(out.sitemaps) >= max_urls:
+                    if len(out.hints) + len(out.sitemaps) >= max_urls:
                         out.truncated = True
                         return out
                 elif name == "link" and element.get("href"):
@@ -178,7 +178,7 @@ def _finish(out: Signals, name: str, entry: dict[str, str]) -> None:
     if not url or not url.startswith(("http://", "https://")):
         return
     if name == "sitemap":
-        out.sitemaps.append(Claim(url, when))
+        out.sitemaps.append(Hint(url, when))
         return
     freq = CHANGEFREQ_SECONDS.get(entry.get("changefreq", "").lower())
-    out.claims.append(Claim(url, when, freq))
+    out.hints.append(Hint(url, when, freq))

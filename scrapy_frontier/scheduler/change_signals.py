@@ -1,11 +1,11 @@
-"""Sitemaps and feeds a spider fetches, read for the change claims they carry.
+"""Sitemaps and feeds a spider fetches, read for the change hints they carry.
 
 The recrawl middleware hands over the body of each response that looks like a sitemap, a
 sitemap index or a feed. :class:`SignalReader` parses it in a thread (a 50,000-URL sitemap
 takes a fraction of a second), then, back on the reactor, fingerprints its URLs a slice at a
 time (so no turn of the reactor holds more than ``SLICE`` of them) and gives each slice's
-claims to the driver, which reads their page records together and records each claim in the
-page history (:meth:`Recrawler.claim_many`).
+hints to the driver, which reads their page records together and records each hint in the
+page history (:meth:`Recrawler.hint_many`).
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from typing import Any
 from scrapy import Request
 from twisted.internet.threads import deferToThread
 
-from scrapy_frontier.core.recrawl import PageClaim
-from scrapy_frontier.core.signals import Claim, Signals, read_signals
+from scrapy_frontier.core.recrawl import PageHint
+from scrapy_frontier.core.signals import Hint, Signals, read_signals
 from scrapy_frontier.meta import SITEMAP_META
 from scrapy_frontier.reactor.timer import call_later
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
 
-#: Claims fingerprinted and recorded per turn of the reactor, their page records read
+#: Hints fingerprinted and recorded per turn of the reactor, their page records read
 #: together: on SQLite a slice holds the reactor some 15 ms (bench_signal_claims.py).
 SLICE = 500
 _XML_START = (b"<?xml", b"<urlset", b"<sitemapindex", b"<rss", b"<feed")
@@ -62,10 +62,10 @@ def robots_sitemaps(robotparser: Any) -> list[str]:
 
 
 class SignalReader:
-    """Reads the documents it is given and records their claims (one per page URL)."""
+    """Reads the documents it is given and records their hints (one per page URL)."""
 
     def __init__(self, fp64: Callable[[Request], int],
-                 record: Callable[[list[PageClaim]], None],
+                 record: Callable[[list[PageHint]], None],
                  source: Callable[[int], None],
                  count: Callable[[str, int], None],
                  follow: Callable[[Request], object]) -> None:
@@ -100,24 +100,24 @@ class SignalReader:
         if signals.truncated:
             logger.info("%s: read up to the sitemap limits (50,000 URLs, 50 MB) or to where it "
                         "stops being valid XML; the rest is not used", url)
-        self._record_slice(signals.claims, 0)
+        self._record_slice(signals.hints, 0)
 
-    def _record_slice(self, claims: list[Claim], start: int) -> None:
+    def _record_slice(self, hints: list[Hint], start: int) -> None:
         if self.closed:
             return
-        batch: list[PageClaim] = []
-        for claim in claims[start:start + SLICE]:
-            if claim.changed_at is None and claim.changefreq is None:
+        batch: list[PageHint] = []
+        for hint in hints[start:start + SLICE]:
+            if hint.changed_at is None and hint.changefreq is None:
                 continue
             try:
-                fp = self.fp64(Request(claim.url))
+                fp = self.fp64(Request(hint.url))
             except (ValueError, TypeError):
                 continue  # not a URL Scrapy can request
-            batch.append((fp, claim.url, claim.changed_at, claim.changefreq))
+            batch.append((fp, hint.url, hint.changed_at, hint.changefreq))
         if batch:
             self.record(batch)
-        if start + SLICE < len(claims):
-            call_later(0, lambda: self._record_slice(claims, start + SLICE))
+        if start + SLICE < len(hints):
+            call_later(0, lambda: self._record_slice(hints, start + SLICE))
 
     def close(self) -> None:
         self.closed = True

@@ -76,7 +76,7 @@ class BruteForceHistoryStore:
 def make_record(fp: int, due: float, *, interval: float = 0.0, claimed: float = 0.0,
                 weight: float = 1.0, retired: str | None = None) -> PageRecord:
     r = PageRecord(fp=fp, url=f"http://a.example/{fp}", weight=weight, retired=retired,
-                   claimed_until=claimed)
+                   held_until=claimed)
     r.history.next_due = due
     r.history.interval = interval
     return r
@@ -142,7 +142,7 @@ def test_indexed_memory_store_matches_brute_force(seed: int) -> None:
             known.history.next_due = max(0.0, known.history.next_due + rng.choice((-7, -1, 1, 9)))
             put(known)
         elif op < 0.55:
-            known.claimed_until = rng.choice((0.0, known.eligible + 5, float(rng.randrange(60))))
+            known.held_until = rng.choice((0.0, known.eligible + 5, float(rng.randrange(60))))
             put(known)
         elif op < 0.62:
             known.retired = "gone" if known.retired is None else None
@@ -164,7 +164,7 @@ def test_indexed_memory_store_matches_brute_force(seed: int) -> None:
                 cursors.append((got[-1].eligible, got[-1].fp))
                 # The Recrawler claims what it takes: a put while the index is being read.
                 for r in got[: rng.randrange(len(got) + 1)]:
-                    r.claimed_until = float(rng.randrange(60))
+                    r.held_until = float(rng.randrange(60))
                     put(r)
         elif op < 0.95:
             assert store.next_due() == ref.next_due()
@@ -221,7 +221,7 @@ def memory_costs(store: Any) -> dict[str, int]:
         "due_after_cursor_10": bytecodes(lambda: store.due(cursor, math.inf, 10))[0],
     }
     record = store.due(cursor, math.inf, 1)[0]
-    record.claimed_until = 20 * DAY
+    record.held_until = 20 * DAY
     costs["put"] = bytecodes(lambda: store.put(record))[0]
     return costs
 

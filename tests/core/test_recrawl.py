@@ -81,15 +81,15 @@ def test_get_many_reads_what_get_reads(store: Any) -> None:
     for fp in (1, 3):
         store.put(record(fp, 5.0))  # pending in the stores that batch their writes
     store.put(record(0, 7.0))  # an update of a saved record
-    if hasattr(store, "claim_due"):
-        store.claim_due(6.0, 1, hold_until=9999.0)  # a worker holds page 1
+    if hasattr(store, "take_due"):
+        store.take_due(6.0, 1, hold_until=9999.0)  # a worker holds page 1
     wanted = list(range(-605, 605))
     found = store.get_many(wanted)
     one_by_one = {fp: r for fp in wanted if (r := store.get(fp)) is not None}
     assert sorted(found) == sorted(one_by_one) and len(found) == 602
     for fp, got in found.items():
         assert got.to_json() == one_by_one[fp].to_json()
-        assert got.claimed_until == one_by_one[fp].claimed_until
+        assert got.held_until == one_by_one[fp].held_until
     assert found[0].next_due == 7.0 and found[3].next_due == 5.0
     assert store.get_many([]) == {} and store.get_many([12345]) == {}
 
@@ -734,11 +734,11 @@ def test_redis_history_claims_due_pages_once_across_workers(redis_client: Any,
         first.put(record(fp, 100.0 + fp))
     first.flush()
     second = RedisHistoryStore(redis_client, prefix)  # another worker
-    a = first.claim_due(105.0, 4, 1000.0)
-    b = second.claim_due(105.0, 10, 1000.0)
+    a = first.take_due(105.0, 4, 1000.0)
+    b = second.take_due(105.0, 10, 1000.0)
     assert [r.fp for r in a] == [0, 1, 2, 3]
     assert [r.fp for r in b] == [4, 5]  # never the same page twice
-    assert second.claim_due(105.0, 10, 1000.0) == []
+    assert second.take_due(105.0, 10, 1000.0) == []
     # A claimed page reads as not eligible before the hold ends (the due gate's view).
     got = second.get(1)
     assert got is not None and got.eligible == 1000.0

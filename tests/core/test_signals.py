@@ -1,4 +1,4 @@
-"""Reading sitemaps, sitemap indexes, RSS and Atom feeds into change claims."""
+"""Reading sitemaps, sitemap indexes, RSS and Atom feeds into change hints."""
 
 from __future__ import annotations
 
@@ -36,13 +36,13 @@ def test_a_sitemap_gives_each_url_its_lastmod_and_changefreq() -> None:
     for data in (body, gzip.compress(body)):
         signals = read_signals(data)
         assert signals.kind == "urlset" and not signals.truncated
-        assert [(c.url, c.changed_at, c.changefreq) for c in signals.claims] == [
+        assert [(c.url, c.changed_at, c.changefreq) for c in signals.hints] == [
             ("http://a.example/1", T, 3600.0), ("http://a.example/2", T + 60, math.inf)]
 
 
 def test_a_sitemap_index_names_its_sitemaps() -> None:
     signals = read_signals(sitemap_index([("http://a.example/s1.xml.gz", T)]))
-    assert signals.kind == "sitemapindex" and not signals.claims
+    assert signals.kind == "sitemapindex" and not signals.hints
     assert [(s.url, s.changed_at) for s in signals.sitemaps] == [("http://a.example/s1.xml.gz",
                                                                    T)]
 
@@ -50,31 +50,31 @@ def test_a_sitemap_index_names_its_sitemaps() -> None:
 def test_feeds_rss_and_atom() -> None:
     atom = read_signals(atom_feed("http://a.example", [("http://a.example/1", T)]))
     assert atom.kind == "atom"
-    assert [(c.url, c.changed_at) for c in atom.claims] == [("http://a.example/1", T)]
+    assert [(c.url, c.changed_at) for c in atom.hints] == [("http://a.example/1", T)]
     rss = read_signals(
         b"<?xml version='1.0'?><rss version='2.0'><channel><title>t</title>"
         b"<item><title>x</title><link>http://a.example/2</link>"
         b"<pubDate>Tue, 01 Dec 2026 08:30:00 GMT</pubDate></item>"
         b"<item><link>mailto:someone</link></item></channel></rss>")
     assert rss.kind == "rss"
-    assert [(c.url, c.changed_at) for c in rss.claims] == [("http://a.example/2", T)]
+    assert [(c.url, c.changed_at) for c in rss.hints] == [("http://a.example/2", T)]
 
 
 def test_a_lastmod_that_does_not_parse_is_no_claim_of_time() -> None:
     body = (b"<urlset xmlns='http://www.sitemaps.org/schemas/sitemap/0.9'><url>"
             b"<loc>http://a.example/1</loc><lastmod>soon</lastmod><changefreq>often"
             b"</changefreq></url></urlset>")
-    [claim] = read_signals(body).claims
-    assert claim.changed_at is None and claim.changefreq is None
+    [hint] = read_signals(body).hints
+    assert hint.changed_at is None and hint.changefreq is None
 
 
 def test_other_documents_and_garbage_claim_nothing() -> None:
     assert read_signals(b"<html><body>hi</body></html>").kind == "other"
-    assert read_signals(b"not xml at all").claims == []
-    assert read_signals(b"\x1f\x8bnot gzip").claims == []
+    assert read_signals(b"not xml at all").hints == []
+    assert read_signals(b"\x1f\x8bnot gzip").hints == []
     cut = urlset([("http://a.example/1", T, "daily"), ("http://a.example/2", T, "daily")])
     half = read_signals(cut[: len(cut) - 40])
-    assert half.truncated and [c.url for c in half.claims] == ["http://a.example/1"]
+    assert half.truncated and [c.url for c in half.hints] == ["http://a.example/1"]
 
 
 def test_a_document_type_declaration_is_refused() -> None:
@@ -83,13 +83,13 @@ def test_a_document_type_declaration_is_refused() -> None:
             b"<urlset xmlns='http://www.sitemaps.org/schemas/sitemap/0.9'><url>"
             b"<loc>http://a.example/&b;</loc></url></urlset>")
     signals = read_signals(bomb)
-    assert signals.kind == "other" and not signals.claims
+    assert signals.kind == "other" and not signals.hints
 
 
 def test_the_protocols_limits_stop_the_reading() -> None:
     many = urlset([(f"http://a.example/{i}", T, "daily") for i in range(120)])
     signals = read_signals(many, max_urls=100)
-    assert signals.truncated and len(signals.claims) == 100
+    assert signals.truncated and len(signals.hints) == 100
     assert read_signals(many, max_bytes=2000).truncated
     assert set(CHANGEFREQ_SECONDS) == {"always", "hourly", "daily", "weekly", "monthly",
                                        "yearly", "never"}

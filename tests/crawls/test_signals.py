@@ -5,7 +5,7 @@ index; one child is gzip): host 0 tells the truth, host 1 lies (its lastmod neve
 host 2 is noisy (its lastmod is always now), host 3 publishes nothing. Between the runs some
 pages change; the second run decides each publishing host from a few probes. Pages are due
 again only after a day (FRONTIER_RECRAWL_INITIAL), sitemaps after half a second, so the second
-run fetches a page only because a claim said it changed.
+run fetches a page only because a hint said it changed.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ WEB = ["--shape", "wide", "--hosts", "4", "--pages", str(PAGES), "--latency", "0
        "--cross-links", "0", "--signals", "--change-rate", "0.5", "--changing-fraction", "0.25",
        "--seed", "14"]
 _names = itertools.count()
-#: Seconds after a page's fetch from which its change certainly moves its claim: the test
-#: web writes lastmod to the second, and a claim moves when over a second (CLAIM_SLACK)
+#: Seconds after a page's fetch from which its change certainly moves its hint: the test
+#: web writes lastmod to the second, and a hint moves when over a second (HINT_SLACK)
 #: past the visit.
 CERTAINLY_MOVED = 2.2
 
@@ -107,7 +107,7 @@ def test_a_recrawl_fetches_what_the_sitemaps_say_changed(backend: str, tmp_path:
 
     truthful, liar, noisy = hosts[:3]
     # The seed keeps the first three pages of each of the noisy host's sitemap parts from
-    # ever changing. Its first three probes (the first moved claims of whichever part is
+    # ever changing. Its first three probes (the first moved hints of whichever part is
     # read first) then disagree, so it is distrusted whatever its other probes find.
     half = PAGES // 2
     assert not any(truth.is_changing(noisy, f"/p/{i}") for i in (0, 1, 2, half, half + 1,
@@ -117,12 +117,12 @@ def test_a_recrawl_fetches_what_the_sitemaps_say_changed(backend: str, tmp_path:
     got = {(h, p) for h, p in fetched2 if h == truthful}
     assert changed, "no page of the truthful host changed between the runs: slow the test web"
     assert changed <= got, (sorted(changed - got), sorted(got))
-    for host, path in got:  # nothing fetched that its claim did not say changed
+    for host, path in got:  # nothing fetched that its hint did not say changed
         assert truth.change_times(host, path, fetched1[(host, path)], time.monotonic()), path
-    # The liar's claims never move: none of its pages is fetched (they are not due).
+    # The liar's hints never move: none of its pages is fetched (they are not due).
     assert not {p for h, p in fetched2 if h == liar}
-    # The noisy host claims every page changed. It is not decided yet, so only the probes'
-    # pages are fetched (and found unchanged); the others' claims wait, then are dropped.
+    # The noisy host hints every page changed. It is not decided yet, so only the probes'
+    # pages are fetched (and found unchanged); the others' hints wait, then are dropped.
     noisy2 = {p for h, p in fetched2 if h == noisy}
     assert 1 <= len(noisy2) <= PROBES_PER_RUN, {k: v for k, v in second.items() if "sign" in k}
     assert noisy2 <= {p for h, p in fetched1 if h == noisy}
@@ -132,7 +132,7 @@ def test_a_recrawl_fetches_what_the_sitemaps_say_changed(backend: str, tmp_path:
     if len(changed) > PROBES_PER_RUN:
         assert second.get("frontier/signals/released", 0) >= len(changed) - PROBES_PER_RUN
     assert second.get("frontier/signals/documents/urlset", 0) >= 6
-    # The noisy host's claims were checked by its refetches and all found wrong...
+    # The noisy host's hints were checked by its refetches and all found wrong...
     assert second["frontier/signals/hosts_distrusted"] >= 1
     assert third["frontier/signals/ignored"] >= PAGES, third
     # ...and the next run, which knows it from the page history, ignores them.

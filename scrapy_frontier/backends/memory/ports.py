@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from scrapy_frontier.core.clock import Clock
     from scrapy_frontier.core.frontier import Frontier, Lease
     from scrapy_frontier.core.history import PageRecord
-    from scrapy_frontier.core.recrawl import PageClaim, Recrawler, Visit
+    from scrapy_frontier.core.recrawl import PageHint, Recrawler, Visit
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
 
@@ -103,9 +103,9 @@ class LocalHistory(HistoryPort):
         if self.recrawler is not None:
             self.recrawler.record(fp, url, visit)
 
-    def record_hints(self, hints: list[PageClaim]) -> None:
+    def record_hints(self, hints: list[PageHint]) -> None:
         if self.recrawler is not None:
-            self.recrawler.claim_many(hints)
+            self.recrawler.hint_many(hints)
 
     def record_signal_source(self, fp: int) -> None:
         if self.recrawler is not None:

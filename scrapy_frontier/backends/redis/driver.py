@@ -110,7 +110,7 @@ if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
     from scrapy_frontier.core.history import HistoryStore, PageRecord
-    from scrapy_frontier.core.recrawl import PageClaim, Recrawler, Visit
+    from scrapy_frontier.core.recrawl import PageHint, Recrawler, Visit
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
 redis_log = logging.getLogger("scrapy_frontier.redis")
@@ -534,7 +534,7 @@ class RedisDriver(QueuePort, HistoryPort, HostControlPort, InspectPort):
         if self.recrawler is not None and not self._closed:
             self._next.visits.append((fp, url, visit))
 
-    def record_hints(self, claims: list[PageClaim]) -> None:
+    def record_hints(self, claims: list[PageHint]) -> None:
         if self.recrawler is not None and not self._closed:
             self._next.claims.extend(claims)
             self._kick()

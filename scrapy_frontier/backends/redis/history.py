@@ -11,7 +11,7 @@ Keys under one prefix ``H`` (default ``<spider>:history:``)::
                       read, set aside when met (scrapy frontier quarantine)
 
 The ``due`` score is the authority on when a page may be recrawled: claiming due
-pages (:meth:`RedisHistoryStore.claim_due`) is one Lua script that moves their
+pages (:meth:`RedisHistoryStore.take_due`) is one Lua script that moves their
 scores past the claim hold, so two workers never hand out the same page. Times
 are the workers' wall clocks (a page's due time is days away; seconds of skew
 do not matter here, unlike politeness, which runs on the Redis server's clock).
@@ -62,7 +62,7 @@ class RedisHistoryStore:
         self.prefix = prefix
         self._pending: dict[int, PageRecord] = {}
         self._trust: dict[str, tuple[int, int]] = {}
-        self._claim = client.register_script(lua_source("history_claim_due"))
+        self._claim = client.register_script(lua_source("history_take_due"))
         self._set_aside = client.register_script(lua_source("history_quarantine"))
         #: Records this process moved to the quarantine (frontier/history/quarantined).
         self.quarantined = 0
@@ -140,7 +140,7 @@ class RedisHistoryStore:
         if record is None:
             return None
         if score is not None and float(score) > record.eligible:
-            record.claimed_until = float(score)  # claimed by a worker
+            record.held_until = float(score)  # claimed by a worker
         return record
 
     def get_many(self, fps: Sequence[int]) -> dict[int, PageRecord]:
@@ -161,14 +161,14 @@ class RedisHistoryStore:
             if record is None:
                 continue
             if score is not None and float(score) > record.eligible:
-                record.claimed_until = float(score)  # claimed by a worker
+                record.held_until = float(score)  # claimed by a worker
             found[fp] = record
         return found
 
     def put(self, record: PageRecord) -> None:
         self._pending[record.fp] = record
 
-    def claim_due(self, until: float, limit: int, hold_until: float) -> list[PageRecord]:
+    def take_due(self, until: float, limit: int, hold_until: float) -> list[PageRecord]:
         """Up to ``limit`` pages eligible by ``until``, claimed until ``hold_until`` (atomic)."""
         self.flush()
         reply = self.guard(
@@ -181,12 +181,12 @@ class RedisHistoryStore:
             fp, raw = int(reply[i]), reply[i + 1]
             record = self._decode(fp, raw) if raw else None
             if record is not None:
-                record.claimed_until = hold_until
+                record.held_until = hold_until
                 out.append(record)
         return out
 
     def due(self, after: tuple[float, int], until: float, limit: int) -> list[PageRecord]:
-        # Only for callers without claim_due; the Recrawler claims through claim_due.
+        # Only for callers without take_due; the Recrawler claims through take_due.
         self.flush()
         rows = self.guard("reading due pages", lambda: self.client.zrangebyscore(
             self.key("due"), after[0], until, start=0, num=limit + 1000, withscores=True))

@@ -539,7 +539,7 @@ class PartitionedHistory:
     def put(self, record: PageRecord) -> None:
         self.of(record.fp).put(record)
 
-    def claim_due(self, until: float, limit: int, hold_until: float) -> list[PageRecord]:
+    def take_due(self, until: float, limit: int, hold_until: float) -> list[PageRecord]:
         """Up to ``limit`` due pages, claimed from the partitions in turn (none is claimed
         beyond ``limit``: a claimed page waits out its hold)."""
         out: list[PageRecord] = []
@@ -548,7 +548,7 @@ class PartitionedHistory:
         for k in range(self.count):
             if len(out) >= limit:
                 break
-            out += self.stores[(start + k) % self.count].claim_due(until, limit - len(out),
+            out += self.stores[(start + k) % self.count].take_due(until, limit - len(out),
                                                                     hold_until)
         return out
 

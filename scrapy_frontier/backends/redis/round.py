@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from scrapy import Request
 
     from scrapy_frontier.core.history import PageRecord
-    from scrapy_frontier.core.recrawl import PageClaim, Recrawler, Visit
+    from scrapy_frontier.core.recrawl import PageHint, Recrawler, Visit
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
 
@@ -35,7 +35,7 @@ MARKS_INTERVAL = 2.0
 #: Seconds between two reads of the crawl's shared budget counters.
 BUDGET_INTERVAL = 5.0
 #: Claims whose page records are read in one round trip.
-CLAIMS_READ_TOGETHER = 500
+HINTS_READ_TOGETHER = 500
 
 
 @dataclass(slots=True)
@@ -84,7 +84,7 @@ class Round:
     visits: list[tuple[int, str, Visit | None]] = field(default_factory=list)
     #: Change claims of sitemaps and feeds: (fingerprint, URL, claimed change time,
     #: changefreq in seconds).
-    claims: list[PageClaim] = field(default_factory=list)
+    claims: list[PageHint] = field(default_factory=list)
     #: Fingerprints of the sitemaps and feeds those claims came from.
     sources: list[int] = field(default_factory=list)
     want: int = 0
@@ -223,8 +223,8 @@ class RoundRunner:
                 recrawler.record(fp, url, visit)
             for fp in rnd.sources:
                 recrawler.signal_source(fp)
-            for first in range(0, len(rnd.claims), CLAIMS_READ_TOGETHER):
-                recrawler.claim_many(rnd.claims[first:first + CLAIMS_READ_TOGETHER])
+            for first in range(0, len(rnd.claims), HINTS_READ_TOGETHER):
+                recrawler.hint_many(rnd.claims[first:first + HINTS_READ_TOGETHER])
             # Before the completions: a worker killed between the two then fetches the
             # page again instead of losing its visit.
             recrawler.store.flush()

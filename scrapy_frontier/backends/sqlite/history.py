@@ -50,10 +50,10 @@ DUE_QUERY = (
 COUNT_DUE_QUERY = ("SELECT COUNT(*) FROM (SELECT 1 FROM pages WHERE retired = 0 AND "
                    "eligible <= ? LIMIT ?)")
 NEXT_DUE_QUERY = "SELECT MIN(eligible) FROM pages WHERE retired = 0"
-#: Each host's checked change claims (core/claim_trust.py), added to at every flush.
-TRUST_SCHEMA = ("CREATE TABLE IF NOT EXISTS claim_trust(host TEXT PRIMARY KEY, "
+#: Each host's checked change hints (core/hint_trust.py), added to at every flush.
+TRUST_SCHEMA = ("CREATE TABLE IF NOT EXISTS hint_trust(host TEXT PRIMARY KEY, "
                 "agreed INTEGER NOT NULL, disagreed INTEGER NOT NULL) WITHOUT ROWID")
-TRUST_UPSERT = ("INSERT INTO claim_trust(host, agreed, disagreed) VALUES (?, ?, ?) "
+TRUST_UPSERT = ("INSERT INTO hint_trust(host, agreed, disagreed) VALUES (?, ?, ?) "
                 "ON CONFLICT(host) DO UPDATE SET agreed = agreed + excluded.agreed, "
                 "disagreed = disagreed + excluded.disagreed")
 # Not in the schema: created with the first record set aside.
@@ -279,12 +279,12 @@ class SQLiteHistoryStore(WALFileStore):
     def load_trust(self) -> dict[str, tuple[int, int]]:
         try:
             if not self._conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = "
-                                      "'claim_trust'").fetchone()[0]:
+                                      "'hint_trust'").fetchone()[0]:
                 return {}
             rows = self._conn.execute(
-                "SELECT host, agreed, disagreed FROM claim_trust").fetchall()
+                "SELECT host, agreed, disagreed FROM hint_trust").fetchall()
         except sqlite3.Error as exc:
-            raise self._error(exc, "reading the hosts' claim checks failed") from exc
+            raise self._error(exc, "reading the hosts' hint checks failed") from exc
         return {str(host): (int(a), int(d)) for host, a, d in rows}
 
     def add_trust(self, host: str, agreed: int, disagreed: int) -> None:
