@@ -237,6 +237,12 @@ class HistoryStore(Protocol):
         """The earliest eligible time of a page not retired, if any."""
         ...
 
+    def take_due(self, until: float, limit: int, hold_until: float) -> list[PageRecord] | None:
+        """A store shared by several workers: up to ``limit`` records eligible by ``until``,
+        held until ``hold_until`` in one atomic step, so that no two workers get the same
+        page. None from a store of one process: the recrawler walks :meth:`due` itself."""
+        ...
+
     def evict(self, keep: int) -> int:
         """Delete the lowest-weight records until at most ``keep`` remain; return how many."""
         ...
@@ -419,6 +425,10 @@ class MemoryHistoryStore:
         """Pages not retired with an eligible time <= ``until`` (exact: ``limit`` is only
         a hint, for stores that count by reading)."""
         return self._due.count_below((until, 1 << 63))
+
+    def take_due(self, until: float, limit: int, hold_until: float) -> None:
+        """Not shared: the recrawler walks :meth:`due` itself."""
+        return None
 
     def next_due(self) -> float | None:
         first = self._due.first()

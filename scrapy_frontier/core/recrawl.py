@@ -274,15 +274,14 @@ class Recrawler:
         if self.settings.mode == "continuous":
             self.maybe_calibrate()
         until = self.clock() if self.settings.mode == "continuous" else self._due_until
-        take_due = getattr(self.store, "take_due", None)
-        if take_due is not None:
-            # A shared store takes them atomically: no two workers get the same page.
-            records = take_due(until, limit, self.clock() + self.due_hold)
-            if len(records) < limit and self.settings.mode != "continuous":
+        # A shared store takes them atomically: no two workers get the same page.
+        taken = self.store.take_due(until, limit, self.clock() + self.due_hold)
+        if taken is not None:
+            if len(taken) < limit and self.settings.mode != "continuous":
                 self._exhausted = True
-            if records:
-                self._count("recrawl/fed", len(records))
-            return list(records)
+            if taken:
+                self._count("recrawl/fed", len(taken))
+            return list(taken)
         records = self.store.due(self._cursor, until, limit)
         if len(records) < limit and self.settings.mode != "continuous":
             self._exhausted = True

@@ -225,6 +225,10 @@ class SQLiteHistoryStore(WALFileStore):
             raise self._error(exc, "due count failed") from exc
         return int(row[0])
 
+    def take_due(self, until: float, limit: int, hold_until: float) -> None:
+        """Not shared: the recrawler walks :meth:`due` itself."""
+        return None
+
     def next_due(self) -> float | None:
         self.flush()
         try:
