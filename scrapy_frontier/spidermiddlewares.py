@@ -94,30 +94,29 @@ class RecrawlMiddleware:
         return middleware
 
     def _opened(self, spider: Any) -> None:
-        scheduler = running_scheduler(self.crawler)
-        recrawler = getattr(scheduler, "recrawler", None)
-        if recrawler is not None:
+        feed = getattr(running_scheduler(self.crawler), "history_feed", None)
+        if feed is not None and feed.recrawler is not None:
             logging.getLogger(HTTPERROR_LOGGER).addFilter(self._quiet)
 
     def _closed(self, spider: Any) -> None:
         logging.getLogger(HTTPERROR_LOGGER).removeFilter(self._quiet)
 
     def process_spider_input(self, response: Response, spider: Any = None) -> None:
-        scheduler = running_scheduler(self.crawler)
-        record = getattr(scheduler, "page_visited", None)
-        if record is None or getattr(scheduler, "recrawler", None) is None:
+        # The history side of a frontier scheduler (not there with another scheduler).
+        feed = getattr(running_scheduler(self.crawler), "history_feed", None)
+        if feed is None or feed.recrawler is None:
             return
         request = response.request
         if request is None:
             return
-        record(request, visit_of(response, request))
+        feed.page_visited(request, visit_of(response, request))
         owned = bool(request.meta.get(SITEMAP_META))
         if 200 <= response.status < 300:
-            scheduler.signals_received(request.url, response.body, owned=owned)
+            feed.signals_received(request.url, response.body, owned=owned)
         if owned:
             raise SitemapRead(response, "Read by the frontier for its change claims")
         if response.status == 304:
-            self._unchanged(response, request, scheduler.recrawler.settings.pass_304)
+            self._unchanged(response, request, feed.recrawler.settings.pass_304)
 
     def _unchanged(self, response: Response, request: Request, pass_304: bool) -> None:
         """An unchanged page: announced, then past HttpErrorMiddleware (which would take the

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
@@ -22,11 +21,7 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_frontier.backends.ports import BackendContext, build_backend, load_backend
-from scrapy_frontier.errors import (
-    FrontierError,
-    HistoryStoreError,
-    StoreError,
-)
+from scrapy_frontier.errors import FrontierError, StoreError
 from scrapy_frontier.fingerprint import Fingerprinter64
 from scrapy_frontier.hostkey import HostlessURL
 from scrapy_frontier.meta import LAPSED_META, LEASE_META
@@ -35,16 +30,10 @@ from scrapy_frontier.observe.opening import frontier_line, history_line, quarant
 from scrapy_frontier.reactor.timer import EngineWaker, call_later
 from scrapy_frontier.scheduler import startup
 from scrapy_frontier.scheduler.admission import Admission
-from scrapy_frontier.scheduler.change_signals import (
-    SignalReader,
-    looks_like_signals,
-    names_sitemaps,
-    robots_sitemaps,
-    sitemap_request,
-)
 from scrapy_frontier.scheduler.engine import EngineAdapter, abandon_open
 from scrapy_frontier.scheduler.feeds import FeedGuard
 from scrapy_frontier.scheduler.fetch_timing import FetchTiming
+from scrapy_frontier.scheduler.history_feed import HistoryFeed
 from scrapy_frontier.scheduler.inflight import InFlight, LeaseKeeper
 from scrapy_frontier.scheduler.recrawl import RecrawlHooks
 from scrapy_frontier.scheduler.robots import RobotsPacing
@@ -66,7 +55,7 @@ if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
     from scrapy_frontier.backends.ports import Backend
-    from scrapy_frontier.core.recrawl import Recrawler, Visit
+    from scrapy_frontier.core.recrawl import Recrawler
 
 __all__ = ["FrontierScheduler"]
 
@@ -109,13 +98,10 @@ class FrontierScheduler:
         self.timing = FetchTiming(clock=clock, tcp_timing=config.tcp_timing,
                                   watch_stalls=config.stall_discount)
         self.recrawl: RecrawlHooks | None = None
-        #: Reads sitemaps and feeds the spider fetches, with a page history only.
-        self.signals: SignalReader | None = None
-        self.spider: Spider | None = None
         context = BackendContext(
             crawler=crawler, config=config, stats=self.stats, clock=clock,
             dupefilter=dupefilter, wake=self.waker.nudge, fail=self.run.fail,
-            due_arrived=self._due_arrived,
+            due_arrived=lambda: self.history_feed.due_arrived(),
         )
         cls = backend_cls if backend_cls is not None else load_backend(config.backend_path)
         self.backend = build_backend(cls, context)
@@ -124,6 +110,9 @@ class FrontierScheduler:
                                    Fingerprinter64(crawler.request_fingerprinter),
                                    history_failed=self.run.state_failed)
         self.feeds = FeedGuard(crawler)
+        self.history_feed = HistoryFeed(config, self.backend.history, self.run,
+                                        fp64=self.admission.fp64, enqueue=self.enqueue_request,
+                                        wake=self.waker.nudge, settings=crawler.settings)
         self.robots = RobotsPacing(slots=self.slots, rules=self.rules, inflight=self.inflight,
                                    controls=self.backend.controls, stats=self.stats,
                                    clock=clock, settings=crawler.settings)
@@ -160,7 +149,6 @@ class FrontierScheduler:
     # -- opening and closing -----------------------------------------------------------
 
     def open(self, spider: Spider) -> Deferred[None] | None:
-        self.spider = spider
         self.run.closed = self.waker.closed = False
         if self.engine.has_downloader_middleware(TIMING_MIDDLEWARE) is False:
             self._use_signals()
@@ -208,16 +196,11 @@ class FrontierScheduler:
             raise
         self.admission.spider, self.admission.recrawl = spider, self.recrawl
         if self.recrawl is not None:
-            self.backend.history.attach(self.recrawl.recrawler)
-            history = self.backend.history
-            self.signals = SignalReader(
-                self.admission.fp64, partial(self._to_history, history.record_hints),
-                partial(self._to_history, history.record_signal_source), self._count_recrawl,
-                self.enqueue_request)
+            self.history_feed.start(self.recrawl, spider)
             if mode == "continuous":
                 self.crawler.signals.connect(self._on_spider_idle, signal=signals.spider_idle)
         self._log_opening()
-        self._request_sitemaps()
+        self.history_feed.request_sitemaps()
         self.observer = observer
         observer.start_progress()
         self.df.open()
@@ -263,8 +246,7 @@ class FrontierScheduler:
     def close(self, reason: str) -> Deferred[None] | None:
         self.run.closed = True
         self.waker.close()
-        if self.signals is not None:
-            self.signals.close()
+        self.history_feed.close()
         self.timing.close()
         out, ended = self.inflight.take_all()
         # The engine has processed every response by now; the feeds close after this.
@@ -363,7 +345,7 @@ class FrontierScheduler:
         recrawl = self.recrawl
         if (recrawl is not None and now >= recrawl.feed_at
                 and len(self.queue) < 2 * self.config.recrawl.feed_batch):
-            self._feed_due(now)
+            self.history_feed.feed_due(now)
             if self.run.failed:
                 return None
         handout = self.queue.claim()
@@ -416,11 +398,9 @@ class FrontierScheduler:
         when given, drive Retry-After, the back-off after failures and retirement.
         """
         try:
-            if (exception is not None and self.recrawl is not None and not self.run.closed
-                    and not isinstance(exception, IgnoreRequest)
-                    and self.recrawl.keeps(request)):
+            if exception is not None and not isinstance(exception, IgnoreRequest):
                 # robots.txt or a middleware saying no is not the page's fault.
-                self.backend.history.record_visit(self.admission.fp64(request), request.url, None)
+                self.history_feed.page_failed(request)
             ticket = request.meta.get(LEASE_META)
             if ticket is not None:
                 self._complete_fetch(ticket, response, exception)
@@ -498,99 +478,13 @@ class FrontierScheduler:
 
     def _on_robots_parsed(self, robotparser: Any, request: Request) -> None:
         self.robots.parsed(robotparser, request)
-        if self.signals is not None and "robots" in self.config.sitemaps:
-            for url in robots_sitemaps(robotparser):
-                self.enqueue_request(sitemap_request(url))
+        self.history_feed.robots_parsed(robotparser)
 
     # -- incremental recrawl ---------------------------------------------------------------
 
     @property
     def recrawler(self) -> Recrawler | None:
         return None if self.recrawl is None else self.recrawl.recrawler
-
-    def page_visited(self, request: Request, visit: Visit) -> None:
-        """A response for ``request`` arrived (from the recrawl spider middleware)."""
-        if self.recrawl is None or self.run.closed or not self.recrawl.keeps(request):
-            return
-        visit.request = self.recrawl.snapshot(request, self.spider)
-        try:
-            self.backend.history.record_visit(self.admission.fp64(request), request.url, visit)
-        except StoreError as exc:
-            self.run.state_failed(exc)
-
-    def signals_received(self, url: str, body: bytes, *, owned: bool = False) -> None:
-        """A response that may be a sitemap or a feed (from the recrawl spider middleware);
-        ``owned``: the frontier requested it itself."""
-        if self.signals is None or self.run.closed:
-            return
-        if looks_like_signals(url, body):
-            self.signals.received(url, body, owned=owned)
-        elif names_sitemaps(url, body):
-            self.signals.robots_txt_read(url)
-
-    def _to_history(self, write: Callable[..., None], *args: Any) -> None:
-        """A page-history write for the signal reader: none once closed, and a failed one
-        stops the crawl as a failed visit write does."""
-        if self.run.closed:
-            return
-        try:
-            write(*args)
-        except StoreError as exc:
-            self.run.state_failed(exc)
-
-    def _request_sitemaps(self) -> None:
-        """FRONTIER_SITEMAPS: queue the sitemaps and feeds it lists (robots.txt's come as
-        each robots.txt is parsed)."""
-        wanted = self.config.sitemaps
-        if not wanted:
-            return
-        if self.signals is None:
-            logger.warning("FRONTIER_SITEMAPS is set but FRONTIER_RECRAWL=%r keeps no page "
-                           "history for the claims: no sitemap is read. Set JOBDIR (or use "
-                           "Redis) with FRONTIER_RECRAWL='due', or 'continuous'.",
-                           self.config.recrawl.mode)
-            return
-        if "robots" in wanted and not self.crawler.settings.getbool("ROBOTSTXT_OBEY"):
-            logger.warning("FRONTIER_SITEMAPS='robots' reads the Sitemap: lines of the "
-                           "robots.txt files Scrapy fetches, and ROBOTSTXT_OBEY is False: it "
-                           "fetches none. Set ROBOTSTXT_OBEY = True, or list the sitemaps.")
-        for url in wanted:
-            if url != "robots":
-                self.enqueue_request(sitemap_request(url))
-
-    def _count_recrawl(self, key: str, n: int) -> None:
-        if self.recrawl is not None:
-            counters = self.recrawl.recrawler.counters
-            counters[key] = counters.get(key, 0) + n
-
-    def _feed_due(self, now: float) -> None:
-        """Queue pages of the history that are due (bypassing the seen test)."""
-        recrawl = self.recrawl
-        assert recrawl is not None
-        if now < recrawl.feed_at:
-            return
-        batch = self.config.recrawl.feed_batch
-        try:
-            records = self.backend.history.take_due(batch)
-        except HistoryStoreError as exc:
-            self.run.state_failed(exc)
-            return
-        for record in records:
-            request = recrawl.request_for(record, self.spider)
-            if request is not None:
-                self.enqueue_request(request)
-            if self.run.failed:
-                return
-        if len(records) < batch:
-            # Nothing more is due for now: look again in a second (continuous mode).
-            recrawl.feed_at = now + 1.0
-
-    def _due_arrived(self) -> None:
-        """The page history has due pages it did not have when last asked: feed them at the
-        engine's next request, not after the feed's one-second pause."""
-        if self.recrawl is not None:
-            self.recrawl.feed_at = 0.0
-        self.waker.nudge()
 
     def _on_spider_idle(self, spider: Spider) -> None:
         """Continuous recrawl: stay open, pages fall due later. Stop with a signal."""

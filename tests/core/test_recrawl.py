@@ -464,15 +464,18 @@ def test_middleware_takes_a_304_past_httperror_to_no_callback_unless_asked() -> 
     parsed: list[tuple[Response, Request | None, dict[str, Any]]] = []
     rc, _ = make_recrawler()
 
-    class FakeScheduler:  # the middleware looks for a frontier scheduler's methods
+    class FakeHistoryFeed:  # the middleware looks for a frontier scheduler's history side
         recrawler = rc
-
-        def fetch_completed(self, *args: Any) -> None: ...
 
         def page_visited(self, request: Request, visit: Any) -> None:
             seen.append(visit.status)
 
         def signals_received(self, *args: Any, **kwargs: Any) -> None: ...
+
+    class FakeScheduler:
+        history_feed = FakeHistoryFeed()
+
+        def fetch_completed(self, *args: Any) -> None: ...
 
     class PageSpider(Spider):
         name = "pages"
@@ -566,7 +569,7 @@ def test_second_run_recrawls_only_due_pages_conditionally(tmp_path: Path) -> Non
     sched.enqueue_request(Request("http://a.example/", dont_filter=True, meta=START))
     sched.enqueue_request(Request("http://b.example/x"))
     for request in _drain(sched, clock):
-        sched.page_visited(request, Visit(status=200, digest=request.url, etag='"e1"',
+        sched.history_feed.page_visited(request, Visit(status=200, digest=request.url, etag='"e1"',
                                           last_modified="Sun, 29 Nov 2026 10:00:00 GMT"))
     sched.close("finished")
     assert crawler.stats.get_value("frontier/recrawl/pages_new") == 2
@@ -591,7 +594,7 @@ def test_second_run_recrawls_only_due_pages_conditionally(tmp_path: Path) -> Non
     # Fed pages are claimed: the start URL does not fetch its page a second time.
     assert not sched.enqueue_request(Request("http://a.example/", dont_filter=True, meta=START))
     for request in fetched:
-        sched.page_visited(request, Visit(status=304))
+        sched.history_feed.page_visited(request, Visit(status=304))
     sched.close("finished")
     stats = crawler.stats
     assert stats.get_value("frontier/recrawl/fed") == 2
@@ -780,7 +783,7 @@ def test_a_kill_after_a_fetch_keeps_its_visit_or_its_request(tmp_path: Path) -> 
     assert request is not None
     sched.fetch_sent(request)
     sched.fetch_completed(request)
-    sched.page_visited(request, Visit(status=200, digest="d"))
+    sched.history_feed.page_visited(request, Visit(status=200, digest="d"))
     sched.leases.acknowledge()  # the engine is done with the request
     moments = []
     for _ in range(4):
@@ -800,7 +803,7 @@ def test_recrawl_all_refetches_every_page_once_then_the_next_run_waits(
     sched.enqueue_request(Request("http://a.example/", dont_filter=True, meta=START))
     sched.enqueue_request(Request("http://b.example/x"))
     for request in _drain(sched, clock):
-        sched.page_visited(request, Visit(status=200, digest=request.url))
+        sched.history_feed.page_visited(request, Visit(status=200, digest=request.url))
     sched.close("finished")
 
     # Nothing is due for an hour; FRONTIER_RECRAWL_ALL takes both pages, each once.
@@ -813,7 +816,7 @@ def test_recrawl_all_refetches_every_page_once_then_the_next_run_waits(
     fetched = _drain(sched, clock)
     assert sorted(r.url for r in fetched) == ["http://a.example/", "http://b.example/x"]
     for request in fetched:
-        sched.page_visited(request, Visit(status=200, digest=request.url))
+        sched.history_feed.page_visited(request, Visit(status=200, digest=request.url))
     # Fetched once in this run: the feed does not hand them out again.
     clock.advance(10.0)
     assert _drain(sched, clock) == []
