@@ -158,7 +158,7 @@ def test_a_running_crawl_is_inspected_and_the_numbers_agree_with_the_server(
                 assert row["host"] in hosts_of_web and row["state"] in STATES, row
                 assert set(row) == {"host", "queued", "state", "next_contact_in",
                                     "last_fetch_s", "rest_s", "failures", "crawl_delay",
-                                    "claims"}
+                                    "hints"}
         thread.join(timeout=200)
     result = out["result"]
     assert result.returncode == 0, result.output[-3000:]
