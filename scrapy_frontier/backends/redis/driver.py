@@ -77,8 +77,9 @@ redis_log = logging.getLogger("scrapy_frontier.redis")
 #: call then carries several fetches. A completion's rest counts from the fetch's end, not
 #: from when the round lands.
 ROUND_LINGER = 0.05
-#: Seconds between two polls: a round that refreshes the cluster's state (and claims, and
-#: feeds due pages) when no round claimed since the last one.
+#: Seconds between two polls: a round that refreshes the cluster's state, claims and feeds
+#: due pages. On one partition a poll is skipped when a round claimed since the last tick:
+#: that round read the same state.
 POLL_INTERVAL = 0.5
 #: Seconds before the next host's ready time that the round claiming it is sent.
 CLAIM_LEAD = 0.02
@@ -105,6 +106,7 @@ class DueSide(Protocol):
     due: list[PageRecord]
 
     def feed(self) -> int: ...
+    def wants_due(self) -> bool: ...
     def landed(self, answer: RoundAnswer) -> None: ...
 
 
@@ -206,6 +208,9 @@ class RedisDriver:
         # next wake-up (a host's rest ends) or poll.
         self._claim_more = True
         self._wake_call: Any = None
+        self._wake_time = 0.0
+        # When the last round that claimed was sent (see POLL_INTERVAL).
+        self._claimed_at = -POLL_INTERVAL
         # A writes-only round waiting ROUND_LINGER to gather more (see kick).
         self._linger_call: Any = None
         self.closed = False
@@ -310,20 +315,27 @@ class RedisDriver:
 
     def _tick(self) -> None:
         """Every POLL_INTERVAL: refresh the cluster's state (and claim, feed)."""
+        session = self.session
+        recent = self.ctx.clock() - self._claimed_at < POLL_INTERVAL * 0.9
+        if recent and session is not None and session.remote.count == 1 \
+                and not self.history.wants_due():
+            return
         self.kick(poll=True)
 
     def kick(self, *, poll: bool = False, lingered: bool = False) -> None:
         """Send the next round now if the engine waits for it (or this is a poll); a round
-        that only writes waits ROUND_LINGER to carry more."""
+        that only writes waits ROUND_LINGER to carry more. Any round that goes claims what
+        the queue wants: claims ahead then take the hosts ready soon on the way."""
         if self.closed or self.sending is not None or not self.io.running:
             return
         if not self.outage.may_try():
             return
         nxt = self.next
-        nxt.want = self.queue.wanted() if (self._claim_more or poll) else 0
-        if not (poll or nxt.want or nxt.has_writes()):
+        want = self.queue.wanted()
+        claiming = bool(want) and (self._claim_more or poll)
+        if not (poll or claiming or nxt.has_writes()):
             return
-        if not (poll or lingered or (nxt.want and self.queue.starving())):
+        if not (poll or lingered or (claiming and self.queue.starving())):
             # Nothing the engine waits for (writes only, or claims while it still has
             # requests at hand): gather more for ROUND_LINGER, in one script call.
             if self._linger_call is None:
@@ -332,10 +344,13 @@ class RedisDriver:
         if self._linger_call is not None:
             self._linger_call.cancel()
             self._linger_call = None
+        nxt.want = want
         self._send(nxt, poll)
 
     def _send(self, nxt: Round, poll: bool) -> None:
         nxt.poll = poll
+        if nxt.want:
+            self._claimed_at = self.ctx.clock()
         if poll:
             nxt.feed = self.history.feed()
         # Any round may carry it: under load the poll ticks rarely find the thread free.
@@ -363,16 +378,22 @@ class RedisDriver:
         return self.session.run(rnd)
 
     def _wake_at(self, seconds: float) -> None:
-        """A resting host becomes ready before the next poll: claim then."""
+        """A resting host becomes ready before the next poll: claim then (or at the earlier
+        wake-up already set)."""
+        seconds = max(0.005, seconds)
+        at = self.ctx.clock() + seconds
         if self._wake_call is not None:
-            return
+            if self._wake_time <= at:
+                return
+            self._wake_call.cancel()
 
         def wake() -> None:
             self._wake_call = None
             self._claim_more = True
             self.kick()
 
-        self._wake_call = call_later(max(0.005, seconds), wake)
+        self._wake_time = at
+        self._wake_call = call_later(seconds, wake)
 
     # -- landing rounds ------------------------------------------------------------------
 
@@ -395,7 +416,8 @@ class RedisDriver:
             self.ctx.wake()  # the engine sees at once whether the crawl is over
         # Fewer leases than asked for: no other host is ready now, so the next claim waits
         # for the wake-up the round read (or the next poll).
-        self._claim_more = len(answer.leases) >= sent.want
+        if sent.want:
+            self._claim_more = len(answer.leases) >= sent.want
         if answer.leases:  # (due pages woke it already: due_arrived)
             self.ctx.wake()
         if answer.wakeup is not None and answer.wakeup < POLL_INTERVAL:

@@ -58,6 +58,9 @@ class RedisHistory(HistoryPort):
         due, self.due = self.due, []
         return due
 
+    def wants_due(self) -> bool:
+        return self._want > 0
+
     def feed(self) -> int:
         """How many due pages the next poll round claims (asked once)."""
         want, self._want = self._want, 0
