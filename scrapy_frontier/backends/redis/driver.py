@@ -78,8 +78,9 @@ redis_log = logging.getLogger("scrapy_frontier.redis")
 #: from when the round lands.
 ROUND_LINGER = 0.05
 #: Seconds between two polls: a round that refreshes the cluster's state, claims and feeds
-#: due pages. On one partition a poll is skipped when a round claimed since the last tick:
-#: that round read the same state.
+#: due pages. On one partition a poll is skipped when a round landed since the last tick
+#: (it read the same state) and the claims need no poll (the next claim goes when the engine
+#: asks, or at a wake-up already set).
 POLL_INTERVAL = 0.5
 #: Seconds before the next host's ready time that the round claiming it is sent.
 CLAIM_LEAD = 0.02
@@ -209,8 +210,8 @@ class RedisDriver:
         self._claim_more = True
         self._wake_call: Any = None
         self._wake_time = 0.0
-        # When the last round that claimed was sent (see POLL_INTERVAL).
-        self._claimed_at = -POLL_INTERVAL
+        # When the last round landed (see POLL_INTERVAL).
+        self._landed_at = -POLL_INTERVAL
         # A writes-only round waiting ROUND_LINGER to gather more (see kick).
         self._linger_call: Any = None
         self.closed = False
@@ -315,12 +316,17 @@ class RedisDriver:
 
     def _tick(self) -> None:
         """Every POLL_INTERVAL: refresh the cluster's state (and claim, feed)."""
-        session = self.session
-        recent = self.ctx.clock() - self._claimed_at < POLL_INTERVAL * 0.9
-        if recent and session is not None and session.remote.count == 1 \
-                and not self.history.wants_due():
+        if not self._poll_needed():
             return
         self.kick(poll=True)
+
+    def _poll_needed(self) -> bool:
+        session = self.session
+        if session is None or session.remote.count > 1 or self.history.wants_due():
+            return True
+        if self.ctx.clock() - self._landed_at >= POLL_INTERVAL * 0.9:
+            return True
+        return not (self._claim_more or self._wake_call is not None)
 
     def kick(self, *, poll: bool = False, lingered: bool = False) -> None:
         """Send the next round now if the engine waits for it (or this is a poll); a round
@@ -349,8 +355,6 @@ class RedisDriver:
 
     def _send(self, nxt: Round, poll: bool) -> None:
         nxt.poll = poll
-        if nxt.want:
-            self._claimed_at = self.ctx.clock()
         if poll:
             nxt.feed = self.history.feed()
         # Any round may carry it: under load the poll ticks rarely find the thread free.
@@ -404,6 +408,7 @@ class RedisDriver:
         if self.closed:
             self.queue.buffer.extend(answer.leases)  # given back by close()
             return
+        self._landed_at = self.ctx.clock()
         outage = self.outage.reached()
         if outage is not None:
             redis_log.warning("Redis is back after %.1f s; continuing", outage)
