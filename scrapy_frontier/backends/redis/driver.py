@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from twisted.internet.defer import succeed
@@ -60,8 +61,6 @@ from scrapy_frontier.reactor.stalls import StallMeter
 from scrapy_frontier.reactor.timer import call_later
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from scrapy.spiders import Spider
     from twisted.internet.defer import Deferred
 
@@ -185,6 +184,75 @@ class IdleGrace:
             self._call = None
 
 
+class Pacing:
+    """When the next round may go: the poll every POLL_INTERVAL, the linger of a round that
+    only writes, the wake-up at a host's ready time, and whether claims go at once."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        #: Claim again at once only after a round got all it asked for; otherwise at the
+        #: next wake-up (a host's rest ends) or poll.
+        self.claim_more = True
+        #: When the last round landed.
+        self.landed_at = -POLL_INTERVAL
+        self._poll: Any = None
+        self._wake: Any = None
+        self._wake_time = 0.0
+        self._linger: Any = None
+
+    def start(self, tick: Callable[[], None]) -> None:
+        self._poll = LoopingCall(tick)
+        self._poll.start(POLL_INTERVAL, now=True)
+
+    def stop(self) -> None:
+        if self._poll is not None and self._poll.running:
+            self._poll.stop()
+        for call in (self._wake, self._linger):
+            if call is not None:  # each is set to None when it fires
+                call.cancel()
+        self._wake = self._linger = None
+
+    def poll_skippable(self) -> bool:
+        """A round landed since the last tick (it read the same state), and the next claim
+        goes anyway: when the engine asks, or at a wake-up already set."""
+        recent = self.clock() - self.landed_at < POLL_INTERVAL * 0.9
+        return recent and (self.claim_more or self._wake is not None)
+
+    def linger(self, then: Callable[[], None]) -> None:
+        """Call ``then`` after ROUND_LINGER (unless a linger is running already)."""
+        if self._linger is not None:
+            return
+
+        def over() -> None:
+            self._linger = None
+            then()
+
+        self._linger = call_later(ROUND_LINGER, over)
+
+    def stop_linger(self) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+
+    def wake_at(self, seconds: float, then: Callable[[], None]) -> None:
+        """A resting host becomes ready before the next poll: claim more and call ``then``
+        in ``seconds`` (or at the earlier wake-up already set)."""
+        seconds = max(0.005, seconds)
+        at = self.clock() + seconds
+        if self._wake is not None:
+            if self._wake_time <= at:
+                return
+            self._wake.cancel()
+
+        def wake() -> None:
+            self._wake = None
+            self.claim_more = True
+            then()
+
+        self._wake_time = at
+        self._wake = call_later(seconds, wake)
+
+
 class RedisDriver:
     """The I/O rounds of one worker: what the next round carries, when it goes, and what
     its answer changes."""
@@ -204,16 +272,7 @@ class RedisDriver:
                                lambda: self.ctx.wake())
         # How late the loop runs a 50 ms beat: how long answers of the I/O thread wait.
         self.stall = StallMeter(context.clock, schedstat=None, beat=0.05)
-        self._poll: Any = None
-        # Claim again at once only after a round got all it asked for; otherwise at the
-        # next wake-up (a host's rest ends) or poll.
-        self._claim_more = True
-        self._wake_call: Any = None
-        self._wake_time = 0.0
-        # When the last round landed (see POLL_INTERVAL).
-        self._landed_at = -POLL_INTERVAL
-        # A writes-only round waiting ROUND_LINGER to gather more (see kick).
-        self._linger_call: Any = None
+        self.pacing = Pacing(context.clock)
         self.closed = False
         self.queue: LeaseSide
         self.history: DueSide
@@ -233,8 +292,7 @@ class RedisDriver:
         self.grace.opened_at = self.ctx.clock()
         self.io.start()
         self.stall.start()
-        self._poll = LoopingCall(self._tick)
-        self._poll.start(POLL_INTERVAL, now=True)
+        self.pacing.start(self._tick)
 
     @property
     def location(self) -> str:
@@ -248,12 +306,7 @@ class RedisDriver:
         completed) so other workers need not wait for them to expire.
         """
         self.closed = True
-        if self._poll is not None and self._poll.running:
-            self._poll.stop()
-        for call in (self._wake_call, self._linger_call):
-            if call is not None:  # each is set to None when it fires
-                call.cancel()
-        self._wake_call = self._linger_call = None
+        self.pacing.stop()
         self.grace.cancel()
         self.stall.stop()
         session = self.session
@@ -316,17 +369,11 @@ class RedisDriver:
 
     def _tick(self) -> None:
         """Every POLL_INTERVAL: refresh the cluster's state (and claim, feed)."""
-        if not self._poll_needed():
+        session = self.session
+        if (session is not None and session.remote.count == 1
+                and not self.history.wants_due() and self.pacing.poll_skippable()):
             return
         self.kick(poll=True)
-
-    def _poll_needed(self) -> bool:
-        session = self.session
-        if session is None or session.remote.count > 1 or self.history.wants_due():
-            return True
-        if self.ctx.clock() - self._landed_at >= POLL_INTERVAL * 0.9:
-            return True
-        return not (self._claim_more or self._wake_call is not None)
 
     def kick(self, *, poll: bool = False, lingered: bool = False) -> None:
         """Send the next round now if the engine waits for it (or this is a poll); a round
@@ -338,18 +385,15 @@ class RedisDriver:
             return
         nxt = self.next
         want = self.queue.wanted()
-        claiming = bool(want) and (self._claim_more or poll)
+        claiming = bool(want) and (self.pacing.claim_more or poll)
         if not (poll or claiming or nxt.has_writes()):
             return
         if not (poll or lingered or (claiming and self.queue.starving())):
             # Nothing the engine waits for (writes only, or claims while it still has
             # requests at hand): gather more for ROUND_LINGER, in one script call.
-            if self._linger_call is None:
-                self._linger_call = call_later(ROUND_LINGER, self._linger_over)
+            self.pacing.linger(lambda: self.kick(lingered=True))
             return
-        if self._linger_call is not None:
-            self._linger_call.cancel()
-            self._linger_call = None
+        self.pacing.stop_linger()
         nxt.want = want
         self._send(nxt, poll)
 
@@ -372,32 +416,10 @@ class RedisDriver:
 
         d.addBoth(landed)
 
-    def _linger_over(self) -> None:
-        self._linger_call = None
-        self.kick(lingered=True)
-
     def _run_round(self, rnd: Round) -> RoundAnswer:
         """In the I/O thread: one round against Redis."""
         assert self.session is not None
         return self.session.run(rnd)
-
-    def _wake_at(self, seconds: float) -> None:
-        """A resting host becomes ready before the next poll: claim then (or at the earlier
-        wake-up already set)."""
-        seconds = max(0.005, seconds)
-        at = self.ctx.clock() + seconds
-        if self._wake_call is not None:
-            if self._wake_time <= at:
-                return
-            self._wake_call.cancel()
-
-        def wake() -> None:
-            self._wake_call = None
-            self._claim_more = True
-            self.kick()
-
-        self._wake_time = at
-        self._wake_call = call_later(seconds, wake)
 
     # -- landing rounds ------------------------------------------------------------------
 
@@ -408,7 +430,7 @@ class RedisDriver:
         if self.closed:
             self.queue.buffer.extend(answer.leases)  # given back by close()
             return
-        self._landed_at = self.ctx.clock()
+        self.pacing.landed_at = self.ctx.clock()
         outage = self.outage.reached()
         if outage is not None:
             redis_log.warning("Redis is back after %.1f s; continuing", outage)
@@ -422,12 +444,12 @@ class RedisDriver:
         # Fewer leases than asked for: no other host is ready now, so the next claim waits
         # for the wake-up the round read (or the next poll).
         if sent.want:
-            self._claim_more = len(answer.leases) >= sent.want
+            self.pacing.claim_more = len(answer.leases) >= sent.want
         if answer.leases:  # (due pages woke it already: due_arrived)
             self.ctx.wake()
         if answer.wakeup is not None and answer.wakeup < POLL_INTERVAL:
             # A little early: the host is claimed ahead, so its fetch waits for no round.
-            self._wake_at(max(0.0, answer.wakeup - CLAIM_LEAD))
+            self.pacing.wake_at(answer.wakeup - CLAIM_LEAD, self.kick)
         self.kick()
 
     def _round_failed(self, failure: Any) -> None:
