@@ -68,14 +68,13 @@ if TYPE_CHECKING:
     from scrapy_frontier.core.history import PageRecord
     from scrapy_frontier.core.recrawl import Recrawler
 
-logger = logging.getLogger("scrapy_frontier.scheduler")
 redis_log = logging.getLogger("scrapy_frontier.redis")
 
 #: Seconds a round waits for more to carry when the engine is not waiting for it (it only
 #: writes, or it claims while the engine still has claimed requests at hand): one script
 #: call then carries several fetches. A completion's rest counts from the fetch's end, not
 #: from when the round lands.
-ROUND_LINGER = 0.05
+ROUND_LINGER = 0.1
 #: Seconds between two polls: a round that refreshes the cluster's state, claims and feeds
 #: due pages. On one partition a poll is skipped when a round landed since the last tick
 #: (it read the same state) and the claims need no poll (the next claim goes when the engine
