@@ -142,3 +142,52 @@ def test_backends_and_reactor_helpers_never_import_the_scrapy_shell() -> None:
         if mod.startswith((f"{PKG}.backends", f"{PKG}.reactor")):
             bad = {n for n in _imports(path) if n.startswith(shell)}
             assert not bad, f"{mod} imports {sorted(bad)}"
+
+
+def _class_sizes() -> list[tuple[str, str, int, int]]:
+    """(module, class, attributes, methods): attributes are the names a class body binds
+    plus every ``self.X`` it assigns anywhere."""
+    out = []
+    for mod, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            attrs: set[str] = set()
+            methods: set[str] = set()
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    methods.add(item.name)
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    attrs.add(item.target.id)
+                elif isinstance(item, ast.Assign):
+                    attrs.update(t.id for t in item.targets if isinstance(t, ast.Name))
+            for sub in ast.walk(node):
+                targets: list[ast.expr] = []
+                if isinstance(sub, ast.Assign):
+                    targets = sub.targets
+                elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)):
+                    targets = [sub.target]
+                for target in targets:
+                    for e in ast.walk(target):
+                        if (isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name)
+                                and e.value.id == "self"):
+                            attrs.add(e.attr)
+            out.append((mod, node.name, len(attrs), len(methods)))
+    return out
+
+
+def test_no_class_has_more_than_30_attributes() -> None:
+    """Small classes with one job each (Scrapy's Scheduler has 13 attributes)."""
+    big = [(mod, name, attrs) for mod, name, attrs, _ in _class_sizes() if attrs > 30]
+    assert big == []
+
+
+def test_no_two_classes_share_a_name() -> None:
+    """One name for one thing (docs/design.rst, Glossary)."""
+    seen: dict[str, str] = {}
+    twice = []
+    for mod, name, _, _ in _class_sizes():
+        if name in seen:
+            twice.append((name, seen[name], mod))
+        seen[name] = mod
+    assert twice == []

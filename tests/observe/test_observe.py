@@ -480,7 +480,7 @@ def test_census_through_the_scheduler(driver: Driver) -> Gen:
             # Claimed ahead by this worker (FRONTIER_REDIS_PREFETCH): leased, in flight.
             assert whole.queued + whole.in_flight == len(requests)
             # The worker's own share is now; the shared totals as of their read.
-            assert census.in_flight == len(run.scheduler.backend.driver._buffer) <= len(requests)
+            assert census.in_flight == len(run.scheduler.backend.queue.buffer) <= len(requests)
         else:
             assert (whole.queued, whole.in_flight) == (len(requests), 0)
         assert census.fetched == 0

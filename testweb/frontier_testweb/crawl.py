@@ -262,8 +262,8 @@ def _in_flight_now(crawler: Any) -> list[str]:
     scheduler = getattr(engine, "scheduler", None) or getattr(slot, "scheduler", None)
     inflight = getattr(scheduler, "inflight", None)
     urls += [f.request.url for f in getattr(inflight, "awaiting_ack", {}).values()]
-    driver = getattr(scheduler, "driver", None)
-    for rnd in (getattr(driver, "_next", None), getattr(driver, "_sending", None)):
+    driver = getattr(getattr(scheduler, "backend", None), "driver", None)
+    for rnd in (getattr(driver, "next", None), getattr(driver, "sending", None)):
         for completion in getattr(rnd, "completions", ()):
             from scrapy_frontier.codec import saved_url
 
@@ -352,14 +352,14 @@ def _freeze_holding_claims_ahead(crawler: Any, marker: Path, *, after: int) -> N
     def opened(spider: Any) -> None:
         engine = crawler.engine
         scheduler = getattr(engine, "scheduler", None) or engine._slot.scheduler
-        driver = scheduler.backend.driver
+        driver, queue = scheduler.backend.driver, scheduler.backend.queue
         landed_first = driver._round_done
 
         def landed(answer: Any) -> None:
-            if (answer.not_before and not marker.exists() and driver._fetched >= after
-                    and not driver._held and not driver._unacked
-                    and not driver._next.completions):
-                leases = [*driver._buffer, *answer.leases]
+            if (answer.not_before and not marker.exists() and queue.fetched >= after
+                    and not queue.held and not queue.unacked
+                    and not driver.next.completions):
+                leases = [*queue.buffer, *answer.leases]
                 held = [{"host": lease.host, "ticket": lease.ticket,
                          "url": saved_url(lease.item[8:]),
                          "ahead": lease.ticket in answer.not_before} for lease in leases]

@@ -5,7 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from scrapy_frontier.backends.ports import Backend, BackendContext
+from scrapy_frontier.backends.redis.controls import RedisControls
 from scrapy_frontier.backends.redis.driver import RedisDriver
+from scrapy_frontier.backends.redis.events import RedisHistory
+from scrapy_frontier.backends.redis.inspection import RedisInspection
+from scrapy_frontier.backends.redis.queue import RedisQueue
 
 if TYPE_CHECKING:
     from scrapy.spiders import Spider
@@ -13,21 +17,27 @@ if TYPE_CHECKING:
 
 
 class RedisBackend(Backend):
-    """One object serves the four ports for now (see RedisDriver)."""
+    """Builds the four ports over one driver (the I/O rounds), and opens and closes them."""
 
     name = "redis"
     persistent = True
 
     def __init__(self, context: BackendContext, *, client: Any = None) -> None:
         driver = self.driver = RedisDriver(context, client=client)
-        self.queue = self.history = self.controls = self.inspection = driver
+        self.queue: RedisQueue = RedisQueue(context, driver)
+        self.history: RedisHistory = RedisHistory(driver, context.due_arrived)
+        self.controls: RedisControls = RedisControls(driver, self.queue.local)
+        self.inspection: RedisInspection = RedisInspection(driver, self.queue)
+        driver.serve(self.queue, self.history)
 
     @property
     def location(self) -> str:  # type: ignore[override]
-        return str(getattr(self.driver, "location", "redis"))
+        return self.driver.location
 
     def open(self, spider: Spider) -> None:
         self.driver.open(spider)
+        self.queue.open(spider)
 
     def close(self, reason: str) -> Deferred[None] | None:
-        return self.driver.close(reason)
+        self.queue.closing()
+        return self.driver.close()

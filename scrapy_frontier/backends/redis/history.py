@@ -6,13 +6,13 @@ Keys under one prefix ``H`` (default ``<spider>:history:``)::
     H pages    HASH   fingerprint -> the page record as JSON (PageRecord.to_json)
     H due      ZSET   fingerprint -> eligible time (pages not retired)
     H weight   ZSET   fingerprint -> quality, for eviction
-    H trust    HASH   "<host>|agreed", "<host>|disagreed" -> checks of its change claims
+    H trust    HASH   "<host>|agreed", "<host>|disagreed" -> checks of its change hints
     H quarantine HASH fingerprint -> JSON {"data", "error", "at"}: records that cannot be
                       read, set aside when met (scrapy frontier quarantine)
 
-The ``due`` score is the authority on when a page may be recrawled: claiming due
+The ``due`` score is the authority on when a page may be recrawled: taking due
 pages (:meth:`RedisHistoryStore.take_due`) is one Lua script that moves their
-scores past the claim hold, so two workers never hand out the same page. Times
+scores past the due hold, so two workers never hand out the same page. Times
 are the workers' wall clocks (a page's due time is days away; seconds of skew
 do not matter here, unlike politeness, which runs on the Redis server's clock).
 
@@ -62,7 +62,9 @@ class RedisHistoryStore:
         self.prefix = prefix
         self._pending: dict[int, PageRecord] = {}
         self._trust: dict[str, tuple[int, int]] = {}
-        self._claim = client.register_script(lua_source("history_take_due"))
+        # Records read ahead by prefetch, each handed out once by get.
+        self._read: dict[int, PageRecord | None] = {}
+        self._take_due = client.register_script(lua_source("history_take_due"))
         self._set_aside = client.register_script(lua_source("history_quarantine"))
         #: Records this process moved to the quarantine (frontier/history/quarantined).
         self.quarantined = 0
@@ -126,37 +128,38 @@ class RedisHistoryStore:
         pending = self._pending.get(fp)
         if pending is not None:
             return PageRecord.from_json(fp, pending.to_json())
-
-        def read() -> Any:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hget(self.key("pages"), fp)
-            pipe.zscore(self.key("due"), fp)
-            return pipe.execute()
-
-        raw, score = self.guard("reading a page record", read)
-        if raw is None:
-            return None
-        record = self._decode(fp, raw)
-        if record is None:
-            return None
-        if score is not None and float(score) > record.eligible:
-            record.held_until = float(score)  # claimed by a worker
-        return record
+        if fp in self._read:
+            return self._read.pop(fp)
+        return self._read_records([fp]).get(fp)
 
     def get_many(self, fps: Sequence[int]) -> dict[int, PageRecord]:
         found, wanted = split_pending(self._pending, fps)
+        if wanted:
+            found.update(self._read_records(wanted))
+        return found
+
+    def prefetch(self, fps: Sequence[int]) -> None:
+        """Read the records of ``fps`` together, for the next :meth:`get` of each (the
+        I/O round reads its visits' records in one round trip, then records each visit)."""
+        _, wanted = split_pending(self._pending, fps)
         if not wanted:
-            return found
+            return
+        got = self._read_records(wanted)
+        self._read = {fp: got.get(fp) for fp in wanted}
+
+    def _read_records(self, fps: list[int]) -> dict[int, PageRecord]:
+        """The records of ``fps`` in Redis, with their due holds: two commands in one round
+        trip, however many pages."""
 
         def read() -> Any:
             pipe = self.client.pipeline(transaction=False)
-            pipe.hmget(self.key("pages"), wanted)
-            for fp in wanted:
-                pipe.zscore(self.key("due"), fp)
+            pipe.hmget(self.key("pages"), fps)
+            pipe.zmscore(self.key("due"), fps)
             return pipe.execute()
 
-        reply = self.guard("reading page records", read)
-        for fp, raw, score in zip(wanted, reply[0], reply[1:], strict=True):
+        raws, scores = self.guard("reading page records", read)
+        found: dict[int, PageRecord] = {}
+        for fp, raw, score in zip(fps, raws, scores, strict=True):
             record = None if raw is None else self._decode(fp, raw)
             if record is None:
                 continue
@@ -166,14 +169,15 @@ class RedisHistoryStore:
         return found
 
     def put(self, record: PageRecord) -> None:
+        self._read.pop(record.fp, None)
         self._pending[record.fp] = record
 
     def take_due(self, until: float, limit: int, hold_until: float) -> list[PageRecord]:
         """Up to ``limit`` pages eligible by ``until``, claimed until ``hold_until`` (atomic)."""
         self.flush()
         reply = self.guard(
-            "claiming due pages",
-            lambda: self._claim(keys=[self.key("due"), self.key("pages")],
+            "taking due pages",
+            lambda: self._take_due(keys=[self.key("due"), self.key("pages")],
                                 args=[repr(float(until)), limit, repr(float(hold_until))]),
         )
         out = []
@@ -270,6 +274,7 @@ class RedisHistoryStore:
         self.flush()
 
     def flush(self) -> None:
+        self._read.clear()  # read ahead for this batch of events only
         if not self._pending and not self._trust:
             return
         # Taken whole in one step: a record put meanwhile (from another thread) goes to

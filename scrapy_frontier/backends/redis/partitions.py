@@ -536,6 +536,15 @@ class PartitionedHistory:
                 out.update(store.get_many(group))
         return out
 
+    def prefetch(self, fps: Sequence[int]) -> None:
+        """Each partition reads its share of ``fps`` together (see RedisHistoryStore)."""
+        groups: list[list[int]] = [[] for _ in self.stores]
+        for fp in fps:
+            groups[fp % self.count].append(fp)
+        for store, group in zip(self.stores, groups, strict=True):
+            if group:
+                store.prefetch(group)
+
     def put(self, record: PageRecord) -> None:
         self.of(record.fp).put(record)
 

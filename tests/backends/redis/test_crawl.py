@@ -406,8 +406,9 @@ def test_backpressure_stops_handing_out_while_the_backlog_is_full(monkeypatch: A
     from scrapy.dupefilters import RFPDupeFilter
     from scrapy.utils.test import get_crawler
 
-    from scrapy_frontier.backends.redis import driver as redis_driver
+    from scrapy_frontier.backends.redis import queue as redis_queue
     from scrapy_frontier.backends.redis.frontier import RedisLease
+    from scrapy_frontier.backends.redis.round import Pushed
     from scrapy_frontier.scheduler import FrontierScheduler
     from scrapy_frontier.settings import FrontierConfig
 
@@ -415,19 +416,19 @@ def test_backpressure_stops_handing_out_while_the_backlog_is_full(monkeypatch: A
     config = FrontierConfig.from_settings(crawler.settings)
     sched = FrontierScheduler(crawler, config, RFPDupeFilter.from_crawler(crawler))
     crawler.engine = SimpleNamespace(_slot=SimpleNamespace(inprogress=set()))
-    driver = sched.backend.driver
-    assert isinstance(driver, redis_driver.RedisDriver)
-    driver._codec = SimpleNamespace(decode=lambda data: __import__("scrapy").Request(
+    queue = sched.backend.queue
+    assert isinstance(queue, redis_queue.RedisQueue)
+    queue._codec = SimpleNamespace(decode=lambda data: __import__("scrapy").Request(
         "http://a.example/"))
     lease = RedisLease(ticket=1, host="a.example", item=b"\0" * 8 + b"x", level=4,
                        handed_at=0.0, deadline=9.0, ready_at=0.0)
-    driver._buffer = deque([lease])
-    monkeypatch.setattr(redis_driver, "MAX_BACKLOG", 3)
-    pushed = redis_driver.Pushed(1, 1, True, True, False, "h", 4, b"")
-    driver._next.pushes = [pushed] * 4
+    queue.buffer = deque([lease])
+    monkeypatch.setattr(redis_queue, "MAX_BACKLOG", 3)
+    pushed = Pushed(1, 1, True, True, False, "h", 4, b"")
+    sched.backend.driver.next.pushes = [pushed] * 4
     assert sched.next_request() is None  # backlog over the limit: nothing handed out
-    assert driver.counters["redis/backpressure"] == 1
-    driver._next.pushes = []
+    assert queue.counters["redis/backpressure"] == 1
+    sched.backend.driver.next.pushes = []
     request = sched.next_request()
     assert request is not None and request.meta["frontier_lease"] == 1
 
@@ -450,6 +451,7 @@ def test_a_worker_closes_when_the_frontier_is_empty_and_waits_only_if_it_saw_no_
     config = FrontierConfig.from_settings(crawler.settings)
     sched = FrontierScheduler(crawler, config, RFPDupeFilter.from_crawler(crawler))
     driver = sched.backend.driver
+    queue = sched.backend.queue
     assert isinstance(driver, redis_driver.RedisDriver)
     timers: list[tuple[float, Any]] = []
 
@@ -465,29 +467,29 @@ def test_a_worker_closes_when_the_frontier_is_empty_and_waits_only_if_it_saw_no_
     monkeypatch.setattr(redis_driver, "call_later", fake_call_later)
     monkeypatch.setattr(driver.ctx, "wake", lambda: woken.append(True))
     driver.view.idle_since = time.monotonic()
-    driver._opened_at = time.monotonic()
-    assert driver.has_pending()  # no work seen yet, within the grace
-    assert driver.has_pending()
+    driver.grace.opened_at = time.monotonic()
+    assert queue.has_pending()  # no work seen yet, within the grace
+    assert queue.has_pending()
     assert len(timers) == 1 and 1.9 < timers[0][0] <= 2.02  # one wake, at the grace's end
     timers[0][1]()
     assert woken == [True]
-    driver._opened_at = time.monotonic() - 2.5
-    assert not driver.has_pending()  # the grace is over: the crawl is done
-    driver._opened_at = time.monotonic()
-    driver._seen_work = True
-    assert not driver.has_pending()  # work was seen: done at once, no grace
+    driver.grace.opened_at = time.monotonic() - 2.5
+    assert not queue.has_pending()  # the grace is over: the crawl is done
+    driver.grace.opened_at = time.monotonic()
+    driver.grace.seen_work = True
+    assert not queue.has_pending()  # work was seen: done at once, no grace
     driver.view.idle_since = None
-    assert driver.has_pending()  # the shared frontier holds work
+    assert queue.has_pending()  # the shared frontier holds work
     driver.view.idle_since = time.monotonic()
     # A census reader (metrics, progress line) sees the idle frontier before the end: a
     # census read before the cluster went idle holds the crawl open for one more round.
     kicked: list[bool] = []
-    monkeypatch.setattr(driver, "_kick", lambda poll=False: kicked.append(poll))
+    monkeypatch.setattr(driver, "kick", lambda poll=False: kicked.append(poll))
     driver.view.census_wanted = True
     driver.view.read_at = driver.view.idle_since - 0.5
-    assert driver.has_pending() and kicked == [True]
+    assert queue.has_pending() and kicked == [True]
     driver.view.read_at = driver.view.idle_since + 0.1  # a round read it since
-    assert not driver.has_pending()
+    assert not queue.has_pending()
 
 
 def check_one_killed(codes: list[int], entries: list[Any], expected: Any, frozen_url: str,

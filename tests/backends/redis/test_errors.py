@@ -284,8 +284,9 @@ def test_garbage_in_the_count_hash_names_the_key_and_the_field(
 def test_the_driver_stops_on_refusals(exc: RedisFrontierError) -> None:
     failed: list[tuple[str, BaseException]] = []
     stats = SimpleNamespace(inc_value=lambda *a, **k: None)
-    fake = SimpleNamespace(_sending=None, _next=None, _closed=False, stats=stats,
-                           ctx=SimpleNamespace(fail=lambda r, e: failed.append((r, e))))
+    fake = SimpleNamespace(sending=None, next=None, closed=False,
+                           ctx=SimpleNamespace(fail=lambda r, e: failed.append((r, e)),
+                                               stats=stats))
     RedisDriver._round_failed(fake, Failure(exc))  # type: ignore[arg-type]
     assert failed == [("frontier_redis_error", exc)]
 
@@ -293,12 +294,12 @@ def test_the_driver_stops_on_refusals(exc: RedisFrontierError) -> None:
 def test_the_driver_retries_an_outage() -> None:
     failed: list[tuple[str, BaseException]] = []
     stats = SimpleNamespace(inc_value=lambda *a, **k: None)
-    fake = SimpleNamespace(_sending=None, _next=SimpleNamespace(pushes=[]), _closed=False,
-                           stats=stats, _outage=Outage(time.monotonic),
+    fake = SimpleNamespace(sending=None, next=SimpleNamespace(pushes=[]), closed=False,
+                           outage=Outage(time.monotonic),
                            ctx=SimpleNamespace(fail=lambda r, e: failed.append((r, e)),
-                                             clock=time.monotonic))
+                                               clock=time.monotonic, stats=stats))
     RedisDriver._round_failed(fake, Failure(RedisFrontierUnavailable("away")))  # type: ignore[arg-type]
-    assert failed == [] and not fake._outage.may_try()
+    assert failed == [] and not fake.outage.may_try()
 
 
 def test_an_outage_backs_off_doubling_to_a_cap_and_ends_when_a_round_lands() -> None:

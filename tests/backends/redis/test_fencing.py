@@ -237,7 +237,7 @@ class ErrbackSpider(ContractSpider):
 def _paused(run: Run, seconds: float) -> Callable[[], None]:
     """The worker's fence sees ``seconds`` more pass than did (as after a pause in which
     Redis did not move: the leases are still held there). Returns the undo."""
-    fence = run.scheduler.backend.driver.fence
+    fence = run.scheduler.backend.driver.session.fence
     fence.clock = lambda: fence_clock() + seconds
     return lambda: setattr(fence, "clock", fence_clock)
 
@@ -283,9 +283,9 @@ def test_a_lapsed_lease_is_not_handed_out(shared: Driver) -> Gen:
         yield run.open()
         url = "http://fence.example/b"
         run.enqueue(Request(url))
-        driver = run.scheduler.backend.driver
+        inspection = run.scheduler.backend.inspection
         deadline = time.monotonic() + 5.0
-        while not driver.census().in_flight:  # claimed: at hand in this worker
+        while not inspection.census().in_flight:  # claimed: at hand in this worker
             assert time.monotonic() < deadline, "never claimed"
             yield sleep(0.005)
         resume = _paused(run, 60.0)

@@ -288,7 +288,7 @@ def test_a_round_runs_without_a_thread(redis_client: redis.Redis, redis_prefix: 
     one partition or across three."""
     from scrapy_frontier.backends.redis.partitions import Layout, open_frontier, open_seen
     from scrapy_frontier.backends.redis.round import (
-        Completion,
+        LeaseEnd,
         Pushed,
         Round,
         RoundRunner,
@@ -310,7 +310,7 @@ def test_a_round_runs_without_a_thread(redis_client: redis.Redis, redis_prefix: 
     again = runner.run(Round(pushes=[pushed(1, "a.example")], want=1))
     assert again.duplicates == 1 and again.dropped == [0]  # seen: dropped as Scrapy drops it
     assert len(again.leases) == 1  # the other host's request
-    done = runner.run(Round(completions=[Completion(lease, 0.01, 0.0, None)
+    done = runner.run(Round(completions=[LeaseEnd(lease, 0.01, 0.0, None)
                                          for lease in first.leases + again.leases]))
     assert done.idle and done.queued == 0 and done.leases == []
     for part in frontier.parts:

@@ -1,0 +1,43 @@
+"""The host controls on Redis: a host's rest and retirement ride the next I/O round (and
+apply at once to the requests kept in this worker's memory); budgets are counted in Redis."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scrapy_frontier.backends.ports import HostControlPort
+
+if TYPE_CHECKING:
+    from scrapy import Request
+
+    from scrapy_frontier.backends.redis.driver import RedisDriver
+    from scrapy_frontier.core.frontier import Frontier
+
+
+class RedisControls(HostControlPort):
+    """Rest and retire hosts in the shared frontier and in this worker's local one."""
+
+    def __init__(self, driver: RedisDriver, local: Frontier[Request]) -> None:
+        self.driver = driver
+        self.local = local
+
+    def set_min_rest(self, host: str, seconds: float) -> None:
+        self.local.set_min_rest(host, seconds)
+        self.driver.next.min_rests.append((host, seconds))
+        self.driver.kick()
+
+    def retire(self, host: str) -> list[Request]:
+        self.driver.next.retire.append(host)
+        return self.local.retire(host)
+
+    def take_dropped(self) -> list[tuple[str, Request]]:
+        return self.local.take_dropped()
+
+    def over_budget(self, host: str) -> bool:
+        return False  # budgets are counted in Redis (complete.lua), not at the push
+
+    def host_counts(self) -> dict[str, int]:
+        """Hosts blocked, retired and over budget in the shared frontier, as read by the
+        I/O thread at most 5 s ago (no Redis call here)."""
+        shared = self.driver.shared_budget
+        return {name: shared.get(name, 0) for name in ("blocked", "retired", "over_budget")}
