@@ -66,8 +66,7 @@ class RobotsPacing:
             host = self.slots.key(request, remember=False)
         except HostlessURL:
             return 0.0
-        until = self.rules.robots_rest_end(host, take=False)
-        wait = 0.0 if until is None else until - self.clock()
+        wait = self._rest_left(host)
         if wait <= 0:
             return 0.0
         self.stats.inc_value("frontier/robots/paced")
@@ -107,11 +106,15 @@ class RobotsPacing:
         host = self.inflight.host_of(request.meta.get(LEASE_META))
         if host is None:
             return 0.0
-        until = self.rules.robots_rest_end(host, take=False)
-        wait = 0.0 if until is None else until - self.clock()
+        wait = self._rest_left(host)
         if wait <= 0:
             return 0.0
         self.stats.inc_value("frontier/robots/held")
         politeness_log.debug("host %r: %s waits %.3f s after robots.txt (%s)",
                              host, request, wait, how)
         return wait
+
+    def _rest_left(self, host: str) -> float:
+        """Seconds of the rest ``host`` owes after its robots.txt fetch (0 or less: none)."""
+        until = self.rules.robots_rest_end(host, take=False)
+        return 0.0 if until is None else until - self.clock()
