@@ -80,8 +80,8 @@ class HistoryFeed:
     def page_failed(self, request: Request) -> None:
         """The download of ``request`` failed (not robots.txt or a middleware saying no)."""
         hooks = self.hooks
-        if hooks is not None and not self.run.closed and hooks.keeps(request):
-            self.port.record_visit(self.fp64(request), request.url, None)
+        if hooks is not None and hooks.keeps(request):
+            self._write(self.port.record_visit, self.fp64(request), request.url, None)
 
     def signals_received(self, url: str, body: bytes, *, owned: bool = False) -> None:
         """A response that may be a sitemap or a feed (from the recrawl spider middleware);
