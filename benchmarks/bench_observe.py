@@ -94,7 +94,7 @@ def bench_local(backend: str, n: int, hosts: int, back_queues: int, repeat: int)
             request = scheduler.next_request()
             if request is None:
                 break
-            scheduler.fetch_completed(request)
+            scheduler.fetches.completed(request)
             out += 1
         per_request = (time.perf_counter() - started) / (len(half) + out)
         for request in requests[n // 2:]:

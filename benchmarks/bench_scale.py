@@ -12,7 +12,7 @@ them). Nothing is downloaded and no network is contacted.
   per URL: ``frontier.sqlite`` and ``seen.sqlite`` with their ``-wal``/``-shm``
   (each queued URL is a pickled ``Request.to_dict``).
 * **Phase 2, dequeue**: ``next_request()`` until every URL came back, each
-  reported finished at once with ``scheduler.fetch_completed(request)``;
+  reported finished at once with ``scheduler.fetches.completed(request)``;
   ``FRONTIER_DELAY_FACTOR=0`` and ``FRONTIER_MIN_DELAY=0``, so every host is
   ready at once. Dequeue/s and RSS, sampled like phase 1.
 
@@ -333,7 +333,7 @@ def _dequeue_phase(
 ) -> dict[str, Any]:
     next_request = scheduler.next_request
     pending = scheduler.has_pending_requests
-    finished = scheduler.fetch_completed if frontier else None
+    finished = scheduler.fetches.completed if frontier else None
     inprogress = scheduler.crawler.engine._slot.inprogress if frontier else set()
     samples: list[dict[str, Any]] = []
     got = empty = empties = 0
@@ -456,7 +456,7 @@ def run_worker(
                     store.flush()
             result["disk"] = _frontier_disk(_disk(jobdir), queued)
         else:
-            df = scheduler.df
+            df = scheduler.admission.df
             if getattr(df, "file", None) is not None:
                 df.file.flush()
             result["disk"] = _scrapy_disk(_disk(jobdir), queued)

@@ -7,7 +7,7 @@ every Request is built before timing, then
 * **enqueue**: ``scheduler.enqueue_request(r)`` for all N requests (timed), and
 * **dequeue**: ``scheduler.next_request()`` until N requests came back (timed); a
   request the frontier hands out is reported finished at once with
-  ``scheduler.fetch_completed(request)`` (its end-of-fetch hook), so with
+  ``scheduler.fetches.completed(request)`` (its end-of-fetch hook), so with
   ``FRONTIER_DELAY_FACTOR=0`` and ``FRONTIER_MIN_DELAY=0`` no host ever rests.
 
 Configurations, each run in its own fresh subprocess so that RSS is not shared:
@@ -153,8 +153,11 @@ def _dequeue_all(scheduler: Any, n: int) -> tuple[int, int]:
     """Take up to ``n`` requests, reporting each finished at once. Bounded."""
     next_request = scheduler.next_request
     pending = scheduler.has_pending_requests
-    # A baseline tree older than the glossary calls the hook fetch_finished.
-    finished = (getattr(scheduler, "fetch_completed", None)
+    # Baseline trees older than the Fetches class call the hook fetch_completed, and
+    # older than the glossary fetch_finished.
+    fetches = getattr(scheduler, "fetches", None)
+    finished = (fetches.completed if fetches is not None
+                else getattr(scheduler, "fetch_completed", None)
                 or getattr(scheduler, "fetch_finished", None))
     got = 0
     empty = 0

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             got += 1
             if frontier:
                 inprogress.add(request)
-                scheduler.fetch_completed(request)
+                scheduler.fetches.completed(request)
                 inprogress.discard(request)
         profile.disable()
         print(f"dequeue: {got / (time.perf_counter() - t0):,.0f} URL/s under the profiler")

@@ -42,7 +42,7 @@ class FetchTimingMiddleware:
 
     It is also a shared frontier's last fence: a request whose lease may have lapsed (its
     Redis worker did not run for about FRONTIER_REDIS_LIVENESS) is not sent but given back
-    (see FrontierScheduler.lease_lapsed).
+    (see Fetches.lapsed).
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -58,13 +58,13 @@ class FetchTimingMiddleware:
         if LEASE_META in meta:
             scheduler = running_scheduler(self.crawler)
             if scheduler is not None:
-                lapsed: Request | None = scheduler.lease_lapsed(request)
+                lapsed: Request | None = scheduler.fetches.lapsed(request)
                 if lapsed is not None:
                     return lapsed  # given back unfetched: dropped by enqueue_request
                 wait = scheduler.robots.wait_in_place(request)
                 if wait > 0:  # not held at the robots.txt step: it waits here, seen once
                     return _after(wait, partial(_send_if_held, scheduler, request))
-                scheduler.fetch_sent(request)
+                scheduler.fetches.sent(request)
         elif meta.get("dont_obey_robotstxt") and _is_robots_txt(request.url):
             scheduler = running_scheduler(self.crawler)
             if scheduler is not None:  # timed on the scheduler's clock, as every fetch
@@ -99,9 +99,8 @@ class FetchTimingMiddleware:
                     scheduler.robots.fetched(request, max(0.0, scheduler.clock() - started))
             return
         scheduler = running_scheduler(self.crawler)
-        finished = getattr(scheduler, "fetch_completed", None)
-        if finished is not None:
-            finished(request, response=response, exception=exception)
+        if scheduler is not None:
+            scheduler.fetches.completed(request, response=response, exception=exception)
 
 
 class RobotsHoldMiddleware:
@@ -136,7 +135,7 @@ class RobotsHoldMiddleware:
             if not self.holds:
                 return None
         # The fence first: a lease that lapsed during the robots.txt fetch goes back as is.
-        again: Request | None = scheduler.lease_lapsed(request) or scheduler.robots.hold(request)
+        again: Request | None = scheduler.fetches.lapsed(request) or scheduler.robots.hold(request)
         return again  # a copy back to the frontier until the host has rested, or None
 
     def _first_seen(self, before: list[Any] | None) -> bool:
@@ -180,9 +179,9 @@ def _after(seconds: float, then: Callable[[], Request | None]) -> Deferred[Reque
 def _send_if_held(scheduler: Any, request: Request) -> Request | None:
     """After a wait in place: the fence again (the lease may have lapsed meanwhile), then
     the fetch starts."""
-    lapsed: Request | None = scheduler.lease_lapsed(request)
+    lapsed: Request | None = scheduler.fetches.lapsed(request)
     if lapsed is None:
-        scheduler.fetch_sent(request)
+        scheduler.fetches.sent(request)
     return lapsed
 
 

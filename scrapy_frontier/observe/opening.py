@@ -7,9 +7,44 @@ says at once where its state lives, how it rests, and what it is going to recraw
 from __future__ import annotations
 
 import datetime
+import logging
 import math
+import time
+from typing import TYPE_CHECKING
 
+from scrapy_frontier.errors import StoreError
 from scrapy_frontier.settings import FrontierConfig
+
+if TYPE_CHECKING:
+    from scrapy_frontier.backends.ports import Backend
+    from scrapy_frontier.core.recrawl import Recrawler
+
+logger = logging.getLogger("scrapy_frontier.scheduler")
+
+
+def log_opening(config: FrontierConfig, backend: Backend, recrawler: Recrawler | None) -> None:
+    """What this run is: the frontier in force, then what the history will recrawl."""
+    logger.info("%s", frontier_line(config, backend.location))
+    try:
+        requests = backend.inspection.quarantine_size()
+        records = recrawler.store.quarantine_size() if recrawler is not None else 0
+    except StoreError as exc:  # the crawl itself says so when it next writes
+        logger.debug("No quarantine count at open: %s", exc)
+    else:
+        held = quarantine_line(requests, records)
+        if held is not None:
+            logger.warning("%s", held)
+    if recrawler is None:
+        return
+    try:
+        pages, due = recrawler.census()
+        next_due = recrawler.next_due()
+    except StoreError as exc:  # the crawl itself says so when it next reads
+        logger.debug("No page history census at open: %s", exc)
+        return
+    logger.info("%s", history_line(pages, due, next_due, time.time(),
+                                   refetch_all=config.recrawl.refetch_all,
+                                   shared=backend.name == "redis"))
 
 
 def _seconds(value: float) -> str:

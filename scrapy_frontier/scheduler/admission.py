@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from scrapy_frontier.backends.ports import Backend
     from scrapy_frontier.scheduler.recrawl import RecrawlHooks
+    from scrapy_frontier.scheduler.slots import SlotKeys
     from scrapy_frontier.settings import FrontierConfig
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
@@ -36,9 +37,10 @@ class Admission:
     """Admits requests into the backend's queue (see the module docstring)."""
 
     def __init__(self, config: FrontierConfig, dupefilter: BaseDupeFilter, backend: Backend,
-                 stats: StatsCollector, fp64: Fingerprinter64, *,
+                 stats: StatsCollector, fp64: Fingerprinter64, slots: SlotKeys, *,
                  history_failed: Callable[[HistoryStoreError], None]) -> None:
         self.df = dupefilter
+        self.slots = slots
         self.queue = backend.queue
         self.persistent = backend.persistent
         self.stats = stats
@@ -64,9 +66,10 @@ class Admission:
         self.enqueued = 0
         self.bad_boosts = 0
 
-    def route(self, request: Request, meta: dict[str, Any], host: str,
-              ticket: int | None) -> bool:
-        """Filter, then queue: the seen test, the start gate, the priority."""
+    def route(self, request: Request, meta: dict[str, Any], ticket: int | None) -> bool:
+        """Filter, then queue: the host key (HostlessURL if there is none), the seen
+        test, the start gate, the priority."""
+        host = self.slots.key(request)
         fp: int | None = self.fp64(request) if self.route_fp else None
         dedupe = mark = start = False
         key: int | None = None

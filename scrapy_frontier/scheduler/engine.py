@@ -162,8 +162,9 @@ def running_scheduler(crawler: Crawler) -> Any:
     # ``engine.scheduler`` is public since Scrapy 2.19; ``_slot.scheduler`` before.
     for candidate in (getattr(engine, "scheduler", None),
                       getattr(getattr(engine, "_slot", None), "scheduler", None)):
-        # A class attribute, so that a Mock's made-up attributes do not count.
-        if callable(getattr(type(candidate), "fetch_completed", None)):
+        # A method of its class (only this scheduler has it), so that a Mock's made-up
+        # attributes do not count.
+        if callable(getattr(type(candidate), "publish_stats", None)):
             return candidate
     return None
 

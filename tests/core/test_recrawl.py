@@ -475,7 +475,7 @@ def test_middleware_takes_a_304_past_httperror_to_no_callback_unless_asked() -> 
     class FakeScheduler:
         history_feed = FakeHistoryFeed()
 
-        def fetch_completed(self, *args: Any) -> None: ...
+        def publish_stats(self) -> None: ...
 
     class PageSpider(Spider):
         name = "pages"
@@ -553,8 +553,8 @@ def _drain(sched: Any, clock: Any) -> list[Request]:
                 break
             continue
         out.append(request)
-        sched.fetch_sent(request)
-        sched.fetch_completed(request)
+        sched.fetches.sent(request)
+        sched.fetches.completed(request)
     return out
 
 
@@ -604,7 +604,7 @@ def test_second_run_recrawls_only_due_pages_conditionally(tmp_path: Path) -> Non
 
 def test_recrawl_off_keeps_scrapy_semantics(tmp_path: Path) -> None:
     sched, clock, _ = _run(tmp_path, FRONTIER_RECRAWL="off")
-    assert sched.recrawl is None
+    assert sched.history_feed.hooks is None
     sched.enqueue_request(Request("http://a.example/", dont_filter=True))
     assert len(_drain(sched, clock)) == 1
     sched.close("finished")
@@ -781,10 +781,10 @@ def test_a_kill_after_a_fetch_keeps_its_visit_or_its_request(tmp_path: Path) -> 
     sched.enqueue_request(Request("http://a.example/"))
     request = sched.next_request()
     assert request is not None
-    sched.fetch_sent(request)
-    sched.fetch_completed(request)
+    sched.fetches.sent(request)
+    sched.fetches.completed(request)
     sched.history_feed.page_visited(request, Visit(status=200, digest="d"))
-    sched.leases.acknowledge()  # the engine is done with the request
+    sched.fetches.leases.acknowledge()  # the engine is done with the request
     moments = []
     for _ in range(4):
         sched.next_request()  # the scheduler's own writes happen here

@@ -190,9 +190,9 @@ def _respond(sched: Any, clock: FakeClock, status: int, headers: dict[str, str] 
              *, exception: BaseException | None = None) -> Request:
     request = sched.next_request()
     assert request is not None
-    sched.fetch_sent(request)
+    sched.fetches.sent(request)
     response = None if exception else Response(request.url, status=status, headers=headers)
-    sched.fetch_completed(request, response=response, exception=exception)
+    sched.fetches.completed(request, response=response, exception=exception)
     return request
 
 
@@ -235,7 +235,7 @@ def test_backoff_doubles_is_capped_and_resets_on_success() -> None:
         clock.advance(10.0)
     # IgnoreRequest neither fails nor resets.
     assert rests == [1.0, 2.0, 4.0, 5.0, 5.0, 0.0, 1.0, 0.0]
-    assert sched.rules._failures == {"a.example": 1}
+    assert sched.fetches.rules._failures == {"a.example": 1}
     assert crawler.stats.get_value("frontier/backoff/count") == 6
 
 
@@ -253,12 +253,12 @@ def test_host_retired_after_consecutive_failures_and_logged(
         if request is None:
             clock.advance(1.0)
             continue
-        sched.fetch_sent(request)
+        sched.fetches.sent(request)
         if "up.example" in request.url:
-            sched.fetch_completed(request, response=Response(request.url, status=200))
+            sched.fetches.completed(request, response=Response(request.url, status=200))
             continue
         seen += 1
-        sched.fetch_completed(request, response=Response(request.url, status=503))
+        sched.fetches.completed(request, response=Response(request.url, status=503))
     assert sched.backend.frontier.is_retired("down.example")
     assert not sched.enqueue_request(Request("http://down.example/new"))
     sched.close("finished")
@@ -437,7 +437,7 @@ def test_robots_txt_wait_in_place_after_a_project_middleware() -> None:
     assert hold.process_request(first) is None and hold.holds is False
     waiting = timing.process_request(first)
     assert isinstance(waiting, Deferred) and not waiting.called
-    fetch = sched.inflight.get(first.meta[LEASE_META])
+    fetch = sched.fetches.inflight.get(first.meta[LEASE_META])
     assert fetch is not None and fetch.sent_at is None  # not sent yet: timed once it is
     waiting.addErrback(lambda _: None)
     waiting.cancel()  # no reactor runs here

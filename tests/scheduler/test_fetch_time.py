@@ -208,17 +208,17 @@ def test_a_stall_that_held_the_read_is_not_taken_off(
         sched.enqueue_request(Request(f"http://b.example/{i}"))
     req = sched.next_request()
     assert req is not None
-    sched.fetch_sent(req)
+    sched.fetches.sent(req)
     clock.advance(0.02)
-    sched.fetch_completed(req)  # a clean 20 ms fetch first (the former rule's history)
+    sched.fetches.completed(req)  # a clean 20 ms fetch first (the former rule's history)
     while (req := sched.next_request()) is None:
         clock.advance(0.01)
     # The read waited 300 ms behind a stall the scheduler saw.
-    sched.fetch_sent(req)
+    sched.fetches.sent(req)
     clock.advance(0.01)
-    sched.timing.stalls.log.add(clock(), clock() + 0.3)
+    sched.fetches.timing.stalls.log.add(clock(), clock() + 0.3)
     clock.advance(0.304)
-    sched.fetch_completed(req)
+    sched.fetches.completed(req)
     assert _rest_after(sched, clock, req) == pytest.approx(3.14, abs=0.015)
 
 
@@ -228,16 +228,16 @@ def test_a_stall_in_the_middle_of_a_fetch_is_not_discounted() -> None:
         sched.enqueue_request(Request(f"http://a.example/{i}"))
     req = sched.next_request()
     assert req is not None
-    sched.fetch_sent(req)
+    sched.fetches.sent(req)
     clock.advance(0.02)
-    sched.fetch_completed(req)
+    sched.fetches.completed(req)
     while (req := sched.next_request()) is None:
         clock.advance(0.01)
     # The server works 400 ms; the loop stalls 100 ms early on; the answer is read on time.
-    sched.fetch_sent(req)
-    sched.timing.stalls.log.add(clock() + 0.05, clock() + 0.15)
+    sched.fetches.sent(req)
+    sched.fetches.timing.stalls.log.add(clock() + 0.05, clock() + 0.15)
     clock.advance(0.4)
-    sched.fetch_completed(req)
+    sched.fetches.completed(req)
     waited = 0.0
     while sched.next_request() is None:
         clock.advance(0.01)
@@ -256,11 +256,11 @@ def test_the_start_is_never_moved_after_the_send() -> None:
         sched.enqueue_request(Request(f"http://a.example/{i}"))
     req = sched.next_request()
     assert req is not None
-    sched.fetch_sent(req)
+    sched.fetches.sent(req)
     clock.advance(0.1)
     req.meta["download_latency"] = 0.05  # measured 50 ms before this handler runs
-    sched._on_headers_received({}, None, req, None)
-    sched.fetch_completed(req)
+    sched.fetches._headers_received({}, None, req, None)
+    sched.fetches.completed(req)
     assert _rest_after(sched, clock, req) == pytest.approx(1.0, abs=0.015)
 
 

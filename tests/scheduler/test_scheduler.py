@@ -70,9 +70,9 @@ def make_scheduler(
 
 
 def finish(sched: FrontierScheduler, clock: FakeClock, request: Request, seconds: float) -> None:
-    sched.fetch_sent(request)
+    sched.fetches.sent(request)
     clock.advance(seconds)
-    sched.fetch_completed(request)
+    sched.fetches.completed(request)
 
 
 def test_one_request_per_host_until_finished_then_ten_times_fetch_time() -> None:
@@ -127,7 +127,7 @@ def test_late_report_does_not_release_twice() -> None:
     clock.advance(5.0)
     assert sched.next_request() is None  # lease expired now; host rests
     assert crawler.stats.get_value("frontier/lease_expired") == 1
-    sched.fetch_completed(req)  # too late: ignored
+    sched.fetches.completed(req)  # too late: ignored
     sched.publish_stats()
     assert crawler.stats.get_value("frontier/completed") is None
 
@@ -183,7 +183,7 @@ def test_close_cancels_timer_and_reports_left_over() -> None:
 def test_signals_fallback_when_middleware_missing(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="scrapy_frontier"):
         sched, clock, crawler = make_scheduler(middleware=False)
-    assert sched.timing.signals_only
+    assert sched.fetches.timing.signals_only
     assert sum("scrapy_frontier.Addon" in r.getMessage() for r in caplog.records) == 1
     sched.enqueue_request(Request("http://a.example/0"))
     sched.enqueue_request(Request("http://a.example/1"))
@@ -369,7 +369,7 @@ def test_timing_middleware_reports_only_frontier_requests() -> None:
     sched.enqueue_request(Request("http://a.example/1"))
     req = sched.next_request()
     assert req is not None
-    fetch = sched.inflight.get(req.meta[LEASE_META])
+    fetch = sched.fetches.inflight.get(req.meta[LEASE_META])
     assert fetch is not None and fetch.sent_at is None
     mw.process_request(req)
     assert fetch.sent_at == clock()
@@ -559,7 +559,7 @@ def test_a_scheduler_driven_by_hand_without_a_reactor(tmp_path: Any) -> None:
         got = [scheduler.next_request() for _ in range(3)]
         assert all(r is not None for r in got), got
         for r in got:
-            scheduler.fetch_completed(r)
+            scheduler.fetches.completed(r)
         scheduler.close("finished")
         print("OK")
     """)

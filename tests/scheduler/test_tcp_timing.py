@@ -228,23 +228,24 @@ def _fetch_with_kernel(settings: dict[str, Any], sent_ago: float | None,
     seconds until the host's next request."""
     sched, clock, _ = make_scheduler({"FRONTIER_DELAY_FACTOR": 10, **settings})
     if sched.config.tcp_timing:
-        sched.timing.tcp = TcpTimes()
+        sched.fetches.timing.tcp = TcpTimes()
     for i in range(3):
         sched.enqueue_request(Request(f"http://a.example/{i}"))
     req = sched.next_request()
     assert req is not None
-    sched.fetch_sent(req)
+    sched.fetches.sent(req)
     clock.advance(0.3)
-    if sched.timing.tcp is not None:
+    tcp = sched.fetches.timing.tcp
+    if tcp is not None:
         sock = StampedSocket(None)  # type: ignore[arg-type]
         sock.request_sent = None if sent_ago is None else clock() - sent_ago
         sock.read_at, sock.wall_at = clock(), 1000.0 + clock()
         sock.arrived = None if arrived_ago is None else sock.wall_at - arrived_ago
-        sched.timing.tcp.wall.note(clock() - 1.0, 999.0 + clock())  # the wall clock was steady
-        fetch = sched.inflight.get(req.meta[LEASE_META])
+        tcp.wall.note(clock() - 1.0, 999.0 + clock())  # the wall clock was steady
+        fetch = sched.fetches.inflight.get(req.meta[LEASE_META])
         assert fetch is not None
-        fetch.answer = sched.timing.tcp.begin(Transport(sock), clock())
-    sched.fetch_completed(req, exception=exception)
+        fetch.answer = tcp.begin(Transport(sock), clock())
+    sched.fetches.completed(req, exception=exception)
     waited = _rest_after(sched, clock, req)
     sched.publish_stats()
     return waited, sched.stats

@@ -308,10 +308,10 @@ def test_the_local_backends_have_no_fence(name: str, tmp_path: Path) -> Gen:
                      tmp_path / "state"))
     try:
         yield run.open()
-        assert type(run.scheduler.queue).holds is QueuePort.holds  # the default: no fence
+        assert type(run.scheduler.backend.queue).holds is QueuePort.holds  # the default: no fence
         run.enqueue(Request("http://local.example/a"))
         out = yield drain(run.scheduler, 5.0, expect=1)
-        assert run.scheduler.lease_lapsed(out[0]) is None
+        assert run.scheduler.fetches.lapsed(out[0]) is None
         run.fetcher.fetch(out[0])
         assert urls(run.fetcher.fetched) == ["http://local.example/a"]
     finally:

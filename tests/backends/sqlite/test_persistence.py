@@ -26,9 +26,9 @@ def crash(sched) -> None:  # type: ignore[no-untyped-def]
     store.flush()
     # kill -9: the connection is dropped, and the kernel drops the lock.
     store._state.close()
-    if sched.recrawl is not None:  # the page history's buffer dies with the process
-        sched.recrawl.recrawler.store._conn.close()
-        sched.recrawl.recrawler.store._unlock()
+    if sched.history_feed.hooks is not None:  # the page history's buffer dies with the process
+        sched.history_feed.hooks.recrawler.store._conn.close()
+        sched.history_feed.hooks.recrawler.store._unlock()
 
 
 def test_clean_close_and_reopen_restores_queue_and_rests(tmp_path: Path) -> None:
@@ -85,9 +85,9 @@ def test_fetched_page_is_kept_until_the_engine_is_done_with_it(tmp_path: Path) -
     page = sched.next_request()
     assert page is not None
     inprogress.add(page)  # the engine tracks it until its callback output is queued
-    sched.fetch_sent(page)
+    sched.fetches.sent(page)
     clock.advance(0.1)
-    sched.fetch_completed(page)
+    sched.fetches.completed(page)
     assert sched.next_request() is None  # still in progress: not acknowledged
     crash(sched)  # before the spider's links were queued: the page must come back
     again, _, crawler2 = make_scheduler(job(tmp_path))
@@ -102,7 +102,7 @@ def test_links_are_durable_before_the_page_is_forgotten(tmp_path: Path) -> None:
     page = sched.next_request()
     assert page is not None
     inprogress.add(page)
-    sched.fetch_completed(page)
+    sched.fetches.completed(page)
     sched.enqueue_request(Request("http://b.example/link"))  # yielded by the callback
     inprogress.discard(page)  # the engine is done with it
     link = sched.next_request()  # acknowledges the page, and writes it through
@@ -121,7 +121,7 @@ def test_retry_is_queued_before_the_failed_request_is_forgotten(tmp_path: Path) 
     req = sched.next_request()
     assert req is not None
     inprogress.add(req)
-    sched.fetch_completed(req)  # a download error; RetryMiddleware follows
+    sched.fetches.completed(req)  # a download error; RetryMiddleware follows
     crash(sched)  # before the retry was queued: the URL must come back
     again, _, crawler2 = make_scheduler(job(tmp_path))
     assert crawler2.stats.get_value("frontier/recovered_leases") == 1
@@ -244,7 +244,7 @@ def test_a_kill_before_the_seen_set_is_written_queues_no_url_twice(tmp_path: Pat
     assert sched.enqueue_request(Request("http://a.example/0"))
     clock.advance(1.5)
     assert sched.enqueue_request(Request("http://a.example/1"))  # the periodic flush
-    seen_store = sched.df.seen.store  # type: ignore[attr-defined]
+    seen_store = sched.admission.df.seen.store  # type: ignore[attr-defined]
     assert seen_store.covers is not None
     for i in range(2, 5):
         assert sched.enqueue_request(Request(f"http://a.example/{i}"))
@@ -272,13 +272,13 @@ def test_a_url_fetched_before_the_seen_set_is_written_is_not_fetched_again(
     settings = {**job(tmp_path), "FRONTIER_FLUSH_INTERVAL": 60.0}
     sched, _, _ = make_scheduler(settings, dupefilter=FrontierDupeFilter)
     assert sched.enqueue_request(Request("http://a.example/first"))  # the periodic flush
-    seen_store = sched.df.seen.store  # type: ignore[attr-defined]
+    seen_store = sched.admission.df.seen.store  # type: ignore[attr-defined]
     assert seen_store.covers == 1 and seen_store.pending == 0
     assert sched.enqueue_request(Request("http://b.example/start"))
     assert [r.url for r in (sched.next_request(), sched.next_request()) if r is not None] == [
         "http://a.example/first", "http://b.example/start"]
     # The start page's fetch ends, and its link is queued.
-    sched.fetch_completed(next(f.request for f in sched.inflight._out.values()
+    sched.fetches.completed(next(f.request for f in sched.fetches.inflight._out.values()
                               if f.request.url.endswith("/start")))
     assert sched.enqueue_request(Request("http://b.example/link"))
     link = sched.next_request()  # the start page is acknowledged; the link is in flight
@@ -298,7 +298,7 @@ def test_a_url_fetched_before_the_seen_set_is_written_is_not_fetched_again(
     for _ in range(2):
         request = again.next_request()
         assert request is not None and not request.url.endswith("/start")
-        again.fetch_completed(request)
+        again.fetches.completed(request)
     assert again.next_request() is None
     # The next periodic flush writes the seen-set: the acknowledged rows are purged, and
     # stay purged when nothing more is queued.
