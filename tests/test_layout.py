@@ -144,36 +144,54 @@ def test_backends_and_reactor_helpers_never_import_the_scrapy_shell() -> None:
             assert not bad, f"{mod} imports {sorted(bad)}"
 
 
+def _size(node: ast.ClassDef) -> tuple[int, int]:
+    """(attributes, methods) of a class: attributes are the names its body binds plus every
+    ``self.X`` it assigns anywhere."""
+    attrs: set[str] = set()
+    methods: set[str] = set()
+    for item in node.body:
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            methods.add(item.name)
+        elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+            attrs.add(item.target.id)
+        elif isinstance(item, ast.Assign):
+            attrs.update(t.id for t in item.targets if isinstance(t, ast.Name))
+    for sub in ast.walk(node):
+        targets: list[ast.expr] = []
+        if isinstance(sub, ast.Assign):
+            targets = sub.targets
+        elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)):
+            targets = [sub.target]
+        for target in targets:
+            for e in ast.walk(target):
+                if (isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name)
+                        and e.value.id == "self"):
+                    attrs.add(e.attr)
+    return len(attrs), len(methods)
+
+
 def _class_sizes() -> list[tuple[str, str, int, int]]:
-    """(module, class, attributes, methods): attributes are the names a class body binds
-    plus every ``self.X`` it assigns anywhere."""
+    """(module, class, attributes, methods) of every class in the package."""
     out = []
     for mod, path in _modules().items():
         for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.ClassDef):
-                continue
-            attrs: set[str] = set()
-            methods: set[str] = set()
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    methods.add(item.name)
-                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
-                    attrs.add(item.target.id)
-                elif isinstance(item, ast.Assign):
-                    attrs.update(t.id for t in item.targets if isinstance(t, ast.Name))
-            for sub in ast.walk(node):
-                targets: list[ast.expr] = []
-                if isinstance(sub, ast.Assign):
-                    targets = sub.targets
-                elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)):
-                    targets = [sub.target]
-                for target in targets:
-                    for e in ast.walk(target):
-                        if (isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name)
-                                and e.value.id == "self"):
-                            attrs.add(e.attr)
-            out.append((mod, node.name, len(attrs), len(methods)))
+            if isinstance(node, ast.ClassDef):
+                out.append((mod, node.name, *_size(node)))
     return out
+
+
+def test_the_scheduler_shell_is_no_larger_than_scrapys_scheduler() -> None:
+    """The shell delegates: it has no more attributes or methods than the installed Scrapy's
+    own ``Scheduler``, counted the same way."""
+    import inspect
+
+    import scrapy.core.scheduler
+
+    theirs = next(node for node in ast.walk(ast.parse(inspect.getsource(scrapy.core.scheduler)))
+                  if isinstance(node, ast.ClassDef) and node.name == "Scheduler")
+    ours = next((a, m) for mod, name, a, m in _class_sizes() if name == "FrontierScheduler")
+    limit = _size(theirs)
+    assert ours[0] <= limit[0] and ours[1] <= limit[1], (ours, limit)
 
 
 def test_no_class_has_more_than_30_attributes() -> None:
