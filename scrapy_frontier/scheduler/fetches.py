@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest
 
+from scrapy_frontier.backends.ports import QueuePort
 from scrapy_frontier.errors import StoreError
 from scrapy_frontier.meta import LAPSED_META, LEASE_META
 from scrapy_frontier.scheduler.feeds import FeedGuard
@@ -54,6 +55,8 @@ class Fetches:
         self.stats: StatsCollector = crawler.stats  # type: ignore[assignment]
         self.retire_after = config.site_limits.retire_after
         self.queue = backend.queue
+        # Whether leases can lapse here: only a queue that overrides holds() fences.
+        self.fenced = type(backend.queue).holds is not QueuePort.holds
         self.controls = backend.controls
         self.run = run
         self.history_feed = history_feed
@@ -123,6 +126,8 @@ class Fetches:
         return; Scrapy then passes it to ``enqueue_request``, which drops it. No errback
         runs, the URL stays queued in the frontier, and no rest is set: nothing was sent.
         None (send it) otherwise, and at once where leases cannot lapse."""
+        if not self.fenced:
+            return None
         meta = request.meta
         ticket = meta.get(LEASE_META)
         queue = self.queue
