@@ -263,27 +263,25 @@ class FrontierScheduler:
         if run.failed or run.closed:
             return None
         try:
-            return self._next_request()
+            now = self.clock()
+            feed = self.history_feed
+            recrawl = feed.hooks
+            if (recrawl is not None and now >= recrawl.feed_at
+                    and len(self.backend.queue) < 2 * self.config.recrawl.feed_batch):
+                feed.feed_due(now)
+                if run.failed:
+                    return None
+            request = self.fetches.claim(now)
+            if request is None:
+                self.fetches.report_dropped()
+                self._arm_wakeup()
+                # Counters live in plain attributes on the hot path; the stats
+                # collector is refreshed whenever the engine finds nothing to do.
+                self.publish_stats()
+            return request
         except StoreError as exc:
-            self.run.state_failed(exc)
+            run.state_failed(exc)
             return None
-
-    def _next_request(self) -> Request | None:
-        now = self.clock()
-        recrawl = self.history_feed.hooks
-        if (recrawl is not None and now >= recrawl.feed_at
-                and len(self.backend.queue) < 2 * self.config.recrawl.feed_batch):
-            self.history_feed.feed_due(now)
-            if self.run.failed:
-                return None
-        request = self.fetches.claim(now)
-        if request is None:
-            self.fetches.report_dropped()
-            self._arm_wakeup()
-            # Counters live in plain attributes on the hot path; the stats
-            # collector is refreshed whenever the engine finds nothing to do.
-            self.publish_stats()
-        return request
 
     # -- robots.txt ------------------------------------------------------------------------
 
