@@ -105,16 +105,17 @@ class Fetches:
         """Ack what the engine is done with, end the leases no report will end, then
         claim the next request whose host may be contacted (None: none may now)."""
         # Cheap tests first: this runs for every request handed out.
-        if self.inflight.awaiting_ack:
-            self.leases.acknowledge()
+        inflight, leases = self.inflight, self.leases
+        if inflight.awaiting_ack:
+            leases.acknowledge()
         signals_only = self.timing.signals_only
-        if signals_only or now >= self.leases.check_at:
-            self.leases.check(now, every_lease=signals_only)
+        if signals_only or now >= leases.check_at:
+            leases.check(now, every_lease=signals_only)
         handout = self.queue.claim()
         if handout is None:
             return None
         request = handout.item
-        self.inflight.hand_out(handout.ticket, handout.host, request, now)
+        inflight.hand_out(handout.ticket, handout.host, request, now)
         return request
 
     # -- send, complete, lapse -----------------------------------------------------------
