@@ -271,14 +271,26 @@ class FrontierScheduler:
                 feed.feed_due(now)
                 if run.failed:
                     return None
-            request = self.fetches.claim(now)
-            if request is None:
-                self.fetches.report_dropped()
-                self._arm_wakeup()
-                # Counters live in plain attributes on the hot path; the stats
-                # collector is refreshed whenever the engine finds nothing to do.
-                self.publish_stats()
-            return request
+            # The claim, inline (this runs for every request handed out): first ack what
+            # the engine is done with, and end the leases no report will end.
+            fetches = self.fetches
+            inflight, leases = fetches.inflight, fetches.leases
+            if inflight.awaiting_ack:
+                leases.acknowledge()
+            signals_only = fetches.timing.signals_only
+            if signals_only or now >= leases.check_at:
+                leases.check(now, every_lease=signals_only)
+            handout = fetches.queue.claim()
+            if handout is not None:
+                request = handout.item
+                inflight.hand_out(handout.ticket, handout.host, request, now)
+                return request
+            fetches.report_dropped()
+            self._arm_wakeup()
+            # Counters live in plain attributes on the hot path; the stats
+            # collector is refreshed whenever the engine finds nothing to do.
+            self.publish_stats()
+            return None
         except StoreError as exc:
             run.state_failed(exc)
             return None

@@ -1,10 +1,11 @@
-"""A fetch's life in this worker, from claim to ack: the claim, the send, the completion
-(the host's rest, the outcome's floors, retirement), the lapse, the ack.
+"""A fetch's life in this worker, from claim to ack: the send, the completion (the host's
+rest, the outcome's floors, retirement), the lapse, the ack.
 
-The scheduler claims through :meth:`Fetches.claim`; the timing middleware reports
-``sent`` and ``completed`` and asks ``lapsed`` (the fence) before a request reaches the
-downloader. Without that middleware, Scrapy's signals report the same events. The
-in-flight ledger holds each lease until the engine is done with its request.
+The scheduler claims from the queue and records the hand-out in the in-flight ledger
+(:attr:`Fetches.inflight`), which holds each lease until the engine is done with its
+request. The timing middleware reports ``sent`` and ``completed``, and asks ``lapsed`` (the
+fence) before a request reaches the downloader; without that middleware, Scrapy's signals
+report the same events.
 """
 
 from __future__ import annotations
@@ -98,25 +99,6 @@ class Fetches:
             for fetch in ended:
                 self.queue.ack(fetch.token)
         self.report_dropped()
-
-    # -- claim ---------------------------------------------------------------------------
-
-    def claim(self, now: float) -> Request | None:
-        """Ack what the engine is done with, end the leases no report will end, then
-        claim the next request whose host may be contacted (None: none may now)."""
-        # Cheap tests first: this runs for every request handed out.
-        inflight, leases = self.inflight, self.leases
-        if inflight.awaiting_ack:
-            leases.acknowledge()
-        signals_only = self.timing.signals_only
-        if signals_only or now >= leases.check_at:
-            leases.check(now, every_lease=signals_only)
-        handout = self.queue.claim()
-        if handout is None:
-            return None
-        request = handout.item
-        inflight.hand_out(handout.ticket, handout.host, request, now)
-        return request
 
     # -- send, complete, lapse -----------------------------------------------------------
 
