@@ -652,7 +652,8 @@ class RedisFrontier:
     def expire_leases(self, limit: int = 1000) -> list[tuple[str, bytes]]:
         """Return the items of leases past their deadline to their hosts' queues.
 
-        The host rests as if the fetch had lasted until now (clamped by the policy).
+        The host rests as after a fetch that ran the whole lease
+        (``policy.delay(lease_timeout)``, sent to the scripts with every call).
         Returns the (host, item) pairs returned (or dropped, for a retired host).
         """
         out = self._run(self._expire, "expiring leases", limit)

@@ -445,10 +445,10 @@ end
 -- capped: URLs dropped as this fetch spent the host's budget, -1 if it did not), or {0}
 -- if the lease is no longer held (it lapsed and was taken back). pace: the policy's rest
 -- for this fetch (kept with it, see pace_entry); rest: as the client's core.politeness
--- computed it (see release). given: the host's budget
--- from the worker's settings (0: unlimited; -1: handed back unfetched, not counted; -2:
--- given back unfetched with its item queued again, see hand_back); the shared budgets hash
--- (scrapy frontier budget) overrides it. The fetch count is every worker's: counted and
+-- computed it (see release). given: the host's budget from the worker's settings (0:
+-- unlimited; -1: handed back unfetched, not counted; -2: given back unfetched with its
+-- item queued again, see hand_back); the shared budgets hash (scrapy frontier budget)
+-- overrides it. The fetch count is every worker's: counted and
 -- tested in one step, two workers cannot both pass a budget's last fetch.
 local function complete_one(host, id, fetch, pace, rest, given)
   local rec = redis.call('HGET', K_LEASES, host)
