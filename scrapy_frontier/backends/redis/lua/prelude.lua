@@ -53,14 +53,14 @@ local K_FETCHED, K_CAPPED = P .. 'fetched', P .. 'capped'
 local function fkey(lv) return P .. 'f:' .. lv end
 local function bkey(lv, host) return P .. 'b:' .. lv .. ':' .. host end
 
--- A host's pace, kept in K_FETCH as "<fetch> <pace>": its last fetch time, and the rest
--- the client's policy gave that fetch (DelayPolicy.delay, before the floors). The scripts
--- never compute a rest: they read it here or are sent it.
-local function pace_entry(fetch, pace) return fmt(math.max(0, fetch)) .. ' ' .. fmt(pace) end
+-- A host's pace, kept in K_FETCH as "<fetch> <pace>" (release writes it): its last fetch
+-- time, and the rest the client's policy gave that fetch (DelayPolicy.delay, before the
+-- floors). The scripts never compute a rest: they read it here or are sent it.
 local function paced(host, raw)
-  local fetch, pace = string.match(raw, '^(%S+) (%S+)$')
-  fetch, pace = tonumber(fetch), tonumber(pace)
-  if fetch == nil or pace == nil then damaged(K_FETCH, host, raw, '"<fetch> <pace>"') end
+  local i = string.find(raw, ' ', 1, true)
+  local fetch = i and tonumber(string.sub(raw, 1, i - 1))
+  local pace = i and tonumber(string.sub(raw, i + 1))
+  if not (fetch and pace) then damaged(K_FETCH, host, raw, '"<fetch> <pace>"') end
   return fetch, pace
 end
 
@@ -236,10 +236,10 @@ end
 
 -- End of a fetch (complete or expiry): the host rests rest seconds (or more: the floors
 -- kept here, robots.txt's minimum rest and an operator's delay), then is ready again or
--- gives up its back queue. entry: its new K_FETCH entry (pace_entry; nil keeps the one
--- stored). not_before: the host's ready time when its lease was claimed (a lease claimed
--- ahead and given back unfetched must not end the rest it was claimed in).
-local function release(host, entry, rest, not_before)
+-- gives up its back queue. fetch, pace: kept as its K_FETCH entry (fetch nil: the entry
+-- stored stays). not_before: the host's ready time when its lease was claimed (a lease
+-- claimed ahead and given back unfetched must not end the rest it was claimed in).
+local function release(host, fetch, pace, rest, not_before)
   if filled(K_MINREST, 'HLEN') then
     local mr = tonumber(redis.call('HGET', K_MINREST, host) or '0')
     if mr > rest then rest = mr end
@@ -255,7 +255,9 @@ local function release(host, entry, rest, not_before)
   redis.call('ZADD', K_REST, fmt(nc), host)
   local q = tonumber(redis.call('HGET', K_ACTIVE, host) or '0')
   if q > 0 then
-    if entry then redis.call('HSET', K_FETCH, host, entry) end
+    if fetch then
+      redis.call('HSET', K_FETCH, host, fmt(math.max(0, fetch)) .. ' ' .. fmt(pace))
+    end
     redis.call('ZADD', K_READY, fmt(unblocked_at(host, nc)), host)
     -- The rest kept before the host's next URL (the core's politeness_hold_seconds).
     stat('hold_us', math.floor((nc - now) * 1000000))
@@ -317,12 +319,10 @@ local function expire(limit, live)
       ago = math.max(0, now - (deadline - 0.5 * live))
       stored = redis.call('HGET', K_FETCH, host)
     end
-    local pace, entry = LAPSE_REST, nil
+    local pace = LAPSE_REST
     if stored then
       local _, own = paced(host, stored)
-      pace = own
-    else
-      entry = pace_entry(fetch, pace)
+      fetch, pace = nil, own
     end
     if is_retired(host) then
       if not count_refused(host) then redis.call('RPUSH', K_DROPPED, host .. '\0' .. item) end
@@ -330,7 +330,7 @@ local function expire(limit, live)
       -- Back to the head of its level: it was next before, it is next again.
       add_to_back(host, lv, item, true)
     end
-    release(host, entry, math.max(0, pace - ago), ready)
+    release(host, fetch, pace, math.max(0, pace - ago), ready)
     stat('expired', 1)
     out[#out + 1] = host
     out[#out + 1] = item
@@ -416,13 +416,15 @@ local function claim_one(deadline, ahead)
       for j, host in ipairs(hosts) do
         local t_e = tonumber(due[2 * j])
         local lv = tonumber(heads[j])
-        local slack = -math.huge
-        if paces[j] then
-          local fetch, pace = paced(host, paces[j])
-          slack = t_e - tonumber(queued[j]) * (fetch + pace)
-        end
-        if lv > best_lv or (lv == best_lv and slack < best_slack) then
-          best, best_lv, best_slack, best_te = host, lv, slack, t_e
+        if lv >= best_lv then  -- (a lower level never wins: its slack is not read)
+          local slack = -math.huge
+          if paces[j] then
+            local fetch, pace = paced(host, paces[j])
+            slack = t_e - tonumber(queued[j]) * (fetch + pace)
+          end
+          if lv > best_lv or slack < best_slack then
+            best, best_lv, best_slack, best_te = host, lv, slack, t_e
+          end
         end
       end
       local item = redis.call('LPOP', bkey(best_lv, best))
@@ -444,7 +446,7 @@ end
 -- The end of a fetch under lease id of host: {1, nc, capped} (nc: the host's next contact;
 -- capped: URLs dropped as this fetch spent the host's budget, -1 if it did not), or {0}
 -- if the lease is no longer held (it lapsed and was taken back). pace: the policy's rest
--- for this fetch (kept with it, see pace_entry); rest: as the client's core.politeness
+-- for this fetch (kept with it, see paced); rest: as the client's core.politeness
 -- computed it (see release). given: the host's budget from the worker's settings (0:
 -- unlimited; -1: handed back unfetched, not counted; -2: given back unfetched with its
 -- item queued again, see hand_back); the shared budgets hash (scrapy frontier budget)
@@ -456,7 +458,7 @@ local function complete_one(host, id, fetch, pace, rest, given)
   local lid, lv, _, ready, item = parse_lease(rec)
   if lid ~= id then return {0} end
   if given == -2 then return {1, hand_back(host, lv, ready, item), -1} end
-  local nc = release(host, pace_entry(fetch, pace), rest, ready)
+  local nc = release(host, fetch, pace, rest, ready)
   stat('completed', 1)
   local shared = filled(K_BUDGETS, 'HLEN')
   local budget = math.max(given, 0)
