@@ -450,8 +450,8 @@ end
 -- computed it (see release). given: the host's budget from the worker's settings (0:
 -- unlimited; -1: handed back unfetched, not counted; -2: given back unfetched with its
 -- item queued again, see hand_back); the shared budgets hash (scrapy frontier budget)
--- overrides it. The fetch count is every worker's: counted and
--- tested in one step, two workers cannot both pass a budget's last fetch.
+-- overrides it. The fetch count is every worker's: counted and tested in one step, two
+-- workers cannot both pass a budget's last fetch.
 local function complete_one(host, id, fetch, pace, rest, given)
   local rec = redis.call('HGET', K_LEASES, host)
   if not rec then return {0} end
