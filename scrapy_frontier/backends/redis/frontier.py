@@ -330,8 +330,9 @@ class RedisFrontier:
             back_queues_max,
             _weights(front_queues, float(priority_bias)),
             repr(float(lease_timeout)),
-            # LAPSE_REST: the rest after a fetch that ran the whole lease (see expire).
-            repr(self.policy.delay(float(lease_timeout))),
+            # The rests of a lapse (see expire): after a fetch that ran the whole lease, and
+            # the pace of a host never measured (a fetch of no known time).
+            f"{self.policy.delay(float(lease_timeout))!r} {self.policy.delay(0.0)!r}",
             refill_budget,
             due_window,
         ]

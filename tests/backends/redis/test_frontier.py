@@ -468,21 +468,22 @@ def test_a_round_claims_ahead_only_what_comes_ready_soon_and_never_shortens_a_re
     check_redis_frontier(f)
 
 
-def test_a_dead_workers_host_rests_its_own_pace_or_the_lapse_rest(
+def test_a_dead_workers_host_rests_its_own_pace_or_the_first_pace(
         redis_server: RedisServer) -> None:
     """A lapsed lease of a dead worker: a measured host rests the pace it was given with its
-    last fetch (its stored fetch and pace stay); a host never measured rests the lapse rest
-    (``policy.delay(lease_timeout)``, sent by the client) and keeps that pace with the fetch
-    the dead worker could have made (the claim to one heartbeat after the last renewal).
+    last fetch (its stored fetch and pace stay); a host never measured rests the pace of a
+    fetch of no known time (``policy.delay(0)``, sent by the client), not the lapse rest of
+    a whole lease, and keeps that pace with the fetch the dead worker could have made (the
+    claim to one heartbeat after the last renewal).
     Both rests count from two heartbeats after the last renewal (the worker was dead by
     then), not from when the lapse was noticed."""
     client = redis_server.client()
     prefix = f"deadrest{time.monotonic_ns()}:frontier:"
-    policy = DelayPolicy(2.0, 0.0, 60.0)
+    policy = DelayPolicy(2.0, 0.8, 60.0)
     kw: dict = {"policy": policy, "lease_timeout": 10.0, "liveness": 0.4}
     a, b = RedisFrontier(client, prefix, **kw), RedisFrontier(client, prefix, **kw)
     fetches = a.key("fetch")
-    lapse_rest = policy.delay(10.0)  # 20 s: a fetch that ran the whole lease
+    first_pace = policy.delay(0.0)  # 0.8 s, not the 20 s of a fetch that ran the whole lease
     for item in (b"m1", b"m2", b"m3"):
         a.push("measured", 1, item)
     a.push("new", 1, b"n1")
@@ -502,10 +503,10 @@ def test_a_dead_workers_host_rests_its_own_pace_or_the_lapse_rest(
     # "measured" rests its own pace from then (1 s), its fetch and pace kept as they were.
     assert b.next_contact("measured") == pytest.approx(died["measured"] + 1.0, abs=EPS)
     assert read_pace(client.hget(fetches, "measured")) == (0.5, 1.0)
-    # "new" rests the lapse rest from then; its fetch: claim to one beat after it (0.1 s).
-    assert b.next_contact("new") == pytest.approx(died["new"] + lapse_rest, abs=EPS)
+    # "new" rests the first pace from then; its fetch: claim to one beat after it (0.1 s).
+    assert b.next_contact("new") == pytest.approx(died["new"] + first_pace, abs=EPS)
     last, pace = read_pace(client.hget(fetches, "new"))
-    assert last == pytest.approx(0.1, abs=EPS) and pace == lapse_rest
+    assert last == pytest.approx(0.1, abs=EPS) and pace == first_pace
     check_redis_frontier(b)
 
 

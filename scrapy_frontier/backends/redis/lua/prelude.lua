@@ -14,9 +14,10 @@ local BMAX = tonumber(ARGV[4])
 local WEIGHTS = {}  -- of the front queues, level 1 first (FrontQueueChooser.weights)
 for w in string.gmatch(ARGV[5], '%S+') do WEIGHTS[#WEIGHTS + 1] = tonumber(w) end
 local LEASE_T = tonumber(ARGV[6])
--- The policy's rest after a fetch that ran the whole lease (DelayPolicy.delay(LEASE_T)):
--- a lapsed lease's host rests this when it has no pace of its own (see expire).
-local LAPSE_REST = tonumber(ARGV[7])
+-- The rests of a lapse (see expire), computed by the client's DelayPolicy: after a fetch
+-- that ran the whole lease (delay(LEASE_T)), and the pace of a host never measured (delay(0)).
+local LAPSE_REST, FIRST_PACE = string.match(ARGV[7], '^(%S+) (%S+)$')
+LAPSE_REST, FIRST_PACE = tonumber(LAPSE_REST), tonumber(FIRST_PACE)
 local BUDGET = {tonumber(ARGV[8])}
 local WINDOW = tonumber(ARGV[9])
 -- Park-Miller generator seeded by the client on every call: Redis before 7 reseeds
@@ -301,7 +302,7 @@ end
 -- until now; except when the lease lapsed before claim + LEASE_T: its worker stopped
 -- renewing it (it died, and its connections with it), and the time the lapse took to
 -- notice is not the server's. Then the host rests its own last pace if it has one (its
--- stored entry stays), else LAPSE_REST with the fetch counted from the claim to one
+-- stored entry stays), else FIRST_PACE, with the fetch counted from the claim to one
 -- heartbeat after the last renewal (live: the liveness window of the workers, as the
 -- caller's; they beat every quarter of it); the rest counts from two beats after the last
 -- renewal: the worker was dead by then, and a dead worker's connections are closed.
@@ -313,13 +314,12 @@ local function expire(limit, live)
     local host, deadline = due[i], tonumber(due[i + 1])
     local rec = redis.call('HGET', K_LEASES, host)
     local _, lv, handed, ready, item = parse_lease(rec)
-    local fetch, ago, stored = now - handed, 0, nil
+    local fetch, ago, stored, pace = now - handed, 0, nil, LAPSE_REST
     if live > 0 and deadline < handed + LEASE_T - 0.001 then
       fetch = math.max(0, math.min(fetch, deadline - handed - 0.75 * live))
       ago = math.max(0, now - (deadline - 0.5 * live))
-      stored = redis.call('HGET', K_FETCH, host)
+      stored, pace = redis.call('HGET', K_FETCH, host), FIRST_PACE
     end
-    local pace = LAPSE_REST
     if stored then
       local _, own = paced(host, stored)
       fetch, pace = nil, own
