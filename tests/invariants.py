@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from scrapy_frontier.backends.redis.frontier import text
+from scrapy_frontier.backends.redis.frontier import read_pace, text
 
 Frontier = Any  # scrapy_frontier.core.frontier.Frontier
 RedisFrontier = Any  # scrapy_frontier.backends.redis.frontier.RedisFrontier
@@ -156,6 +156,9 @@ def check_redis_frontier(frontier: RedisFrontier) -> None:
         else:
             assert t_e <= now + 1e-3, f"{host}: ready in the future without a rest"
     assert set(fetch) <= set(active), "fetch durations for inactive hosts"
+    for host, raw in fetch.items():
+        last, pace = read_pace(raw)
+        assert last >= 0 and pace >= 0, f"{host}: fetch entry {raw!r}"
     head = {a: int(b) for a, b in h("head").items()}
     assert set(head) == {host for host, q in active.items() if q}, "head levels drift"
     for host, lv in head.items():

@@ -13,13 +13,12 @@ import time
 from typing import Any
 
 from scrapy_frontier.backends.redis.connection import describe, guard, is_cluster, text
-from scrapy_frontier.backends.redis.frontier import FORMAT, VERSION
+from scrapy_frontier.backends.redis.frontier import FORMAT, VERSION, read_pace
 from scrapy_frontier.backends.redis.partitions import Layout, partition_of
 from scrapy_frontier.backends.redis.seen import RedisSeenSet
 from scrapy_frontier.commands import shapes
 from scrapy_frontier.commands.shapes import HostView, HostViews
 from scrapy_frontier.core.history import readable_record
-from scrapy_frontier.core.politeness import delay_rule_from
 from scrapy_frontier.errors import FrontierCommandError
 from scrapy_frontier.settings import FrontierConfig
 
@@ -76,8 +75,6 @@ class RedisInspector:
                 f"{VERSION}. Use the scrapy-frontier release that wrote it. Nothing was changed.")
         self.levels = int(meta.get("levels", self.config.front_queues))
         self.spider = meta.get("spider", spider)
-        #: The rests the crawl gives (its workers' settings, saved in the meta key).
-        self.policy = delay_rule_from(meta, config.policy)
 
     def _read(self, doing: str, fn: Any) -> Any:
         return guard(self.client, self.prefix, doing, fn)
@@ -165,7 +162,7 @@ class RedisInspector:
             "active": {text(a): int(b) for a, b in active.items()},
             "leases": {text(h) for h in leases},
             "ready": _floats(ready), "rest": _floats(rest), "blocked": _floats(blocked),
-            "fetch": {text(a): float(b) for a, b in fetch.items()},
+            "fetch": {text(a): read_pace(b) for a, b in fetch.items()},
             "minrest": {text(a): float(b) for a, b in minrest.items()},
             "delay": {text(a): float(b) for a, b in delay.items()},
             "retired": {text(h) for h in retired}, "capped": {text(h) for h in capped},
@@ -213,11 +210,11 @@ class RedisInspector:
             v = views[host]
             if not math.isinf(t):
                 v.next_contact_in = max(v.next_contact_in or 0.0, t - now)
-        policy = self.policy
-        for host, f in snap["fetch"].items():
+        # Each host's rest as the crawl's policy gave it, kept with its last fetch.
+        for host, (f, pace) in snap["fetch"].items():
             v = views[host]
             v.last_fetch_s = f
-            v.rest_s = policy.delay(f)
+            v.rest_s = pace
         for name in ("minrest", "delay"):
             for host, d in snap[name].items():
                 v = views[host]

@@ -129,6 +129,14 @@ def frontier_error(client: redis.Redis, prefix: str, doing: str,
             f"{prefix!r} (and its seen set and page history): grant them with ACL SETUSER or "
             "connect as another user (REDIS_URL, REDIS_PARAMS), then run the same command again."
         )
+    if "FRONTIER_DAMAGED " + prefix + "fetch field" in message:
+        return RedisFrontierDataError(
+            f"{where} found a damaged value under {prefix!r} while {doing}: "
+            f"{message.split('FRONTIER_DAMAGED ', 1)[-1]}. The frontier keeps a host's last "
+            "fetch time and its pace there (seconds, as two numbers: \"<fetch> <pace>\"). Set "
+            f"the field to numbers (HSET {prefix}fetch <host> \"0 0\" if unknown), then run "
+            "the same command again; the URLs queued there are kept."
+        )
     if "FRONTIER_DAMAGED" in message or "hash value is not an integer" in message:
         return RedisFrontierDataError(
             f"{where} found a damaged value under {prefix!r} while {doing}: "

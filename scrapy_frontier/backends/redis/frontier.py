@@ -36,7 +36,8 @@ put the name in ``{...}`` to keep every key in one Redis Cluster slot)::
                              when passed): a host coming back through the front queues
                              still honours its rest
     P head            HASH   host -> highest level in its back queue (hosts with URLs there)
-    P fetch           HASH   host -> duration of its last fetch (active hosts; due order)
+    P fetch           HASH   host -> "<fetch> <pace>": its last fetch's duration and the rest
+                             the policy gave it (active hosts; due order, lapsed leases)
     P minrest         HASH   host -> minimum rest in seconds (robots.txt Crawl-delay)
     P retired         SET    hosts given up for good
     P capped          SET    retired hosts that reached their fetch budget
@@ -239,6 +240,13 @@ def _one_slot(prefix: str) -> bool:
     return start >= 0 and end > start + 1
 
 
+def read_pace(raw: bytes | str) -> tuple[float, float]:
+    """A ``P fetch`` entry: the host's last fetch time and its pace (the policy's rest for
+    that fetch), as the scripts write it."""
+    fetch, pace = text(raw).split(" ")
+    return float(fetch), float(pace)
+
+
 def _check_fetch(fetch_seconds: float, rest_at_least: float) -> None:
     """A completion's numbers, checked before they reach a script."""
     if math.isnan(rest_at_least) or rest_at_least < 0:
@@ -248,7 +256,7 @@ def _check_fetch(fetch_seconds: float, rest_at_least: float) -> None:
 
 
 def _weights(levels: int, bias: float) -> str:
-    """The front queues' weights, level 1 first, as the scripts read them (ARGV[8])."""
+    """The front queues' weights, level 1 first, as the scripts read them (ARGV[5])."""
     chooser = FrontQueueChooser(levels, bias, random.Random(0))
     return " ".join(repr(w) for w in chooser.weights)
 
@@ -320,11 +328,11 @@ class RedisFrontier:
             front_queues,
             back_queues,
             back_queues_max,
-            repr(self.policy.factor),
-            repr(self.policy.min_delay),
-            repr(self.policy.max_delay),
             _weights(front_queues, float(priority_bias)),
             repr(float(lease_timeout)),
+            # The rests of a lapse (see expire): after a fetch that ran the whole lease, and
+            # the pace of a host never measured (a fetch of no known time).
+            f"{self.policy.delay(float(lease_timeout))!r} {self.policy.delay(0.0)!r}",
             refill_budget,
             due_window,
         ]
@@ -372,13 +380,16 @@ class RedisFrontier:
 
     def _completion_args(self, lease: RedisLease, fetch_seconds: float, rest_at_least: float,
                          budget: int, ended_ago: float) -> list[Any]:
-        """Five script arguments per completion (see complete_one in lua/prelude.lua): the
-        rest is computed here, by the core's rule; the scripts raise it to the host's floors
-        kept in Redis."""
+        """Six script arguments per completion (see complete_one in lua/prelude.lua): the
+        host's pace (the policy's rest for this fetch, kept with its fetch time for the due
+        order and a later lapse) and the rest are computed here, by the core's rules; the
+        scripts raise the rest to the host's floors kept in Redis."""
         _check_fetch(fetch_seconds, rest_at_least)
-        rest = rest_before_floors(self.policy, float(fetch_seconds),
-                                  max(0.0, float(ended_ago)), float(rest_at_least))
-        return [lease.host, lease.ticket, repr(float(fetch_seconds)), repr(rest), int(budget)]
+        fetch = float(fetch_seconds)
+        pace = self.policy.delay(fetch)
+        rest = rest_before_floors(self.policy, fetch, max(0.0, float(ended_ago)),
+                                  float(rest_at_least))
+        return [lease.host, lease.ticket, repr(fetch), repr(pace), repr(rest), int(budget)]
 
     def _pipeline(self) -> Any:
         """A pipeline of this frontier's keys: a MULTI transaction on one Redis; on a
@@ -642,7 +653,8 @@ class RedisFrontier:
     def expire_leases(self, limit: int = 1000) -> list[tuple[str, bytes]]:
         """Return the items of leases past their deadline to their hosts' queues.
 
-        The host rests as if the fetch had lasted until now (clamped by the policy).
+        The host rests as after a fetch that ran the whole lease
+        (``policy.delay(lease_timeout)``, sent to the scripts with every call).
         Returns the (host, item) pairs returned (or dropped, for a retired host).
         """
         out = self._run(self._expire, "expiring leases", limit)

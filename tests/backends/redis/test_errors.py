@@ -27,6 +27,7 @@ from scrapy_frontier.backends.redis.connection import redis_from_settings, wait_
 from scrapy_frontier.backends.redis.driver import RedisDriver
 from scrapy_frontier.backends.redis.frontier import RedisFrontier
 from scrapy_frontier.backends.redis.view import MAX_BACKOFF, Outage
+from scrapy_frontier.core import DelayPolicy
 from scrapy_frontier.errors import (
     RedisFrontierAuthError,
     RedisFrontierDataError,
@@ -271,6 +272,26 @@ def test_garbage_in_the_count_hash_names_the_key_and_the_field(
     _safe(message)
     assert redis_client.llen(redis_prefix + "f:1") + sum(
         redis_client.llen(k) for k in redis_client.keys(redis_prefix + "b:*")) >= 1
+
+
+def test_garbage_in_a_hosts_pace_names_the_key_and_the_field(
+        redis_client: redis.Redis, redis_prefix: str) -> None:
+    frontier = RedisFrontier(redis_client, redis_prefix, front_queues=4, back_queues=1,
+                             policy=DelayPolicy(0.0, 0.0, 0.0))
+    frontier.push("a.example", 1, b"x")
+    frontier.push("a.example", 1, b"y")
+    lease = frontier.pop()
+    assert lease is not None and frontier.complete(lease, 0.0) is not None
+    redis_client.hset(redis_prefix + "fetch", "a.example", "0.5")  # no pace
+    with pytest.raises(RedisFrontierDataError) as info:
+        frontier.pop()
+    message = str(info.value)
+    assert f"{redis_prefix}fetch field a.example" in message, message
+    assert "HSET" in message and "<fetch> <pace>" in message
+    _safe(message)
+    redis_client.hset(redis_prefix + "fetch", "a.example", "0 0")
+    again = frontier.pop()
+    assert again is not None and again.item == b"y"
 
 
 # -- the driver: retry an outage, stop on everything else --------------------------------------

@@ -13,7 +13,7 @@ from redis.retry import Retry
 from scrapy.settings import Settings
 
 from scrapy_frontier.backends.redis.connection import redis_from_settings
-from scrapy_frontier.backends.redis.frontier import RedisFrontier, RedisLease
+from scrapy_frontier.backends.redis.frontier import RedisFrontier, RedisLease, read_pace
 from scrapy_frontier.backends.redis.seen import RedisSeenSet
 from scrapy_frontier.core import DelayPolicy
 from scrapy_frontier.errors import (
@@ -468,41 +468,83 @@ def test_a_round_claims_ahead_only_what_comes_ready_soon_and_never_shortens_a_re
     check_redis_frontier(f)
 
 
-def test_a_dead_workers_host_rests_as_after_its_fetch_not_after_the_lapse(
+def test_a_dead_workers_host_rests_its_own_pace_or_the_first_pace(
         redis_server: RedisServer) -> None:
-    """A lapsed lease's host rests after the fetch its dead worker could have made: its last
-    measured fetch, or the claim to one heartbeat after the last renewal; not the time the
-    lapse took to notice (10 x that would keep the host away for minutes). The rest counts
-    from two heartbeats after the last renewal (the worker was dead by then), not from
-    when the lapse was noticed."""
+    """A lapsed lease of a dead worker: a measured host rests the pace it was given with its
+    last fetch (its stored fetch and pace stay); a host never measured rests the pace of a
+    fetch of no known time (``policy.delay(0)``, sent by the client), not the lapse rest of
+    a whole lease, and keeps that pace with the fetch the dead worker could have made (the
+    claim to one heartbeat after the last renewal).
+    Both rests count from two heartbeats after the last renewal (the worker was dead by
+    then), not from when the lapse was noticed."""
     client = redis_server.client()
     prefix = f"deadrest{time.monotonic_ns()}:frontier:"
-    kw: dict = {"policy": DelayPolicy(10.0, 0.0, 60.0), "lease_timeout": 600.0,
-                "liveness": 0.4}
+    policy = DelayPolicy(2.0, 0.8, 60.0)
+    kw: dict = {"policy": policy, "lease_timeout": 10.0, "liveness": 0.4}
     a, b = RedisFrontier(client, prefix, **kw), RedisFrontier(client, prefix, **kw)
+    fetches = a.key("fetch")
+    first_pace = policy.delay(0.0)  # 0.8 s, not the 20 s of a fetch that ran the whole lease
     for item in (b"m1", b"m2", b"m3"):
         a.push("measured", 1, item)
     a.push("new", 1, b"n1")
     a.push("new", 1, b"n2")
     first = a.pop()
     assert first is not None and first.host == "measured"
-    a.complete(first, 0.01)  # measured: 10 ms, so a 0.1 s rest
-    time.sleep(0.15)
-    held = [a.pop(), a.pop()]
-    assert {lease.host for lease in held if lease is not None} == {"measured", "new"}
-    claimed = next(lease.handed_at for lease in held if lease and lease.host == "new")
+    # Measured: 0.5 s, so a pace of 1 s; the answer ended 1 s ago, so no rest is left.
+    a.complete(first, 0.5, ended_ago=1.0)
+    assert read_pace(client.hget(fetches, "measured")) == (0.5, 1.0)
+    held = {lease.host: lease for lease in (a.pop(), a.pop()) if lease is not None}
+    assert set(held) == {"measured", "new"}
     time.sleep(0.5)  # past the window, with no heartbeat: A died
-    # Both taken back. "measured" rested 10 x 10 ms from claim + 0.2 s (two beats of
-    # 0.1 s), over by now: claimed again at once.
-    back = b.pop()
+    assert b.pop() is None  # both taken back; neither rest is over
     assert b.reclaimed == 2
-    assert back is not None and back.host == "measured"
-    # No measurement: the fetch is the claim to one beat after it (0.1 s), so a 1 s rest,
-    # from claim + 0.2 s.
-    assert b.next_contact("new") == pytest.approx(claimed + 1.2, abs=0.01)
-    assert b.next_contact("new") > b.server_time()
-    b.complete(back, 0.01)
+    # Dead from claim + 0.2 s (the deadline, claim + 0.4 s, less two beats of 0.1 s).
+    died = {host: lease.handed_at + 0.2 for host, lease in held.items()}
+    # "measured" rests its own pace from then (1 s), its fetch and pace kept as they were.
+    assert b.next_contact("measured") == pytest.approx(died["measured"] + 1.0, abs=EPS)
+    assert read_pace(client.hget(fetches, "measured")) == (0.5, 1.0)
+    # "new" rests the first pace from then; its fetch: claim to one beat after it (0.1 s).
+    assert b.next_contact("new") == pytest.approx(died["new"] + first_pace, abs=EPS)
+    last, pace = read_pace(client.hget(fetches, "new"))
+    assert last == pytest.approx(0.1, abs=EPS) and pace == first_pace
     check_redis_frontier(b)
+
+
+def test_a_lease_that_ran_its_whole_length_rests_the_lapse_rest(
+        redis_server: RedisServer) -> None:
+    """A lease that lapses at claim + lease_timeout (no heartbeat) rests its host the lapse
+    rest, ``policy.delay(lease_timeout)``, from when it is taken back: not the rest of the
+    time the lapse took to notice, and not the host's own pace. Its fetch counts as lasting
+    until then."""
+    client = redis_server.client()
+    prefix = f"wholelapse{time.monotonic_ns()}:frontier:"
+    policy = DelayPolicy(2.0, 0.0, 60.0)
+    a = RedisFrontier(client, prefix, policy=policy, lease_timeout=0.3)
+    fetches = a.key("fetch")
+    lapse_rest = policy.delay(0.3)  # 0.6 s
+    for host in ("measured", "new"):
+        for i in range(3):
+            a.push(host, 1, f"{host}/{i}".encode())
+    first = a.pop()
+    assert first is not None
+    a.complete(first, 0.01)  # a pace of 20 ms
+    measured = first.host
+    assert read_pace(client.hget(fetches, measured)) == (0.01, 0.02)
+    time.sleep(0.03)
+    held = {lease.host: lease for lease in (a.pop(), a.pop()) if lease is not None}
+    assert set(held) == {"measured", "new"}
+    time.sleep(0.5)  # 0.2 s past the deadlines: a delay of 1.0 s on the core's rule
+    before = a.server_time()
+    assert sorted(host for host, _ in a.expire_leases()) == ["measured", "new"]
+    after = a.server_time()
+    for host, lease in held.items():
+        rest_end = a.next_contact(host)
+        assert rest_end is not None
+        assert before + lapse_rest - EPS <= rest_end <= after + lapse_rest + EPS, host
+        last, pace = read_pace(client.hget(fetches, host))
+        assert pace == lapse_rest
+        assert before - lease.handed_at - EPS <= last <= after - lease.handed_at + EPS
+    check_redis_frontier(a)
 
 
 def test_a_push_refused_for_a_retired_host_is_not_marked_seen(

@@ -1,7 +1,7 @@
 -- claim: see RedisFrontier.pop().
--- ARGV[14]: the claiming worker's liveness window (0: none); see lease_deadline.
-local expired = expire(tonumber(ARGV[13]), tonumber(ARGV[14] or '0'))
-local deadline = lease_deadline(tonumber(ARGV[14] or '0'))
+-- ARGV[12]: the claiming worker's liveness window (0: none); see lease_deadline.
+local expired = expire(tonumber(ARGV[11]), tonumber(ARGV[12] or '0'))
+local deadline = lease_deadline(tonumber(ARGV[12] or '0'))
 prepare_claims()
 local lease = claim_one(deadline)
 if lease then

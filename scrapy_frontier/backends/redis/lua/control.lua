@@ -1,6 +1,6 @@
 -- control: an operator's change to one host (scrapy frontier), atomic with the queues.
--- ARGV[13] op, ARGV[14] host, ARGV[15] value. Returns {op result, server time}.
-local op, host, value = ARGV[13], ARGV[14], ARGV[15]
+-- ARGV[11] op, ARGV[12] host, ARGV[13] value. Returns {op result, server time}.
+local op, host, value = ARGV[11], ARGV[12], ARGV[13]
 local function requeue(at)
   -- A host waiting in the ready set moves to its new next contact.
   if redis.call('ZSCORE', K_READY, host) then

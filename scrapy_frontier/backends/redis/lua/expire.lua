@@ -1,2 +1,2 @@
 -- expire: see RedisFrontier.expire_leases().
-return expire(tonumber(ARGV[13]), 0)
+return expire(tonumber(ARGV[11]), 0)

@@ -1,6 +1,6 @@
 -- Shared by every frontier script: arguments, keys, and the helpers.
--- ARGV[1..12] is the same head for every script (RedisFrontier._head);
--- op-specific arguments start at ARGV[13].
+-- ARGV[1..10] is the same head for every script (RedisFrontier._head);
+-- op-specific arguments start at ARGV[11].
 local P = ARGV[1]
 -- The meta hash is written when a frontier is first opened: without it the state is gone
 -- (Redis restarted without persistence, or the keys were deleted). Changing nothing then
@@ -11,17 +11,18 @@ end
 local F = tonumber(ARGV[2])
 local B = tonumber(ARGV[3])
 local BMAX = tonumber(ARGV[4])
-local FACTOR = tonumber(ARGV[5])
-local MIND = tonumber(ARGV[6])
-local MAXD = tonumber(ARGV[7])
 local WEIGHTS = {}  -- of the front queues, level 1 first (FrontQueueChooser.weights)
-for w in string.gmatch(ARGV[8], '%S+') do WEIGHTS[#WEIGHTS + 1] = tonumber(w) end
-local LEASE_T = tonumber(ARGV[9])
-local BUDGET = {tonumber(ARGV[10])}
-local WINDOW = tonumber(ARGV[11])
+for w in string.gmatch(ARGV[5], '%S+') do WEIGHTS[#WEIGHTS + 1] = tonumber(w) end
+local LEASE_T = tonumber(ARGV[6])
+-- The rests of a lapse (see expire), computed by the client's DelayPolicy: after a fetch
+-- that ran the whole lease (delay(LEASE_T)), and the pace of a host never measured (delay(0)).
+local LAPSE_REST, FIRST_PACE = string.match(ARGV[7], '^(%S+) (%S+)$')
+LAPSE_REST, FIRST_PACE = tonumber(LAPSE_REST), tonumber(FIRST_PACE)
+local BUDGET = {tonumber(ARGV[8])}
+local WINDOW = tonumber(ARGV[9])
 -- Park-Miller generator seeded by the client on every call: Redis before 7 reseeds
 -- Lua's math.random identically for every script, which would always pick one level.
-local SEED = {tonumber(ARGV[12])}
+local SEED = {tonumber(ARGV[10])}
 local function rand()
   SEED[1] = (SEED[1] * 16807) % 2147483647
   return SEED[1] / 2147483647
@@ -31,9 +32,9 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local function fmt(x) return string.format('%.6f', x) end
 -- A field the frontier keeps as a number holds something else: say which key and field
 -- (the client turns FRONTIER_DAMAGED into an error that names them).
-local function damaged(key, field, raw)
+local function damaged(key, field, raw, wanted)
   error({err = 'FRONTIER_DAMAGED ' .. key .. ' field ' .. field .. ' holds '
-    .. string.format('%q', tostring(raw)) .. ', not a number'})
+    .. string.format('%q', tostring(raw)) .. ', not ' .. (wanted or 'a number')})
 end
 local function number_at(key, field, raw)
   local n = tonumber(raw or '0')
@@ -53,11 +54,15 @@ local K_FETCHED, K_CAPPED = P .. 'fetched', P .. 'capped'
 local function fkey(lv) return P .. 'f:' .. lv end
 local function bkey(lv, host) return P .. 'b:' .. lv .. ':' .. host end
 
--- DelayPolicy.delay (tests/backends/redis/test_lua_parity.py), for the fetch times only the server knows:
--- a lapsed lease's (its clock less the claim) and the due hosts' it ranks (claim_one).
-local function delay(fetch)
-  local w = FACTOR * math.max(0, fetch)
-  return math.min(MAXD, math.max(MIND, w))
+-- A host's pace, kept in K_FETCH as "<fetch> <pace>" (release writes it): its last fetch
+-- time, and the rest the client's policy gave that fetch (DelayPolicy.delay, before the
+-- floors). The scripts never compute a rest: they read it here or are sent it.
+local function paced(host, raw)
+  local i = string.find(raw, ' ', 1, true)
+  local fetch = i and tonumber(string.sub(raw, 1, i - 1))
+  local pace = i and tonumber(string.sub(raw, i + 1))
+  if not (fetch and pace) then damaged(K_FETCH, host, raw, '"<fetch> <pace>"') end
+  return fetch, pace
 end
 
 -- Counters add up in STATS and reach K_STATS once per script call (flush_stats, which
@@ -232,9 +237,10 @@ end
 
 -- End of a fetch (complete or expiry): the host rests rest seconds (or more: the floors
 -- kept here, robots.txt's minimum rest and an operator's delay), then is ready again or
--- gives up its back queue. not_before: the host's ready time when its lease was claimed
--- (a lease claimed ahead and given back unfetched must not end the rest it was claimed in).
-local function release(host, fetch, rest, not_before)
+-- gives up its back queue. fetch, pace: kept as its K_FETCH entry (fetch nil: the entry
+-- stored stays). not_before: the host's ready time when its lease was claimed (a lease
+-- claimed ahead and given back unfetched must not end the rest it was claimed in).
+local function release(host, fetch, pace, rest, not_before)
   if filled(K_MINREST, 'HLEN') then
     local mr = tonumber(redis.call('HGET', K_MINREST, host) or '0')
     if mr > rest then rest = mr end
@@ -250,7 +256,9 @@ local function release(host, fetch, rest, not_before)
   redis.call('ZADD', K_REST, fmt(nc), host)
   local q = tonumber(redis.call('HGET', K_ACTIVE, host) or '0')
   if q > 0 then
-    redis.call('HSET', K_FETCH, host, fmt(math.max(0, fetch)))
+    if fetch then
+      redis.call('HSET', K_FETCH, host, fmt(math.max(0, fetch)) .. ' ' .. fmt(pace))
+    end
     redis.call('ZADD', K_READY, fmt(unblocked_at(host, nc)), host)
     -- The rest kept before the host's next URL (the core's politeness_hold_seconds).
     stat('hold_us', math.floor((nc - now) * 1000000))
@@ -290,13 +298,14 @@ local function hand_back(host, lv, ready, item)
 end
 
 -- A lease past its deadline goes back to the head of its host's queue. The host then rests
--- as after a fetch lasting until now, except when the lease lapsed before claim + LEASE_T:
--- its worker stopped renewing it (it died, and its connections with it), and the time the
--- lapse took to notice is not the server's. Then the fetch counts as lasting from the
--- claim to one heartbeat after the last renewal (live: the liveness window of the workers,
--- as the caller's; they beat every quarter of it), or the host's last measured fetch if
--- that is shorter, and the rest counts from two beats after the last renewal: the worker
--- was dead by then, and a dead worker's connections are closed.
+-- LAPSE_REST, as after a fetch that ran the whole lease, and its fetch counts as lasting
+-- until now; except when the lease lapsed before claim + LEASE_T: its worker stopped
+-- renewing it (it died, and its connections with it), and the time the lapse took to
+-- notice is not the server's. Then the host rests its own last pace if it has one (its
+-- stored entry stays), else FIRST_PACE, with the fetch counted from the claim to one
+-- heartbeat after the last renewal (live: the liveness window of the workers, as the
+-- caller's; they beat every quarter of it); the rest counts from two beats after the last
+-- renewal: the worker was dead by then, and a dead worker's connections are closed.
 local function expire(limit, live)
   local due = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', fmt(now), 'WITHSCORES',
                          'LIMIT', 0, limit)
@@ -305,13 +314,15 @@ local function expire(limit, live)
     local host, deadline = due[i], tonumber(due[i + 1])
     local rec = redis.call('HGET', K_LEASES, host)
     local _, lv, handed, ready, item = parse_lease(rec)
-    local fetch = now - handed
-    local ago = 0
+    local fetch, ago, stored, pace = now - handed, 0, nil, LAPSE_REST
     if live > 0 and deadline < handed + LEASE_T - 0.001 then
       fetch = math.max(0, math.min(fetch, deadline - handed - 0.75 * live))
-      local measured = redis.call('HGET', K_FETCH, host)
-      if measured then fetch = math.min(fetch, tonumber(measured)) end
       ago = math.max(0, now - (deadline - 0.5 * live))
+      stored, pace = redis.call('HGET', K_FETCH, host), FIRST_PACE
+    end
+    if stored then
+      local _, own = paced(host, stored)
+      fetch, pace = nil, own
     end
     if is_retired(host) then
       if not count_refused(host) then redis.call('RPUSH', K_DROPPED, host .. '\0' .. item) end
@@ -319,7 +330,7 @@ local function expire(limit, live)
       -- Back to the head of its level: it was next before, it is next again.
       add_to_back(host, lv, item, true)
     end
-    release(host, fetch, math.max(0, delay(fetch) - ago), ready)
+    release(host, fetch, pace, math.max(0, pace - ago), ready)
     stat('expired', 1)
     out[#out + 1] = host
     out[#out + 1] = item
@@ -400,18 +411,20 @@ local function claim_one(deadline, ahead)
         if i == 1 or tonumber(due[i + 1]) <= now then hosts[#hosts + 1] = due[i] end
       end
       local heads = redis.call('HMGET', K_HEAD, unpack(hosts))
-      local fetches = redis.call('HMGET', K_FETCH, unpack(hosts))
+      local paces = redis.call('HMGET', K_FETCH, unpack(hosts))
       local queued = redis.call('HMGET', K_ACTIVE, unpack(hosts))
       for j, host in ipairs(hosts) do
         local t_e = tonumber(due[2 * j])
         local lv = tonumber(heads[j])
-        local slack = -math.huge
-        if fetches[j] then
-          local fetch = tonumber(fetches[j])
-          slack = t_e - tonumber(queued[j]) * (fetch + delay(fetch))
-        end
-        if lv > best_lv or (lv == best_lv and slack < best_slack) then
-          best, best_lv, best_slack, best_te = host, lv, slack, t_e
+        if lv >= best_lv then  -- (a lower level never wins: its slack is not read)
+          local slack = -math.huge
+          if paces[j] then
+            local fetch, pace = paced(host, paces[j])
+            slack = t_e - tonumber(queued[j]) * (fetch + pace)
+          end
+          if lv > best_lv or slack < best_slack then
+            best, best_lv, best_slack, best_te = host, lv, slack, t_e
+          end
         end
       end
       local item = redis.call('LPOP', bkey(best_lv, best))
@@ -432,19 +445,20 @@ end
 
 -- The end of a fetch under lease id of host: {1, nc, capped} (nc: the host's next contact;
 -- capped: URLs dropped as this fetch spent the host's budget, -1 if it did not), or {0}
--- if the lease is no longer held (it lapsed and was taken back). rest: as the client's
--- core.politeness computed it (see release). given: the host's budget
--- from the worker's settings (0: unlimited; -1: handed back unfetched, not counted; -2:
--- given back unfetched with its item queued again, see hand_back); the shared budgets hash
--- (scrapy frontier budget) overrides it. The fetch count is every worker's: counted and
--- tested in one step, two workers cannot both pass a budget's last fetch.
-local function complete_one(host, id, fetch, rest, given)
+-- if the lease is no longer held (it lapsed and was taken back). pace: the policy's rest
+-- for this fetch (kept with it, see paced); rest: as the client's core.politeness
+-- computed it (see release). given: the host's budget from the worker's settings (0:
+-- unlimited; -1: handed back unfetched, not counted; -2: given back unfetched with its
+-- item queued again, see hand_back); the shared budgets hash (scrapy frontier budget)
+-- overrides it. The fetch count is every worker's: counted and tested in one step, two
+-- workers cannot both pass a budget's last fetch.
+local function complete_one(host, id, fetch, pace, rest, given)
   local rec = redis.call('HGET', K_LEASES, host)
   if not rec then return {0} end
   local lid, lv, _, ready, item = parse_lease(rec)
   if lid ~= id then return {0} end
   if given == -2 then return {1, hand_back(host, lv, ready, item), -1} end
-  local nc = release(host, fetch, rest, ready)
+  local nc = release(host, fetch, pace, rest, ready)
   stat('completed', 1)
   local shared = filled(K_BUDGETS, 'HLEN')
   local budget = math.max(given, 0)

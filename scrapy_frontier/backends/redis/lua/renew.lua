@@ -1,16 +1,16 @@
--- renew: see RedisFrontier.renew(). A worker's heartbeat: it is alive for ARGV[14] more
+-- renew: see RedisFrontier.renew(). A worker's heartbeat: it is alive for ARGV[12] more
 -- seconds (the workers zset), and so are its leases, given as host, lease id pairs from
--- ARGV[15]; a lease is never renewed past its claim + LEASE_T. A pair whose host is no
+-- ARGV[13]; a lease is never renewed past its claim + LEASE_T. A pair whose host is no
 -- longer leased under that id (taken back, or completed meanwhile) is left alone.
 -- Returns one flag per pair: 1 renewed, 0 no longer held.
-local worker, live = ARGV[13], tonumber(ARGV[14])
+local worker, live = ARGV[11], tonumber(ARGV[12])
 local K_WORKERS = P .. 'workers'
 redis.call('ZADD', K_WORKERS, fmt(now + live), worker)
 -- Workers silent for an hour are forgotten (a closing worker removes itself).
 redis.call('ZREMRANGEBYSCORE', K_WORKERS, '-inf', fmt(now - 3600))
-if #ARGV < 16 then return {} end
+if #ARGV < 14 then return {} end
 local hosts = {}
-for i = 15, #ARGV, 2 do hosts[#hosts + 1] = ARGV[i] end
+for i = 13, #ARGV, 2 do hosts[#hosts + 1] = ARGV[i] end
 local recs = redis.call('HMGET', K_LEASES, unpack(hosts))
 local renewals = {}
 local held = {}
@@ -19,7 +19,7 @@ for j, host in ipairs(hosts) do
   held[j] = 0
   if rec then
     local id, _, handed = parse_lease(rec)
-    if id == ARGV[14 + 2 * j] then
+    if id == ARGV[12 + 2 * j] then
       renewals[#renewals + 1] = fmt(math.min(handed + LEASE_T, now + live))
       renewals[#renewals + 1] = host
       held[j] = 1

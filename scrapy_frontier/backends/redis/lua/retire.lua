@@ -1,2 +1,2 @@
 -- retire: see RedisFrontier.retire().
-return retire_host(ARGV[13], false)
+return retire_host(ARGV[11], false)
