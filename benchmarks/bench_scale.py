@@ -456,7 +456,7 @@ def run_worker(
                     store.flush()
             result["disk"] = _frontier_disk(_disk(jobdir), queued)
         else:
-            df = scheduler.admission.df
+            df = scheduler.df
             if getattr(df, "file", None) is not None:
                 df.file.flush()
             result["disk"] = _scrapy_disk(_disk(jobdir), queued)

@@ -301,6 +301,11 @@ class FrontierScheduler:
         self.robots.parsed(robotparser, request)
         self.history_feed.robots_parsed(robotparser)
 
+    @property
+    def df(self) -> BaseDupeFilter:
+        """The dupe filter, under the name Scrapy's own scheduler gives it."""
+        return self.admission.df
+
     # -- incremental recrawl ---------------------------------------------------------------
 
     @property

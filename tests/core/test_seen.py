@@ -679,8 +679,8 @@ def test_dont_filter_is_the_schedulers_business_not_the_dupefilters() -> None:
 def test_the_frontier_scheduler_builds_it_from_dupefilter_class() -> None:
     crawler = get_crawler(_Spider, {"DUPEFILTER_CLASS": DUPEFILTER, "ADDONS": FRONTIER_ADDON})
     scheduler = FrontierScheduler.from_crawler(crawler)
-    assert isinstance(scheduler.admission.df, FrontierDupeFilter)
-    scheduler.admission.df.close("finished")
+    assert isinstance(scheduler.df, FrontierDupeFilter)
+    scheduler.df.close("finished")
 
 
 def test_dupefilter_persists_across_runs_in_jobdir(tmp_path: Path) -> None:

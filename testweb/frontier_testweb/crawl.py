@@ -260,7 +260,7 @@ def _in_flight_now(crawler: Any) -> list[str]:
     slot = getattr(engine, "_slot", None)
     urls = [r.url for r in getattr(slot, "inprogress", ())]
     scheduler = getattr(engine, "scheduler", None) or getattr(slot, "scheduler", None)
-    inflight = getattr(scheduler, "inflight", None)
+    inflight = getattr(getattr(scheduler, "fetches", None), "inflight", None)
     urls += [f.request.url for f in getattr(inflight, "awaiting_ack", {}).values()]
     driver = getattr(getattr(scheduler, "backend", None), "driver", None)
     for rnd in (getattr(driver, "next", None), getattr(driver, "sending", None)):

@@ -244,7 +244,7 @@ def test_a_kill_before_the_seen_set_is_written_queues_no_url_twice(tmp_path: Pat
     assert sched.enqueue_request(Request("http://a.example/0"))
     clock.advance(1.5)
     assert sched.enqueue_request(Request("http://a.example/1"))  # the periodic flush
-    seen_store = sched.admission.df.seen.store  # type: ignore[attr-defined]
+    seen_store = sched.df.seen.store  # type: ignore[attr-defined]
     assert seen_store.covers is not None
     for i in range(2, 5):
         assert sched.enqueue_request(Request(f"http://a.example/{i}"))
@@ -272,7 +272,7 @@ def test_a_url_fetched_before_the_seen_set_is_written_is_not_fetched_again(
     settings = {**job(tmp_path), "FRONTIER_FLUSH_INTERVAL": 60.0}
     sched, _, _ = make_scheduler(settings, dupefilter=FrontierDupeFilter)
     assert sched.enqueue_request(Request("http://a.example/first"))  # the periodic flush
-    seen_store = sched.admission.df.seen.store  # type: ignore[attr-defined]
+    seen_store = sched.df.seen.store  # type: ignore[attr-defined]
     assert seen_store.covers == 1 and seen_store.pending == 0
     assert sched.enqueue_request(Request("http://b.example/start"))
     assert [r.url for r in (sched.next_request(), sched.next_request()) if r is not None] == [
