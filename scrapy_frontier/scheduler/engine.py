@@ -34,20 +34,25 @@ frontier's.
 It also finds the TCP transport an HTTP/1.x answer is read from (:func:`answer_transport`),
 for the kernel's fetch times (``scheduler.tcp_timing``): no signal carries the connection,
 so it looks for the HTTP/1.1 handler's ``_cb_bodyready`` frame (the same name in every
-supported Scrapy) and finds nothing, safely, anywhere else (HTTP/2, other handlers).
+supported Scrapy) and finds nothing, safely, anywhere else (HTTP/2, other handlers). For the
+same times it hands out the connection pools of the loaded http and https download handlers
+(``engine.downloader.handlers._handlers``, each HTTP/1.1 handler's ``_pool``,
+:meth:`EngineAdapter.connection_pools`), whose new connections are then stamped as they
+connect.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import socket
 import sys
 from collections.abc import Callable, Collection
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
+
+from scrapy_frontier.scheduler.tcp_timing import tcp_transport
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -86,12 +91,7 @@ def answer_transport(request: Request, depth: int = 12) -> Any:
                 return None
             transport = getattr(getattr(found.get("txresponse"), "_transport", None),
                                 "_producer", None)
-            for _ in range(3):  # the TCP transport, or a TLS protocol wrapping it
-                sock = getattr(transport, "socket", None)
-                if sock is not None and getattr(sock, "type", None) == socket.SOCK_STREAM:
-                    return transport
-                transport = getattr(transport, "transport", None)
-            return None
+            return tcp_transport(transport)  # the TCP transport, or a TLS protocol's
         frame = frame.f_back
     return None
 
@@ -309,6 +309,22 @@ class EngineAdapter:
             self._fallback("engine.downloader.middleware", type(middlewares).__name__)
             return None
         return middlewares
+
+    def connection_pools(self) -> list[Any]:
+        """The connection pools of the download handlers loaded for http and https (Scrapy's
+        HTTP/1.1 handler keeps its Twisted ``HTTPConnectionPool`` as ``_pool``), each once;
+        empty if this engine cannot tell."""
+        downloader = getattr(running_engine(self.crawler), "downloader", None)
+        loaded = getattr(getattr(downloader, "handlers", None), "_handlers", None)
+        if not isinstance(loaded, dict):
+            self._fallback("engine.downloader.handlers._handlers", type(loaded).__name__)
+            return []
+        pools: list[Any] = []
+        for scheme in ("http", "https"):
+            pool = getattr(loaded.get(scheme), "_pool", None)
+            if pool is not None and all(pool is not seen for seen in pools):
+                pools.append(pool)
+        return pools
 
     def has_downloader_middleware(self, path: str) -> bool | None:
         """Whether a downloader middleware of class ``path`` (or a subclass) is

@@ -10,7 +10,7 @@ fetch, :meth:`FetchTiming.measure`, and gets one answer, a :class:`FetchTime`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -22,6 +22,7 @@ from scrapy_frontier.scheduler.tcp_timing import (
     SocketWatch,
     TcpTimes,
     serves_http11,
+    stamp_on_connect,
     stamps_supported,
 )
 
@@ -66,8 +67,11 @@ class FetchTiming:
         self.kernel_timed = 0
         self.kernel_seconds_cut = 0.0
 
-    def open(self, handlers: Any, set_value: Callable[[str, Any], None]) -> None:
-        """Start timing; ``handlers`` is the crawl's DOWNLOAD_HANDLERS. The stat
+    def open(self, handlers: Any, set_value: Callable[[str, Any], None],
+             pools: Iterable[Any] = ()) -> None:
+        """Start timing; ``handlers`` is the crawl's DOWNLOAD_HANDLERS, ``pools`` the
+        connection pools of its http and https handlers (their connections are stamped as
+        they connect, so that a connection's first fetch is the kernel's too). The stat
         ``frontier/fetch/timed_by`` says what times the fetches, and why."""
         self.log_each = politeness_log.isEnabledFor(logging.DEBUG)
         if self.watch_stalls:
@@ -93,6 +97,10 @@ class FetchTiming:
         if serves_http11(handlers):
             self.watch = SocketWatch()
             set_value("frontier/fetch/timed_by", "the kernel's TCP stamps")
+            if not any([stamp_on_connect(pool) for pool in pools]):
+                logger.debug("FRONTIER_TCP_TIMING: no connection pool of the HTTP/1.1 "
+                             "handler found; each connection's first fetch is timed by the "
+                             "crawler's own times")
         else:
             # Another download handler (httpx, a browser...): its socket is not reachable.
             logger.info("FRONTIER_TCP_TIMING: the download handlers for http/https are not "

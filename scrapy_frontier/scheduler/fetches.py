@@ -81,7 +81,7 @@ class Fetches:
         # After the feed exporter's own receiver: it makes its slots at spider_opened.
         sig.connect(self._spider_opened, signal=signals.spider_opened)
         self.timing.open(self.crawler.settings.getwithbase("DOWNLOAD_HANDLERS"),
-                         self.stats.set_value)
+                         self.stats.set_value, self.engine.connection_pools())
 
     def _spider_opened(self, spider: Spider) -> None:
         self.feeds.open(resumable=self.persistent)

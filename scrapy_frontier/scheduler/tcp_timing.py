@@ -2,9 +2,10 @@
 cannot stretch.
 
 A response that arrives while the event loop is busy waits unread in the socket; timed from
-the read, its fetch measures long and its host rests ten times too long. Once a connection's
-first answer has come, its socket is wrapped (:class:`StampedSocket`), so that for every
-later fetch on it:
+the read, its fetch measures long and its host rests ten times too long. A connection's socket
+is wrapped (:class:`StampedSocket`) as the connection is made, where the connection pool of
+Scrapy's HTTP/1.1 handler is reachable (:func:`stamp_on_connect`), else once its first answer
+has come, so that for every fetch on it (every later one, in the second case):
 
 * **the send** is when the request's first bytes were handed to the kernel: the socket's
   ``send`` notes the monotonic time before it sends, so the server cannot have had the
@@ -14,7 +15,7 @@ later fetch on it:
   wall-clock receive time of the last bytes it returned, taken as they arrived. It is turned
   into the monotonic clock with the two clocks read at the read (the wall clock first, so
   that a pause in between only dates it later), and not trusted across a step of the wall
-  clock. A read without a stamp ends the fetch at the
+  clock since the timing began. A read without a stamp ends the fetch at the
   read's own time: never before the bytes came in.
 
 So the fetch as the server saw it lies inside the span given, and the rest counts from its
@@ -31,6 +32,7 @@ import socket
 import struct
 import sys
 import time
+from functools import partial
 from typing import Any, NamedTuple
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
@@ -117,6 +119,17 @@ class StampedSocket:
         return getattr(self.sock, name)
 
 
+def tcp_transport(transport: Any) -> Any:
+    """The TCP transport under ``transport`` (itself, or the one a TLS protocol wraps):
+    the one whose ``socket`` is a stream socket; None if there is none."""
+    for _ in range(3):
+        sock = getattr(transport, "socket", None)
+        if sock is not None and getattr(sock, "type", None) == socket.SOCK_STREAM:
+            return transport
+        transport = getattr(transport, "transport", None)
+    return None
+
+
 def stamp_reads(transport: Any) -> StampedSocket | None:
     """The transport's socket, made to stamp its reads (once per connection), or None
     when the transport has no TCP socket or the kernel gives no stamps."""
@@ -133,6 +146,41 @@ def stamp_reads(transport: Any) -> StampedSocket | None:
     stamped = StampedSocket(sock)
     transport.socket = stamped
     return stamped
+
+
+def stamp_on_connect(pool: Any) -> bool:
+    """Make the connections ``pool`` opens from now on stamp their socket as they are made,
+    before their first request goes out and their first answer comes in: a connection's
+    first fetch is then timed by the kernel as every later one (a stall of the crawler's
+    loop that holds its read no longer lengthens it). ``pool`` is Twisted's
+    ``HTTPConnectionPool`` as Scrapy's HTTP/1.1 handler keeps it, whose ``_factory`` (set
+    by Scrapy itself) builds each connection's protocol. False when ``pool`` has no such
+    factory: its connections are then stamped at their first answer."""
+    factory = getattr(pool, "_factory", None)
+    if not isinstance(factory, type) or not callable(getattr(factory, "buildProtocol", None)):
+        return False
+    if not issubclass(factory, _StampsOnConnect):
+        pool._factory = type(factory.__name__, (_StampsOnConnect, factory), {})
+    return True
+
+
+class _StampsOnConnect:
+    """Mixed into a connection pool's protocol factory: each protocol it builds stamps
+    its connection's socket when the connection is made."""
+
+    def buildProtocol(self, addr: Any) -> Any:  # noqa: N802 - Twisted's name
+        protocol = super().buildProtocol(addr)  # type: ignore[misc]
+        if protocol is not None:
+            protocol.makeConnection = partial(_make_stamped_connection, protocol)
+        return protocol
+
+
+def _make_stamped_connection(protocol: Any, transport: Any) -> None:
+    """``protocol.makeConnection(transport)``, its socket stamped first (once: the
+    protocol's own method is back for any later call)."""
+    del protocol.makeConnection
+    stamp_reads(tcp_transport(transport))
+    protocol.makeConnection(transport)
 
 
 class SocketWatch:
@@ -202,11 +250,17 @@ class Answer:
         self.sent_by = sent_by
 
 
+def clock_readings() -> tuple[float, float]:
+    """(monotonic, wall-clock) time now, the wall clock read first, as a read reads them."""
+    wall = time.time()
+    return time.monotonic(), wall
+
+
 class WallClockWatch:
     """Since when the wall clock has moved with the monotonic clock, from the pairs of
-    readings the stamped reads take: a change of their difference by more than 1 ms is a
-    step (an operator, NTP at boot, a resume from suspend), and no arrival before it is
-    trusted."""
+    readings the stamped reads take (and the timing's first, as it begins): a change of
+    their difference by more than 1 ms is a step (an operator, NTP at boot, a resume from
+    suspend), and no arrival before it is trusted."""
 
     __slots__ = ("steady_since", "_offset")
 
@@ -232,6 +286,10 @@ class TcpTimes:
 
     def __init__(self) -> None:
         self.wall = WallClockWatch()
+        # A first pair of readings as the timing begins: an arrival since then is trusted
+        # while the wall clock keeps with the monotonic clock, the first stamped read's too
+        # (else the arrivals a stall held before that read would not be).
+        self.wall.note(*clock_readings())
 
     def begin(self, transport: Any, now: float) -> Answer | None:
         """The answer's headers were read (at ``now``, monotonic) from ``transport``: what

@@ -6,6 +6,7 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,11 +14,14 @@ import pytest_twisted
 from scrapy import Request
 from scrapy.exceptions import IgnoreRequest
 
+from scrapy_frontier.core.clock import FakeClock
 from scrapy_frontier.meta import LEASE_META
-from scrapy_frontier.scheduler.engine import answer_transport
+from scrapy_frontier.scheduler import tcp_timing
+from scrapy_frontier.scheduler.engine import EngineAdapter, answer_transport
 from scrapy_frontier.scheduler.tcp_timing import (
     StampedSocket,
     TcpTimes,
+    stamp_on_connect,
     stamp_reads,
     stamps_supported,
 )
@@ -110,8 +114,6 @@ def test_a_pause_between_the_clock_readings_never_dates_the_arrival_early(
     make it later. Here every wall-clock reading comes after a pause of 0.9 ms (below what
     counts as a step of the wall clock)."""
     from types import SimpleNamespace
-
-    from scrapy_frontier.scheduler import tcp_timing
 
     def paused_wall_clock() -> float:
         until = time.perf_counter() + 0.0009
@@ -350,3 +352,162 @@ def test_the_watch_applies_only_where_scrapys_http11_handler_serves_http() -> No
     assert serves_http11(Settings().getwithbase("DOWNLOAD_HANDLERS"))
     other = Settings({"DOWNLOAD_HANDLERS": {"https": "scrapy_zyte_api.Handler"}})
     assert not serves_http11(other.getwithbase("DOWNLOAD_HANDLERS"))
+
+
+class _Protocol:
+    """A connection's protocol, as a pool's factory builds it: notes the socket it is
+    given its connection on."""
+
+    seen: Any = None
+
+    def makeConnection(self, transport: Any) -> None:  # noqa: N802 - Twisted's name
+        self.seen = transport.socket
+
+
+class _Factory:
+    """A connection pool's protocol factory (Twisted's ``_HTTP11ClientFactory`` shape)."""
+
+    def __init__(self, quiescent_callback: Any, metadata: Any) -> None:
+        self.metadata = metadata
+
+    def buildProtocol(self, addr: Any) -> _Protocol:  # noqa: N802 - Twisted's name
+        return _Protocol()
+
+
+@linux
+def test_a_connection_stamped_as_it_connects_times_its_first_fetch(
+    pair: tuple[socket.socket, socket.socket], times: TcpTimes,
+) -> None:
+    """Its first request goes out through the wrapped socket's send and its first answer's
+    read carries the kernel's arrival: the first fetch is the kernel's, as every later one."""
+    pool = SimpleNamespace(_factory=_Factory)
+    assert stamp_on_connect(pool) and stamp_on_connect(pool)
+    assert pool._factory.__mro__.count(_Factory) == 1  # wrapped once
+    protocol = pool._factory(None, "endpoint").buildProtocol(None)
+    client, server = pair
+    transport = Transport(client)
+    protocol.makeConnection(transport)
+    assert isinstance(protocol.seen, StampedSocket)  # before the protocol had its transport
+    assert "makeConnection" not in vars(protocol)  # the protocol's own method again
+    sent_before, server_start, server_end, sent_after = _answer(transport, server, 0.01, 0.02)
+    assert transport.socket.recv(100).endswith(b"body")
+    answer = times.begin(transport, time.monotonic())
+    assert answer is not None and answer.sent_by is not None
+    span = times.end(answer, sent_before - 1.0, time.monotonic())
+    assert span.stamped
+    assert sent_before <= span.start <= server_start
+    assert server_end <= span.end <= sent_after + 0.001
+
+
+def test_a_pool_without_a_protocol_factory_is_left_alone() -> None:
+    pool = SimpleNamespace(_factory=None)
+    assert not stamp_on_connect(pool) and pool._factory is None
+    assert not stamp_on_connect(object())
+
+
+def test_the_engine_without_download_handlers_hands_out_no_pool() -> None:
+    engine = SimpleNamespace(downloader=SimpleNamespace())
+    assert EngineAdapter(SimpleNamespace(engine=engine)).connection_pools() == []  # type: ignore[arg-type]
+
+
+def _first_stamped_fetch(monkeypatch: pytest.MonkeyPatch, wall_step: float) -> float:
+    """A crawl opens at t=100 (the wall clock 1000 s ahead); its first fetch goes out at
+    once on a connection stamped as it connected, the server answers in 40 ms, and a
+    callback blocks the loop 300 ms before the answer is read and the fetch reported:
+    the first stamped read of the crawl, after a stall. The wall clock steps ``wall_step``
+    s between the opening and the read. Returns the seconds from the report until the
+    host's next request."""
+    clock = FakeClock(100.0)
+    # The socket's and the timing's clock readings, on the test's clock.
+    offset = [1000.0]
+    monkeypatch.setattr(tcp_timing, "time", SimpleNamespace(
+        monotonic=clock, time=lambda: offset[0] + clock()))
+    sched, _, _ = make_scheduler({"FRONTIER_DELAY_FACTOR": 10}, clock=clock)
+    tcp = sched.fetches.timing.tcp
+    assert tcp is not None
+    for i in range(3):
+        sched.enqueue_request(Request(f"http://a.example/{i}"))
+    req = sched.next_request()
+    assert req is not None
+    sched.fetches.sent(req)
+    sock = StampedSocket(None)  # type: ignore[arg-type]
+    sock.request_sent = clock()
+    clock.advance(0.04)
+    offset[0] += wall_step
+    arrived = offset[0] + clock()
+    clock.advance(0.3)  # the callback's stall
+    sock.read_at, sock.wall_at, sock.arrived = clock(), offset[0] + clock(), arrived
+    fetch = sched.fetches.inflight.get(req.meta[LEASE_META])
+    assert fetch is not None
+    fetch.answer = tcp.begin(Transport(sock), clock())
+    sched.fetches.completed(req)
+    return _rest_after(sched, clock, req)
+
+
+@linux
+def test_the_first_stamped_read_of_a_crawl_is_dated_at_its_arrival(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A 40 ms fetch rests 400 ms from its arrival, 300 ms of which the stall took: 100 ms
+    # more (not 3.4 s, ten times the fetch with the stall, from the read).
+    assert _first_stamped_fetch(monkeypatch, 0.0) == pytest.approx(0.1, abs=0.015)
+
+
+@linux
+def test_a_step_of_the_wall_clock_since_the_crawl_opened_leaves_the_first_arrival_untrusted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The arrival cannot be placed on the monotonic clock: the fetch ends at its read.
+    assert _first_stamped_fetch(monkeypatch, 10.0) == pytest.approx(3.4, abs=0.015)
+
+
+@linux
+@pytest_twisted.inlineCallbacks
+def test_scrapys_http11_handler_stamps_a_new_connection_before_its_first_answer() -> Any:
+    """The engine's download handlers hand out their connection pools; stamped on connect,
+    the first answer on a new connection of Scrapy's real HTTP/1.1 handler is read from a
+    stamped socket that knows when its request went and when the answer came. A Scrapy
+    release that moves the handlers or the pool fails here, without a crawl."""
+    from scrapy import Spider, signals
+    from scrapy.core.downloader.handlers import DownloadHandlers
+    from scrapy.utils.defer import deferred_from_coro
+    from scrapy.utils.test import get_crawler
+    from twisted.internet import reactor
+    from twisted.web.resource import Resource
+    from twisted.web.server import Site
+
+    class Page(Resource):
+        isLeaf = True
+
+        def render_GET(self, request: Any) -> bytes:  # noqa: N802 - Twisted's name
+            return b"<html>answer</html>"
+
+    port = reactor.listenTCP(0, Site(Page()), interface="127.0.0.1")  # type: ignore[attr-defined]
+    crawler = get_crawler(Spider, settings_dict={"TELNETCONSOLE_ENABLED": False})
+    crawler.spider = Spider("s")
+    handlers = DownloadHandlers(crawler)
+    crawler.engine = SimpleNamespace(downloader=SimpleNamespace(handlers=handlers))
+    pools = EngineAdapter(crawler).connection_pools()
+    assert pools and all([stamp_on_connect(pool) for pool in pools])
+    found: list[tuple[Any, Any, Any]] = []
+
+    def headers_received(headers: Any, body_length: Any, request: Any, spider: Any) -> None:
+        sock = getattr(answer_transport(request), "socket", None)
+        found.append((sock, getattr(sock, "request_sent", None), getattr(sock, "arrived", None)))
+
+    crawler.signals.connect(headers_received, signal=signals.headers_received)
+    request = Request(f"http://127.0.0.1:{port.getHost().port}/page")
+    try:
+        download = getattr(handlers, "download_request_async", None)
+        response = yield (deferred_from_coro(download(request)) if download is not None
+                          else handlers.download_request(request, crawler.spider))
+    finally:
+        stopped = getattr(crawler.signals, "send_catch_log_async", None)  # Scrapy >= 2.14
+        yield (deferred_from_coro(stopped(signals.engine_stopped)) if stopped is not None
+               else crawler.signals.send_catch_log_deferred(signals.engine_stopped))
+        yield port.stopListening()
+    assert response.status == 200
+    assert len(found) == 1
+    sock, request_sent, arrived = found[0]
+    assert isinstance(sock, StampedSocket)
+    assert request_sent is not None and arrived is not None
