@@ -114,10 +114,12 @@ class QueuePort(ABC):
 
     @abstractmethod
     def complete(self, ticket: int, seconds: float, rest: float,
-                 ended_at: float | None = None) -> object:
+                 ended_at: float | None = None, *, sent: bool = True) -> object:
         """The fetch of ``ticket`` ended after ``seconds``: its host rests by the delay
         policy from ``ended_at`` (the context's clock; None: now), and at least ``rest``
-        from now (and its minimum rest).
+        from now (and its minimum rest). ``sent=False``: the request never reached the
+        host (robots.txt forbade it, a cache answered it): the host rests nothing, is ready
+        again as it was for this lease, and its budget does not count it.
 
         Returns the token that :meth:`ack` takes once the engine is done with the
         request, so that a crash in between cannot lose the links it found; None when

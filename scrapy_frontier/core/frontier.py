@@ -105,6 +105,8 @@ class FrontierStats:
     """Hosts that reached their fetch budget (and were retired for it)."""
     budget_items: int = 0
     """URLs kept out of the queues because their host was over its budget."""
+    unsent: int = 0
+    """Leases that ended before their request reached the host (no rest followed)."""
 
 
 class HostStates(NamedTuple):
@@ -435,9 +437,10 @@ class Frontier(Generic[T]):
             self._schedule(hs, held=True)
         return False
 
-    def _complete_group(self, host: str, fetch_seconds: float, now: float) -> None:
+    def _complete_group(self, host: str, fetch_seconds: float, now: float, *,
+                        sent: bool = True) -> None:
         assert self.groups is not None
-        parked, contact = self.groups.complete(host, fetch_seconds, now)
+        parked, contact = self.groups.complete(host, fetch_seconds, now, sent=sent)
         for key in parked:
             hs = self._hosts[key]
             hs.next_contact = max(hs.next_contact, contact)
@@ -679,6 +682,7 @@ class Frontier(Generic[T]):
         ack: bool = True,
         rest_at_least: float = 0.0,
         ended_ago: float = 0.0,
+        sent: bool = True,
     ) -> Lease[T] | None:
         """Report that the fetch of lease ``ticket`` ended after ``fetch_seconds``.
 
@@ -691,12 +695,18 @@ class Frontier(Generic[T]):
         expired) -- a late report must not release a host twice. With
         ``ack=False`` the host is released but the store keeps the URL until
         :meth:`ack` (the caller waits until the response's links are queued).
+        ``sent=False``: the request never reached the host (robots.txt forbade it, a
+        cache answered it): the host rests nothing, keeps its last fetch time, and its
+        budget does not count it.
         """
         lease = self._leases.pop(ticket, None)
         if lease is None:
             return None
         if not rest_at_least >= 0:  # NaN too
             raise ValueError(f"rest_at_least must be >= 0, got {rest_at_least}")
+        if not sent:
+            self._end_unsent(lease, self.clock(), ack=ack)
+            return lease
         self._complete_lease(lease, fetch_seconds, self.clock(), ack=ack,
                              rest_at_least=rest_at_least, ended_ago=ended_ago)
         self.stats.completed += 1
@@ -743,6 +753,25 @@ class Frontier(Generic[T]):
         if hs.queued:
             self.stats.politeness_hold_seconds += rest
             self._schedule(hs, held=True)
+            return
+        self._close_back_queue(hs)
+
+    def _end_unsent(self, lease: Lease[T], now: float, *, ack: bool) -> None:
+        """A lease whose request never reached its host: the host is ready again when it
+        was ready for this lease (or now), with no rest and its last fetch time kept."""
+        hs = self._hosts[lease.host]
+        hs.lease = None
+        if self.groups is not None:
+            self._complete_group(hs.key, 0.0, now, sent=False)
+        hs.next_contact = max(lease.ready_at, now)
+        if ack:
+            self.store.ack(lease.token)
+        controls = self.controls
+        if controls.blocks:
+            hs.next_contact = controls.after_completion(hs.key, hs.next_contact, now)
+        self.stats.unsent += 1
+        if hs.queued:
+            self._schedule(hs, held=False)
             return
         self._close_back_queue(hs)
 

@@ -104,9 +104,11 @@ class HostGroups:
         """``host`` (which :meth:`gate` let go) holds its group's lease now."""
         self._groups[self._group_of[host]].busy = host
 
-    def complete(self, host: str, fetch_seconds: float, now: float) -> tuple[list[str], float]:
-        """``host``'s fetch ended: the group rests by the delay policy. Returns the parked
-        hosts to make ready again, and the group's next contact (none before it)."""
+    def complete(self, host: str, fetch_seconds: float, now: float, *,
+                 sent: bool = True) -> tuple[list[str], float]:
+        """``host``'s fetch ended: the group rests by the delay policy (not at all when
+        nothing was ``sent``). Returns the parked hosts to make ready again, and the
+        group's next contact (none before it)."""
         gkey = self._group_of.get(host)
         if gkey is None:
             return [], 0.0
@@ -114,7 +116,8 @@ class HostGroups:
         if g.busy != host:
             return [], 0.0
         g.busy = None
-        g.next_contact = max(g.next_contact, now + self.policy.delay(fetch_seconds))
+        if sent:
+            g.next_contact = max(g.next_contact, now + self.policy.delay(fetch_seconds))
         parked, g.parked = g.parked, []
         return parked, g.next_contact
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from scrapy_frontier.backends.ports import Backend
     from scrapy_frontier.scheduler.engine import EngineAdapter
     from scrapy_frontier.scheduler.history_feed import HistoryFeed
+    from scrapy_frontier.scheduler.inflight import Fetch
     from scrapy_frontier.scheduler.run_state import RunState
     from scrapy_frontier.settings import FrontierConfig
 
@@ -69,6 +70,7 @@ class Fetches:
         self.feeds = FeedGuard(crawler)
         self.persistent = backend.persistent
         self.engine = engine
+        self.unsent = 0
         self.leases = LeaseKeeper(self.inflight, engine, self.queue, self.stats,
                                   config.lease_timeout, ended=self.completed,
                                   items_safe=self.feeds.flush)
@@ -162,6 +164,9 @@ class Fetches:
         if fetch is None:
             return  # a late report, or one already made: never release a host twice
         host, started = fetch.host, fetch.sent_at
+        if started is None:
+            self._end_unsent(fetch)
+            return
         now = self.clock()
         timed = self.timing.measure(fetch, now, exception is not None)
         rest, failures = 0.0, 0
@@ -183,6 +188,14 @@ class Fetches:
                 "stalls %s)", host, timed.duration, rest, started or 0.0, timed.ended_at,
                 self.timing.recent_stalls(started or 0.0, now),
             )
+
+    def _end_unsent(self, fetch: Fetch) -> None:
+        """The request never reached the downloader (robots.txt forbade it, a cache or a
+        middleware answered it): its host rests nothing, and no site rule counts it."""
+        self.unsent += 1
+        token = self.queue.complete(fetch.ticket, 0.0, 0.0, None, sent=False)
+        if token is not None:
+            self.inflight.await_ack(fetch, token)
 
     def _headers_received(self, headers: Any, body_length: Any, request: Request,
                           spider: Spider) -> None:
@@ -246,6 +259,8 @@ class Fetches:
             set_value("frontier/completed", inflight.ended)
         if self.feeds.flushes:
             set_value("frontier/feeds/flushes", self.feeds.flushes)
+        if self.unsent:
+            set_value("frontier/unsent", self.unsent)
         self.timing.publish_stats(set_value)
 
 

@@ -64,7 +64,7 @@ class Backend:
         raise NotImplementedError
 
     def complete(self, claim: Claim, fetch: float, rest_at_least: float = 0.0,
-                 ended_ago: float = 0.0) -> float | None:
+                 ended_ago: float = 0.0, *, sent: bool = True) -> float | None:
         raise NotImplementedError
 
     def expire(self) -> list[bytes]:
@@ -127,9 +127,9 @@ class CoreBackend(Backend):
                      lease.ticket)
 
     def complete(self, claim: Claim, fetch: float, rest_at_least: float = 0.0,
-                 ended_ago: float = 0.0) -> float | None:
+                 ended_ago: float = 0.0, *, sent: bool = True) -> float | None:
         done = self.frontier.complete(claim.handle, fetch, rest_at_least=rest_at_least,
-                                      ended_ago=ended_ago)
+                                      ended_ago=ended_ago, sent=sent)
         return None if done is None else self.clock()
 
     def expire(self) -> list[bytes]:
@@ -177,9 +177,9 @@ class RedisBackend(Backend):
         return Claim(lease.host, lease.level, lease.item, lease.handed_at, lease.deadline, lease)
 
     def complete(self, claim: Claim, fetch: float, rest_at_least: float = 0.0,
-                 ended_ago: float = 0.0) -> float | None:
+                 ended_ago: float = 0.0, *, sent: bool = True) -> float | None:
         done = self.frontier.complete(claim.handle, fetch, rest_at_least=rest_at_least,
-                                      ended_ago=ended_ago)
+                                      ended_ago=ended_ago, sent=sent)
         return None if done is None else done.at
 
     def expire(self) -> list[bytes]:
@@ -342,6 +342,32 @@ def test_rest_is_honoured(make: Any, how: str, ago: float) -> None:
     second = pop_soon(b)
     assert second.item == b"a2"
     assert second.handed_at >= ended + expected - EPS
+
+
+def test_a_request_never_sent_rests_its_host_nothing(make: Any) -> None:
+    """robots.txt forbade it, or a cache answered it: the host is ready again as it was for
+    that lease, so its next URL waits one rest after the last fetch sent, not one per URL
+    that was never sent. The last URL ended unsent gives the back queue up as any other."""
+    rest = 0.4
+    b = make(DelayPolicy(factor=0.0, min_delay=rest, max_delay=10.0))
+    for i in range(4):
+        b.push("a", 1, b"a%d" % i)
+    first = pop_soon(b)
+    ended = b.complete(first, 0.01)
+    assert ended is not None
+    second = pop_soon(b)
+    assert second.handed_at >= ended + rest - EPS
+    assert b.complete(second, 0.0, sent=False) is not None
+    third = b.pop()
+    assert third is not None and third.item == b"a2", "a rest after a request never sent"
+    b.check()
+    sent_end = b.complete(third, 0.01)
+    assert sent_end is not None
+    fourth = pop_soon(b)
+    assert fourth.item == b"a3" and fourth.handed_at >= sent_end + rest - EPS
+    assert b.complete(fourth, 0.0, sent=False) is not None
+    assert b.idle()
+    b.check()
 
 
 def test_rest_survives_giving_up_the_back_queue(make: Any) -> None:

@@ -54,11 +54,11 @@ class LocalQueue(QueuePort):
         return lease  # a Handout by shape: no copy on the hot path
 
     def complete(self, ticket: int, seconds: float, rest: float,
-                 ended_at: float | None = None) -> object:
+                 ended_at: float | None = None, *, sent: bool = True) -> object:
         ago = 0.0 if ended_at is None else self.clock() - ended_at
         frontier = self.frontier
         lease = frontier.complete(ticket, seconds, ack=False, rest_at_least=rest,
-                                  ended_ago=ago)
+                                  ended_ago=ago, sent=sent)
         if frontier.newly_capped:
             self._log_capped()
         return None if lease is None else lease.token

@@ -88,8 +88,8 @@ class SQLiteQueue(LocalQueue):
         return lease
 
     def complete(self, ticket: int, seconds: float, rest: float,
-                 ended_at: float | None = None) -> object:
-        token = super().complete(ticket, seconds, rest, ended_at)
+                 ended_at: float | None = None, *, sent: bool = True) -> object:
+        token = super().complete(ticket, seconds, rest, ended_at, sent=sent)
         self._dirty = True
         return token
 
