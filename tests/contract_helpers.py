@@ -305,6 +305,19 @@ class Fetcher:
         if inprogress is not None:
             inprogress.discard(request)
 
+    def forbid(self, request: Request) -> None:
+        """robots.txt forbids ``request``: Scrapy's RobotsTxtMiddleware raises IgnoreRequest
+        before the request reaches the timing middleware's process_request, and Scrapy then
+        passes the exception to every middleware's process_exception."""
+        from scrapy.exceptions import IgnoreRequest
+
+        inprogress = self.crawler.engine._slot.inprogress if self.track else None
+        if inprogress is not None:
+            inprogress.add(request)
+        self.timing.process_exception(request, IgnoreRequest("Forbidden by robots.txt"))
+        if inprogress is not None:
+            inprogress.discard(request)
+
 
 def _installed_timing_middleware(crawler: Any) -> FetchTimingMiddleware | None:
     """The downloader's own instance, as the real downloader would call it."""

@@ -164,19 +164,19 @@ class Fetches:
         if fetch is None:
             return  # a late report, or one already made: never release a host twice
         host, started = fetch.host, fetch.sent_at
-        if started is None:
+        rules = self.rules
+        # A robots.txt fetch under this lease contacted the host, sent or not.
+        robots_end = rules.robots_rest_end(host, take=True) if rules.robots_done else None
+        if started is None and robots_end is None:
             self._end_unsent(fetch)
             return
         now = self.clock()
         timed = self.timing.measure(fetch, now, exception is not None)
         rest, failures = 0.0, 0
-        rules = self.rules
         if response is not None or exception is not None:
             rest, failures = rules.outcome_rest(host, response, exception)
-        if rules.robots_done:
-            robots_end = rules.robots_rest_end(host, take=True)
-            if robots_end is not None:
-                rest = max(rest, robots_end - now)
+        if robots_end is not None:
+            rest = max(rest, robots_end - now)
         token = self.queue.complete(ticket, timed.duration, rest, timed.ended_at)
         if token is not None:  # (tested here too: a call saved per fetch without one)
             self.inflight.await_ack(fetch, token)

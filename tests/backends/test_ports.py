@@ -44,7 +44,7 @@ class QueueWithoutClaim(QueuePort):
         return True
 
     def complete(self, ticket: int, seconds: float, rest: float,
-                 ended_at: float | None = None) -> object:
+                 ended_at: float | None = None, *, sent: bool = True) -> object:
         return None
 
     def ack(self, token: object) -> None:

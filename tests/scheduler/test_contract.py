@@ -373,6 +373,43 @@ def test_a_hosts_rest_holds_its_next_request(driver: Driver) -> Gen:
 
 
 @inline_callbacks
+def test_requests_robots_txt_forbids_cost_their_host_no_rest(driver: Driver) -> Gen:
+    """Nothing reached the host, so nothing rests: after a page and its rest, three URLs
+    that robots.txt forbids come out one after another, and the host's next allowed URL
+    comes right after them, not three rests later (any rest would be 2 s). Each is counted
+    in frontier/unsent."""
+    rest = 2.0
+    run = Run(driver, extra={"FRONTIER_MIN_DELAY": rest})
+    pages = ["/first", "/private/1", "/private/2", "/private/3", "/allowed"]
+    requests = [Request(f"http://robots.example{path}") for path in pages]
+    try:
+        yield run.open()
+        run.enqueue(*requests)
+        handed: list[tuple[str, float]] = []
+        for _ in pages:
+            request = None
+            deadline = time.monotonic() + 10.0
+            while request is None and time.monotonic() < deadline:
+                request = run.scheduler.next_request()
+                if request is None:
+                    yield sleep(0.002)
+            assert request is not None, f"after {handed}, nothing came out"
+            handed.append((request.url, time.monotonic()))
+            if "/private/" in request.url:
+                run.fetcher.forbid(request)
+            else:
+                run.fetcher.fetch(request)
+        assert [url for url, _ in handed] == [r.url for r in requests]
+        # One rest in all, after /first: the rest of the way took less than one more rest.
+        assert handed[1][1] - handed[0][1] >= rest - 0.002, handed
+        assert handed[4][1] - handed[1][1] < rest, handed
+        run.scheduler.publish_stats()
+        assert run.crawler.stats.get_value("frontier/unsent") == 3
+    finally:
+        yield run.close()
+
+
+@inline_callbacks
 def test_len_and_pending_count_requests_waiting_locally(driver: Driver) -> Gen:
     """Scrapy's test_length, checked at once after enqueue_request (for Redis: before any
     I/O round landed) and again once everything came out."""

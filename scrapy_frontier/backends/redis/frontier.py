@@ -101,6 +101,8 @@ R = TypeVar("R")
 #: prove it still holds it): if the lease is still held, its item goes back to the head of its
 #: host's queue, as a lapsed lease's does; if not, it was taken back and queued already.
 HAND_BACK = -2
+#: The budget argument of a completion whose request never reached its host: done, no rest.
+UNSENT = -3
 
 
 @dataclass(frozen=True, slots=True)
@@ -587,7 +589,7 @@ class RedisFrontier:
 
     def complete(
         self, lease: RedisLease, fetch_seconds: float, *, rest_at_least: float = 0.0,
-        budget: int = 0, ended_ago: float = 0.0,
+        budget: int = 0, ended_ago: float = 0.0, sent: bool = True,
     ) -> Completion | None:
         """The fetch of ``lease`` ended after ``fetch_seconds``: forget the item, and the
         host rests ``max(policy.delay(fetch) - ended_ago, min_rest(host), rest_at_least)``
@@ -598,14 +600,17 @@ class RedisFrontier:
         its item queued again at the head of its host's queue and the host ready when it
         was for this lease; a budget set with ``scrapy frontier budget`` wins). The fetch
         that reaches it retires the host for every worker, counted in
-        ``budget_hosts``/``budget_items``.
+        ``budget_hosts``/``budget_items``. ``sent=False`` (or budget :data:`UNSENT`): the
+        request never reached its host: its item is done, and the host is ready again
+        when it was for this lease, with no rest and its fetch time kept.
 
         Returns None (and changes nothing) if the lease is no longer held: it expired and
         its item was returned to the queue, so the item will be fetched again.
         """
         reply = self._run(
             self._complete, "completing a lease",
-            *self._completion_args(lease, fetch_seconds, rest_at_least, budget, ended_ago))
+            *self._completion_args(lease, fetch_seconds, rest_at_least,
+                                   budget if sent else UNSENT, ended_ago))
         if not reply[0]:
             return None
         return Completion(float(reply[1]), float(reply[2]),

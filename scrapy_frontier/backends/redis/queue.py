@@ -233,20 +233,20 @@ class RedisQueue(QueuePort):
     # -- completions -------------------------------------------------------------------
 
     def complete(self, ticket: int, seconds: float, rest: float, ended_at: float | None = None,
-                 ) -> object:
+                 *, sent: bool = True) -> object:
         """The host is released in Redis only at :meth:`ack`: the lease end it returns
         is sent once the engine is done with the request."""
         self.fetched += 1
         if ticket < 0:
             # This worker's memory: nothing to acknowledge (its tokens are None).
             ago = 0.0 if ended_at is None else self.ctx.clock() - ended_at
-            self.local.complete(-ticket, seconds, rest_at_least=rest, ended_ago=ago)
+            self.local.complete(-ticket, seconds, rest_at_least=rest, ended_ago=ago, sent=sent)
             return None
         lease = self.held.pop(ticket, None)
         if lease is None or self.driver.closed:
             return None
         self.unacked += 1
-        return LeaseEnd(lease, seconds, rest, ended_at)
+        return LeaseEnd(lease, seconds, rest, ended_at, sent=sent)
 
     def ack(self, token: object) -> None:
         if isinstance(token, LeaseEnd):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 from scrapy_frontier.backends.redis.fence import LeaseFence
 from scrapy_frontier.backends.redis.frontier import (
     HAND_BACK,
+    UNSENT,
     Finished,
     Quarantined,
     RedisLease,
@@ -83,6 +84,8 @@ class LeaseEnd(NamedTuple):
     back: bool = False
     """Given back unfetched, its request queued again if the lease is still held (the
     worker could not prove it still held it: see redis_fence.py)."""
+    sent: bool = True
+    """False: the request ended before it reached its host; done, and no rest."""
 
 
 @dataclass
@@ -273,6 +276,8 @@ def ended_fetches(ends: list[LeaseEnd], unfetched: set[int], budget_for: Callabl
     for end in ends:
         if end.back:
             budget = HAND_BACK
+        elif not end.sent:
+            budget = UNSENT
         else:
             budget = -1 if end.lease.ticket in unfetched else budget_for(end.lease.host)
         ago = 0.0 if end.ended_at is None else max(0.0, clock() - end.ended_at)
@@ -300,10 +305,10 @@ def settle_ends(ends: list[LeaseEnd], completed: list[FrontierCompletion | None]
     """Forget the leases that ended; (lost, taken): completions whose lease another worker
     had taken back, and give-backs it had taken already."""
     lost = taken = 0
-    for sent, done in zip(ends, completed, strict=True):
-        leased.pop(sent.lease.ticket, None)
+    for end, done in zip(ends, completed, strict=True):
+        leased.pop(end.lease.ticket, None)
         if done is None:
-            if sent.back:
+            if end.back or not end.sent:
                 taken += 1  # never fetched here: nothing is fetched twice
             else:
                 lost += 1
@@ -311,7 +316,7 @@ def settle_ends(ends: list[LeaseEnd], completed: list[FrontierCompletion | None]
             # Logged by the worker whose fetch spent it: once for the crawl.
             logger.info("Host %r reached its budget: %d queued requests dropped, and its "
                         "later ones are refused by every worker (counted in "
-                        "frontier/budget/requests)", sent.lease.host, done.capped)
+                        "frontier/budget/requests)", end.lease.host, done.capped)
     return lost, taken
 
 

@@ -275,14 +275,19 @@ local function parse_lease(rec)
 end
 
 -- A lease given back unfetched (HAND_BACK): its item goes back to the head of its host's
--- queue, as a lapsed lease's does. The lease never contacted the host, so the host is ready
--- again when it was ready for this lease (its ready time), or now; no rest is added, and its
--- last fetch time stays.
+-- queue, as a lapsed lease's does; with no item, a lease whose request ended before it
+-- reached the host (UNSENT: robots.txt forbade it, a cache answered it) and is done. The
+-- lease never contacted the host, so the host is ready again when it was ready for this
+-- lease (its ready time), or now; no rest is added, and its last fetch time stays.
 local function hand_back(host, lv, ready, item)
-  if is_retired(host) then
+  if item == nil then
+    stat('unsent', 1)  -- ended before it reached the host (UNSENT): its URL is done
+  elseif is_retired(host) then
     if not count_refused(host) then redis.call('RPUSH', K_DROPPED, host .. '\0' .. item) end
+    stat('handed_back', 1)
   else
     add_to_back(host, lv, item, true)
+    stat('handed_back', 1)
   end
   redis.call('HDEL', K_LEASES, host)
   redis.call('ZREM', K_DEADLINES, host)
@@ -293,7 +298,6 @@ local function hand_back(host, lv, ready, item)
     deactivate(host)
     fill_to_floor()
   end
-  stat('handed_back', 1)
   return nc
 end
 
@@ -458,6 +462,7 @@ local function complete_one(host, id, fetch, pace, rest, given)
   local lid, lv, _, ready, item = parse_lease(rec)
   if lid ~= id then return {0} end
   if given == -2 then return {1, hand_back(host, lv, ready, item), -1} end
+  if given == -3 then return {1, hand_back(host, lv, ready, nil), -1} end
   local nc = release(host, fetch, pace, rest, ready)
   stat('completed', 1)
   local shared = filled(K_BUDGETS, 'HLEN')
