@@ -150,15 +150,16 @@ def _enqueue_all(scheduler: Any, requests: list[Any]) -> int:
 
 
 def _dequeue_all(scheduler: Any, n: int) -> tuple[int, int]:
-    """Take up to ``n`` requests, reporting each finished at once. Bounded."""
+    """Take up to ``n`` requests, each sent and reported finished at once. Bounded."""
     next_request = scheduler.next_request
     pending = scheduler.has_pending_requests
-    # Baseline trees older than the Fetches class call the hook fetch_completed, and
-    # older than the glossary fetch_finished.
+    # Baseline trees older than the Fetches class call the hooks fetch_sent and
+    # fetch_completed, and older than the glossary fetch_finished.
     fetches = getattr(scheduler, "fetches", None)
     finished = (fetches.completed if fetches is not None
                 else getattr(scheduler, "fetch_completed", None)
                 or getattr(scheduler, "fetch_finished", None))
+    sent = fetches.sent if fetches is not None else getattr(scheduler, "fetch_sent", None)
     got = 0
     empty = 0
     empties = 0
@@ -173,6 +174,8 @@ def _dequeue_all(scheduler: Any, n: int) -> tuple[int, int]:
         empty = 0
         got += 1
         if finished is not None:
+            if sent is not None:
+                sent(request)  # a fetch that reached the downloader, as every real one
             finished(request)
     return got, empties
 
