@@ -55,10 +55,13 @@ class LocalQueue(QueuePort):
 
     def complete(self, ticket: int, seconds: float, rest: float,
                  ended_at: float | None = None, *, sent: bool = True) -> object:
-        ago = 0.0 if ended_at is None else self.clock() - ended_at
         frontier = self.frontier
-        lease = frontier.complete(ticket, seconds, ack=False, rest_at_least=rest,
-                                  ended_ago=ago, sent=sent)
+        if sent:
+            ago = 0.0 if ended_at is None else self.clock() - ended_at
+            lease = frontier.complete(ticket, seconds, ack=False, rest_at_least=rest,
+                                      ended_ago=ago)
+        else:  # (apart: one keyword fewer per fetch on the common path)
+            lease = frontier.complete(ticket, 0.0, ack=False, sent=False)
         if frontier.newly_capped:
             self._log_capped()
         return None if lease is None else lease.token

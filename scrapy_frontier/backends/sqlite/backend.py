@@ -89,7 +89,8 @@ class SQLiteQueue(LocalQueue):
 
     def complete(self, ticket: int, seconds: float, rest: float,
                  ended_at: float | None = None, *, sent: bool = True) -> object:
-        token = super().complete(ticket, seconds, rest, ended_at, sent=sent)
+        token = (super().complete(ticket, seconds, rest, ended_at) if sent
+                 else super().complete(ticket, seconds, rest, ended_at, sent=False))
         self._dirty = True
         return token
 
