@@ -45,6 +45,7 @@ from tests.contract_helpers import (
     Driver,
     Run,
     driver_settings,
+    next_soon,
     sleep,
     spider_named,
     urls,
@@ -352,12 +353,7 @@ def test_a_hosts_rest_holds_its_next_request(driver: Driver) -> Gen:
         # from its end, which the simulated fetch reports before the page's visit is kept).
         handed: float | None = None
         for _ in range(len(requests)):
-            request = None
-            deadline = time.monotonic() + 10.0
-            while request is None and time.monotonic() < deadline:
-                request = run.scheduler.next_request()
-                if request is None:
-                    yield sleep(0.002)
+            request = yield next_soon(run.scheduler)
             assert request is not None, f"{len(gaps)} gaps, then nothing came out"
             now = time.monotonic()
             if handed is not None:
@@ -387,12 +383,7 @@ def test_requests_robots_txt_forbids_cost_their_host_no_rest(driver: Driver) -> 
         run.enqueue(*requests)
         handed: list[tuple[str, float]] = []
         for _ in pages:
-            request = None
-            deadline = time.monotonic() + 10.0
-            while request is None and time.monotonic() < deadline:
-                request = run.scheduler.next_request()
-                if request is None:
-                    yield sleep(0.002)
+            request = yield next_soon(run.scheduler)
             assert request is not None, f"after {handed}, nothing came out"
             handed.append((request.url, time.monotonic()))
             if "/private/" in request.url:
