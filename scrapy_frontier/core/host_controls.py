@@ -72,13 +72,13 @@ class HostControls:
 
     def after_completion(self, host: str, next_contact: float, now: float) -> float:
         """The next contact of ``host``, released at ``now`` to rest until ``next_contact``:
-        a block still running holds it longer (the rest is kept beside it); an ended block
-        is forgotten."""
+        a block still running holds it until the later of its end and the rest (the rest
+        is kept beside it, for an unblock); an ended block is forgotten."""
         block = self.blocks.get(host)
         if block is None:
             return next_contact
         if block[0] > now:
             self.blocks[host] = (block[0], next_contact)
-            return block[0]
+            return max(block[0], next_contact)
         del self.blocks[host]
         return next_contact

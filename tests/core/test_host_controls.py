@@ -67,6 +67,24 @@ def test_a_block_for_some_seconds_ends_by_itself_and_a_fetch_in_flight_ends_norm
     assert fetched[0][0] >= 120.0
 
 
+def test_a_rest_longer_than_the_block_it_ended_in_is_kept() -> None:
+    """A fetch that ends during a short block owes a rest past the block's end: the host
+    waits for the later of the two."""
+    frontier, clock = make()
+    frontier.push("a", 1, "a0")
+    frontier.push("a", 1, "a1")
+    lease = frontier.pop()
+    assert lease is not None
+    frontier.block("a", clock.now + 5)  # until 105
+    clock.advance(1.0)
+    frontier.complete(lease.ticket, 1.0)  # at 101: a rest of 10 s, until 111
+    assert frontier.next_contact("a") == 111.0
+    check_frontier(frontier)
+    fetched = drain(frontier, clock, 40)
+    assert [item for _, item in fetched] == ["a1"]
+    assert fetched[0][0] >= 111.0
+
+
 def test_block_before_the_host_is_known_holds_its_first_url() -> None:
     frontier, clock = make()
     frontier.block("a", clock.now + 10)
