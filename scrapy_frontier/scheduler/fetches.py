@@ -91,7 +91,7 @@ class Fetches:
     def close(self) -> None:
         """The engine has processed every response: make their items safe, then ack."""
         self.timing.close()
-        out, ended = self.inflight.take_all()
+        _, ended = self.inflight.take_all()
         try:
             if ended:
                 self.feeds.flush()

@@ -289,14 +289,8 @@ def test_a_send_before_the_crawlers_start_changes_nothing() -> None:
     assert stats.get_value("frontier/fetch/tcp_timed") is None
 
 
-@pytest_twisted.inlineCallbacks
-def test_the_socket_is_found_under_scrapys_real_http11_handler() -> Any:
-    """Scrapy's HTTP/1.1 download handler fetches from a loopback server; a
-    headers_received handler (as the scheduler's) finds the answer's TCP socket. A Scrapy
-    release that moves the frame the lookup reads fails here, without a crawl."""
-    from scrapy import signals
-    from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
-    from scrapy.utils.test import get_crawler
+def _loopback_page() -> Any:
+    """A one-page web server on 127.0.0.1 (any free port); the caller stops listening."""
     from twisted.internet import reactor
     from twisted.web.resource import Resource
     from twisted.web.server import Site
@@ -307,7 +301,18 @@ def test_the_socket_is_found_under_scrapys_real_http11_handler() -> Any:
         def render_GET(self, request: Any) -> bytes:  # noqa: N802 - Twisted's name
             return b"<html>answer</html>"
 
-    port = reactor.listenTCP(0, Site(Page()), interface="127.0.0.1")  # type: ignore[attr-defined]
+    return reactor.listenTCP(0, Site(Page()), interface="127.0.0.1")  # type: ignore[attr-defined]
+
+
+@pytest_twisted.inlineCallbacks
+def test_the_socket_is_found_under_scrapys_real_http11_handler() -> Any:
+    """Scrapy's HTTP/1.1 download handler fetches from a loopback server; a
+    headers_received handler (as the scheduler's) finds the answer's TCP socket. A Scrapy
+    release that moves the frame the lookup reads fails here, without a crawl."""
+    from scrapy import signals
+    from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
+    from scrapy.utils.test import get_crawler
+    port = _loopback_page()
     crawler = get_crawler(settings_dict={"TELNETCONSOLE_ENABLED": False})
     found: list[Any] = []
 
@@ -472,17 +477,7 @@ def test_scrapys_http11_handler_stamps_a_new_connection_before_its_first_answer(
     from scrapy.core.downloader.handlers import DownloadHandlers
     from scrapy.utils.defer import deferred_from_coro
     from scrapy.utils.test import get_crawler
-    from twisted.internet import reactor
-    from twisted.web.resource import Resource
-    from twisted.web.server import Site
-
-    class Page(Resource):
-        isLeaf = True
-
-        def render_GET(self, request: Any) -> bytes:  # noqa: N802 - Twisted's name
-            return b"<html>answer</html>"
-
-    port = reactor.listenTCP(0, Site(Page()), interface="127.0.0.1")  # type: ignore[attr-defined]
+    port = _loopback_page()
     crawler = get_crawler(Spider, settings_dict={"TELNETCONSOLE_ENABLED": False})
     crawler.spider = Spider("s")
     handlers = DownloadHandlers(crawler)
