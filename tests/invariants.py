@@ -57,15 +57,13 @@ def check_frontier(frontier: Frontier) -> None:
             assert hs.conns == 1, f"{hs.key}: several connections without spare ones"
             continue
         # Several connections: each is leased, in the heap, or spare (only while the host
-        # has no URL queued); none rests past the host's next contact (the latest rest).
+        # has no URL queued).
         ts = times.get(hs.key, [])
         assert hs.conns > 1, f"{hs.key}: spare connections on a host with one"
         assert len(ts) + len(hs.spare) + hs.busy == hs.conns, f"{hs.key}: connections lost"
         assert not (hs.queued and hs.spare), f"{hs.key}: spare connections while URLs wait"
         if hs.queued and hs.busy < hs.conns:
             assert ts, f"{hs.key}: URLs and a free connection, but no heap entry"
-        for t in ts + hs.spare:
-            assert t <= hs.next_contact, f"{hs.key}: a connection rests past the host"
     groups = frontier.groups
     unresolved: set[str] = set() if groups is None else groups._unresolved
     group_of: dict[str, str] = {} if groups is None else groups._group_of
