@@ -414,6 +414,21 @@ class ConnectionsMachine(FrontierMachine):
             assert unblocked
         self.blocked.pop(host, None)
 
+    @precondition(lambda self: self.frontier is not None and self.outstanding)
+    @rule(data=st.data())
+    def complete_unsent(self, data):
+        """The request never reached its host: its connection is ready again as it was
+        for the lease (or now)."""
+        ticket = data.draw(st.sampled_from(sorted(self.outstanding)))
+        lease = self.outstanding.pop(ticket)
+        assert self.frontier.complete(ticket, 0.0, sent=False) is lease
+        now = self.clock.now
+        self.free[lease.host].append(now)
+        if self.conns(lease.host) == 1:
+            self.rest_until[lease.host] = max(lease.ready_at, now)
+        self.finished_tickets.append(ticket)
+        self._collect_dropped()
+
     @rule(host=st.sampled_from(HOSTS), dt=st.sampled_from([0.0, 0.5, 3.0, 20.0]))
     def restore_rest(self, host, dt):
         # Rests are restored at a start, before any block (an unblock restores the rest
