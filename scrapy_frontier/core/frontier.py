@@ -8,7 +8,8 @@ Vocabulary (Najork and Heydon's Mercator, "High-performance web crawling", 2001)
   Served highest level first, FIFO within a level (see ``push``).
 * **ready heap** -- one entry ``(t_e, host)`` per active host that has queued
   URLs and no fetch in flight; ``t_e`` is the earliest time the host may be
-  contacted again.
+  contacted again. A host given k **connections** (``connections``) has one
+  entry per idle connection instead, each with its own ``t_e`` (see below).
 * **due order** -- when several hosts are ready at once, the one whose next
   URL has the highest level goes first, then the one with the least slack:
   t_e minus its remaining polite schedule (backlog x (fetch + rest); unknown,
@@ -17,6 +18,15 @@ Vocabulary (Najork and Heydon's Mercator, "High-performance web crawling", 2001)
 * **lease** -- a URL handed out for fetching. Its host has no heap entry until
   the lease is completed, which is what makes "one fetch per host at a time"
   hold; completing sets the host's next contact from the fetch duration.
+
+**Connections** (``connections``, read when a host gets a back queue; None: one per
+host): a host of k connections has up to k leases at once. Its back queue is
+shared; each idle connection has its own heap entry, and a completion rests only
+the connection that fetched, by the delay rule on its own fetch. An idle
+connection whose host has nothing queued is *spare* (its rest end kept, no heap
+entry) until the host's next URL. The host keeps one next contact, the latest of
+its connections' rests: the one it saves, and the one every connection waits for
+when the host gets a back queue again.
 
 Site owners' wishes: a per-host **minimum rest** (robots.txt Crawl-delay,
 ``set_min_rest``) and a one-off ``rest_at_least`` on ``complete`` (Retry-After,
