@@ -47,7 +47,7 @@ def check_frontier(frontier: Frontier) -> None:
         times.setdefault(key, []).append(t_e)
     for key, ts in times.items():
         hs = frontier._hosts[key]
-        assert hs.active, f"heap entry for {key} without a back queue"
+        assert hs.active and hs.queued, f"heap entry for {key} without a URL queued"
         assert len(ts) + hs.busy <= hs.conns, f"{key}: more entries and leases than connections"
         if hs.spare is None:
             assert len(ts) == 1, f"two heap entries for {key}"

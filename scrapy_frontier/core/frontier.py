@@ -330,7 +330,7 @@ class Frontier(Generic[T]):
         hs = self._hosts.get(host)
         if hs is None:
             return dropped
-        if hs.active and (hs.queued or hs.spare is not None):
+        if hs.active and hs.queued:
             self._unschedule(host)
             while hs.queued:
                 taken = self.store.back_lease(hs.key)
@@ -459,6 +459,14 @@ class Frontier(Generic[T]):
         spare[:] = [contact] * (hs.conns - hs.busy)
         if hs.queued:
             self._wake_spare(hs, held=held)
+
+    def _spare_idle(self, hs: _Host[T]) -> None:
+        """Several connections, nothing queued any more: the idle connections still in
+        the heap become spare (a heap entry is only ever for a host with URLs)."""
+        spare = hs.spare
+        assert spare is not None and not hs.queued
+        if hs.conns - hs.busy > len(spare):
+            self._unschedule(hs.key)
 
     def _wake_spare(self, hs: _Host[T], *, held: bool) -> None:
         """URLs are queued: every spare connection of the host goes into the heap."""
@@ -690,10 +698,6 @@ class Frontier(Generic[T]):
                 t_e, seq, key = heapq.heappop(ready)
                 hs = hosts[key]
                 queued = hs.queued
-                if not queued:
-                    # A connection of a host whose other connection took its last URL.
-                    self._spare(hs, t_e)
-                    continue
                 # Slack: t_e less the host's remaining polite schedule, backlog x cycle
                 # (among hosts ready at once, the longest schedule left goes first: the
                 # crawl cannot end before it does). A host never fetched has an unknown
@@ -723,19 +727,10 @@ class Frontier(Generic[T]):
         self._back_len -= hs.queued - left
         hs.queued = left
 
-    def _spare(self, hs: _Host[T], t_e: float) -> None:
-        """A connection's heap entry came up while its host has no URL queued: it waits
-        as a spare connection (several connections only)."""
-        assert hs.spare is not None and not hs.queued
-        hs.spare.append(t_e)
-
     def _hand_out(self, hs: _Host[T], t_e: float, now: float) -> Lease[T] | None:
         """Lease the host's next URL on the connection free since ``t_e``; None if the
         store found none it could read."""
-        if not hs.queued:
-            # Another connection of the host took its last URL since this one was due.
-            self._spare(hs, t_e)
-            return None
+        assert hs.queued
         store = self.store
         before = store.undecodable
         taken = store.back_lease(hs.key)
@@ -749,6 +744,7 @@ class Frontier(Generic[T]):
             # (with several connections: once no other is fetching).
             if hs.spare is not None:
                 hs.spare.append(t_e)
+                self._spare_idle(hs)
                 if hs.busy:
                     return None
             self._close_back_queue(hs)
@@ -758,7 +754,12 @@ class Frontier(Generic[T]):
         # Positional: this runs once per URL. (ticket, host, item, level, handed_at,
         # deadline, ready_at, token)
         lease = Lease(self._seq, hs.key, item, level, now, now + self.lease_timeout, t_e, token)
-        hs.busy += 1
+        if hs.spare is None:
+            hs.busy = 1  # one connection
+        else:
+            hs.busy += 1
+            if not hs.queued:
+                self._spare_idle(hs)
         self._leases[lease.ticket] = lease
         if self.groups is not None:
             self.groups.take(hs.key)
@@ -831,7 +832,11 @@ class Frontier(Generic[T]):
         ended_ago: float = 0.0,
     ) -> None:
         hs = self._hosts[lease.host]
-        hs.busy -= 1
+        spare = hs.spare
+        if spare is None:
+            hs.busy = 0  # one connection
+        else:
+            hs.busy -= 1
         # As the Redis frontier keeps it (tests/backends/redis/test_lua_parity.py): never
         # negative, and only while the host owns a back queue (forgotten below when it frees it).
         hs.last_fetch = fetch_seconds if fetch_seconds > 0.0 else 0.0
@@ -843,7 +848,7 @@ class Frontier(Generic[T]):
             self.policy.delay(fetch_seconds), ended_ago,
             min_rests.get(hs.key, 0.0) if min_rests else 0.0, rest_at_least,
             delays.get(hs.key, 0.0) if delays else 0.0)
-        if hs.spare is not None:
+        if spare is not None:
             self._rest_connection(hs, lease, rest, fetch_seconds, now, ack=ack)
             return
         hs.next_contact = now + rest
@@ -855,7 +860,10 @@ class Frontier(Generic[T]):
             hs.next_contact = controls.after_completion(hs.key, hs.next_contact, now)
         if hs.queued:
             self.stats.politeness_hold_seconds += rest
-            self._schedule(hs, held=True)
+            # _schedule(hs, held=True), inline: once per URL.
+            self._seq += 1
+            hs.held = True
+            heapq.heappush(self._ready, (hs.next_contact, self._seq, hs.key))
             return
         self._close_back_queue(hs)
 
@@ -938,11 +946,7 @@ class Frontier(Generic[T]):
 
     def _close_back_queue(self, hs: _Host[T]) -> None:
         """Back queue empty: the host gives up its back queue (Mercator refill)."""
-        if hs.spare is not None:
-            if len(hs.spare) < hs.conns:
-                # Idle connections still in the heap (their host's URLs went meanwhile).
-                self._unschedule(hs.key)
-            hs.spare = None
+        hs.spare = None  # several connections: each one's rest ends with the host's
         hs.active = False
         hs.last_fetch = None
         self.store.back_close(hs.key)
@@ -985,12 +989,6 @@ class Frontier(Generic[T]):
         if self._due:
             return min(entry[4] for entry in self._due)
         ready = self._ready
-        if self.connections is not None:
-            # Connections whose host's URLs went meanwhile are spare, not due.
-            hosts = self._hosts
-            while ready and not hosts[ready[0][2]].queued:
-                t_e, _, key = heapq.heappop(ready)
-                self._spare(hosts[key], t_e)
         if not ready or math.isinf(ready[0][0]):
             return None  # nothing, or only hosts blocked until unblocked
         return ready[0][0]
