@@ -888,6 +888,7 @@ class Frontier(Generic[T]):
             self._schedule(hs, held=False)
             return
         self._close_back_queue(hs)
+
     def _rest_connection(self, hs: _Host[T], lease: Lease[T], rest: float,
                          fetch_seconds: float, now: float, *, ack: bool) -> None:
         """A lease of a host with several connections ended: its connection rests
@@ -988,10 +989,9 @@ class Frontier(Generic[T]):
         """Earliest time at which ``pop`` could return something new, if any."""
         if self._due:
             return min(entry[4] for entry in self._due)
-        ready = self._ready
-        if not ready or math.isinf(ready[0][0]):
+        if not self._ready or math.isinf(self._ready[0][0]):
             return None  # nothing, or only hosts blocked until unblocked
-        return ready[0][0]
+        return self._ready[0][0]
 
     def _purge_cooling(self, now: float) -> None:
         cooling = self._cooling
