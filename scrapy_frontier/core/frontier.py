@@ -747,6 +747,7 @@ class Frontier(Generic[T]):
                 self._spare_idle(hs)
                 if hs.busy:
                     return None
+                hs.spare = None  # each connection's rest ends with the host's
             self._close_back_queue(hs)
             return None
         level, item, token = taken
@@ -832,11 +833,11 @@ class Frontier(Generic[T]):
         ended_ago: float = 0.0,
     ) -> None:
         hs = self._hosts[lease.host]
-        spare = hs.spare
-        if spare is None:
-            hs.busy = 0  # one connection
-        else:
-            hs.busy -= 1
+        if hs.spare is not None:
+            self._complete_connection(hs, lease, fetch_seconds, now, ack, rest_at_least,
+                                      ended_ago)
+            return
+        hs.busy = 0  # one connection
         # As the Redis frontier keeps it (tests/backends/redis/test_lua_parity.py): never
         # negative, and only while the host owns a back queue (forgotten below when it frees it).
         hs.last_fetch = fetch_seconds if fetch_seconds > 0.0 else 0.0
@@ -848,9 +849,6 @@ class Frontier(Generic[T]):
             self.policy.delay(fetch_seconds), ended_ago,
             min_rests.get(hs.key, 0.0) if min_rests else 0.0, rest_at_least,
             delays.get(hs.key, 0.0) if delays else 0.0)
-        if spare is not None:
-            self._rest_connection(hs, lease, rest, fetch_seconds, now, ack=ack)
-            return
         hs.next_contact = now + rest
         if ack:
             self.store.ack(lease.token)
@@ -889,14 +887,23 @@ class Frontier(Generic[T]):
             return
         self._close_back_queue(hs)
 
-    def _rest_connection(self, hs: _Host[T], lease: Lease[T], rest: float,
-                         fetch_seconds: float, now: float, *, ack: bool) -> None:
-        """A lease of a host with several connections ended: its connection rests
-        ``rest`` from ``now``; the others keep their own rests."""
+    def _complete_connection(self, hs: _Host[T], lease: Lease[T], fetch_seconds: float,
+                             now: float, ack: bool, rest_at_least: float,
+                             ended_ago: float) -> None:
+        """A lease of a host with several connections ended: its connection rests by the
+        rule on this fetch (as ``_complete_lease`` rests a host of one); the others keep
+        their own rests."""
+        hs.busy -= 1
+        hs.last_fetch = fetch_seconds if fetch_seconds > 0.0 else 0.0
+        controls = self.controls
+        min_rests, delays = controls.min_rests, controls.delays
+        rest = rest_after_fetch(
+            self.policy.delay(fetch_seconds), ended_ago,
+            min_rests.get(hs.key, 0.0) if min_rests else 0.0, rest_at_least,
+            delays.get(hs.key, 0.0) if delays else 0.0)
         end = now + rest
         if ack:
             self.store.ack(lease.token)
-        controls = self.controls
         block = controls.blocks.get(hs.key) if controls.blocks else None
         # One rest is kept per host (and saved): the latest of its connections'.
         latest = max(end, hs.next_contact if block is None else block[1])
@@ -916,9 +923,11 @@ class Frontier(Generic[T]):
             self._seq += 1
             heapq.heappush(self._ready, (contact, self._seq, hs.key))
             return
-        spare.append(contact)
-        if not hs.busy:
-            self._close_back_queue(hs)
+        if hs.busy:
+            spare.append(contact)
+            return
+        hs.spare = None  # each connection's rest ends with the host's (the latest)
+        self._close_back_queue(hs)
 
     def _unsent_connection(self, hs: _Host[T], lease: Lease[T], now: float, *,
                            ack: bool) -> None:
@@ -941,13 +950,14 @@ class Frontier(Generic[T]):
             self._seq += 1
             heapq.heappush(self._ready, (contact, self._seq, hs.key))
             return
-        spare.append(contact)
-        if not hs.busy:
-            self._close_back_queue(hs)
+        if hs.busy:
+            spare.append(contact)
+            return
+        hs.spare = None
+        self._close_back_queue(hs)
 
     def _close_back_queue(self, hs: _Host[T]) -> None:
         """Back queue empty: the host gives up its back queue (Mercator refill)."""
-        hs.spare = None  # several connections: each one's rest ends with the host's
         hs.active = False
         hs.last_fetch = None
         self.store.back_close(hs.key)

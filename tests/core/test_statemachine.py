@@ -453,7 +453,8 @@ class ConnectionsMachine(FrontierMachine):
             if host in self.blocked and remembered is not None and remembered >= until:
                 continue  # a block holds the host later; its rest is kept beside it
             assert until <= now, f"{host} forgotten while still resting"
-            assert remembered is None or remembered == 0.0
+            # Forgotten, or held by a block that has ended since.
+            assert remembered is None or remembered <= now
 
     def teardown(self):
         if self.frontier is not None:
