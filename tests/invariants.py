@@ -28,19 +28,42 @@ def check_frontier(frontier: Frontier) -> None:
         assert frontier._active >= frontier.back_queues, \
             "front queues wait while back queues are free"
     for hs in slot_hosts:
-        assert hs.queued or hs.lease is not None, f"idle empty back queue for {hs.key}"
+        assert hs.queued or hs.busy, f"idle empty back queue for {hs.key}"
     for hs in frontier._hosts.values():
+        assert 0 <= hs.busy <= hs.conns, f"{hs.key}: {hs.busy} leases on {hs.conns} connections"
         if not hs.active:
-            assert hs.lease is None, f"{hs.key} in flight without a back queue"
+            assert not hs.busy, f"{hs.key} in flight without a back queue"
+            assert hs.spare is None, f"{hs.key} keeps connections without a back queue"
         elif hs.key in frontier._retired:
-            assert hs.lease is not None and not hs.queued, f"retired {hs.key} still queued"
+            assert hs.busy and not hs.queued, f"retired {hs.key} still queued"
+        if hs.conns > 1:
+            assert frontier.connections is not None and frontier.groups is None
+    # Heap entries: one per idle connection. A host with one connection has at most one.
     entries: dict[str, float] = {}
+    times: dict[str, list[float]] = {}
     for t_e, _, key in frontier._ready:
-        assert key not in entries, f"two heap entries for {key}"
-        entries[key] = t_e
+        times.setdefault(key, []).append(t_e)
     for *_, key, t_e in frontier._due:
-        assert key not in entries, f"two heap entries for {key}"
-        entries[key] = t_e
+        times.setdefault(key, []).append(t_e)
+    for key, ts in times.items():
+        hs = frontier._hosts[key]
+        assert hs.active and hs.queued, f"heap entry for {key} without a URL queued"
+        assert len(ts) + hs.busy <= hs.conns, f"{key}: more entries and leases than connections"
+        if hs.spare is None:
+            assert len(ts) == 1, f"two heap entries for {key}"
+            entries[key] = ts[0]
+    for hs in slot_hosts:
+        if hs.spare is None:
+            assert hs.conns == 1, f"{hs.key}: several connections without spare ones"
+            continue
+        # Several connections: each is leased, in the heap, or spare (only while the host
+        # has no URL queued).
+        ts = times.get(hs.key, [])
+        assert hs.conns > 1, f"{hs.key}: spare connections on a host with one"
+        assert len(ts) + len(hs.spare) + hs.busy == hs.conns, f"{hs.key}: connections lost"
+        assert not (hs.queued and hs.spare), f"{hs.key}: spare connections while URLs wait"
+        if hs.queued and hs.busy < hs.conns:
+            assert ts, f"{hs.key}: URLs and a free connection, but no heap entry"
     groups = frontier.groups
     unresolved: set[str] = set() if groups is None else groups._unresolved
     group_of: dict[str, str] = {} if groups is None else groups._group_of
@@ -54,33 +77,35 @@ def check_frontier(frontier: Frontier) -> None:
             waiting.add(key)
         if g.busy is not None:
             busy_host = frontier._hosts[g.busy]
-            assert busy_host.lease is not None, f"group {g.key} busy without a lease"
+            assert busy_host.busy, f"group {g.key} busy without a lease"
             assert group_of[g.busy] == g.key
     for key in unresolved:
         assert key not in group_of, f"{key} unresolved but grouped"
     for hs in slot_hosts:
-        if hs.queued and hs.lease is None and hs.key not in waiting:
+        if hs.spare is not None:
+            continue
+        if hs.queued and not hs.busy and hs.key not in waiting:
             assert entries.get(hs.key) == hs.next_contact, f"heap entry wrong for {hs.key}"
         else:
             assert hs.key not in entries, f"heap entry for busy, empty or parked {hs.key}"
     for key in waiting:
         hs = frontier._hosts[key]
-        assert hs.active and hs.queued and hs.lease is None, f"{key} waits for nothing"
+        assert hs.active and hs.queued and not hs.busy, f"{key} waits for nothing"
     assert len(entries) + len(waiting) == sum(
-        1 for hs in slot_hosts if hs.queued and hs.lease is None
+        1 for hs in slot_hosts if hs.spare is None and hs.queued and not hs.busy
     )
     if groups is not None:
         groups_busy = [group_of[lease.host] for lease in frontier._leases.values()]
         assert len(groups_busy) == len(set(groups_busy)), "two leases in one group"
         for gkey in groups_busy:
             assert groups._groups[gkey].busy is not None
-    busy: set[str] = set()
+    busy: dict[str, int] = {}
     for ticket, lease in frontier._leases.items():
         assert lease.ticket == ticket
-        assert lease.host not in busy, f"two leases on {lease.host}"
-        busy.add(lease.host)
-        assert frontier._hosts[lease.host].lease is lease
-    assert busy == {hs.key for hs in frontier._hosts.values() if hs.lease is not None}
+        busy[lease.host] = busy.get(lease.host, 0) + 1
+        assert busy[lease.host] <= frontier._hosts[lease.host].conns, \
+            f"more leases on {lease.host} than connections"
+    assert busy == {hs.key: hs.busy for hs in frontier._hosts.values() if hs.busy}
 
 
 def check_redis_frontier(frontier: RedisFrontier) -> None:

@@ -8,7 +8,8 @@ Vocabulary (Najork and Heydon's Mercator, "High-performance web crawling", 2001)
   Served highest level first, FIFO within a level (see ``push``).
 * **ready heap** -- one entry ``(t_e, host)`` per active host that has queued
   URLs and no fetch in flight; ``t_e`` is the earliest time the host may be
-  contacted again.
+  contacted again. A host given k **connections** (``connections``) has one
+  entry per idle connection instead, each with its own ``t_e`` (see below).
 * **due order** -- when several hosts are ready at once, the one whose next
   URL has the highest level goes first, then the one with the least slack:
   t_e minus its remaining polite schedule (backlog x (fetch + rest); unknown,
@@ -17,6 +18,15 @@ Vocabulary (Najork and Heydon's Mercator, "High-performance web crawling", 2001)
 * **lease** -- a URL handed out for fetching. Its host has no heap entry until
   the lease is completed, which is what makes "one fetch per host at a time"
   hold; completing sets the host's next contact from the fetch duration.
+
+**Connections** (``connections``, read when a host gets a back queue; None: one per
+host): a host of k connections has up to k leases at once. Its back queue is
+shared; each idle connection has its own heap entry, and a completion rests only
+the connection that fetched, by the delay rule on its own fetch. An idle
+connection whose host has nothing queued is *spare* (its rest end kept, no heap
+entry) until the host's next URL. The host keeps one next contact, the latest of
+its connections' rests: the one it saves, and the one every connection waits for
+when the host gets a back queue again.
 
 Site owners' wishes: a per-host **minimum rest** (robots.txt Crawl-delay,
 ``set_min_rest``) and a one-off ``rest_at_least`` on ``complete`` (Retry-After,
@@ -50,7 +60,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
 
@@ -134,9 +144,16 @@ class _Host(Generic[T]):
     # Owns a back queue (in the store), and how many URLs wait in it.
     active: bool = False
     queued: int = 0
-    lease: Lease[T] | None = None
+    busy: int = 0
+    """Leases in flight (at most ``conns``)."""
     held: bool = field(default=False)
-    """True while the host's heap entry comes from a politeness hold."""
+    """True while the host's heap entry comes from a politeness hold (with several
+    connections: the last entry scheduled)."""
+    conns: int = 1
+    """Connections the host may use, read when it gets a back queue."""
+    spare: list[float] | None = None
+    """With several connections: the rest ends of the idle connections that have no
+    heap entry (only while no URL is queued). None for a host with one connection."""
 
 
 def check_shape(
@@ -174,6 +191,7 @@ class Frontier(Generic[T]):
         rng: random.Random | None = None,
         store: QueueStore[T] | None = None,
         group_hosts: bool = False,
+        connections: Callable[[str], int] | None = None,
     ) -> None:
         back_queues_max = check_shape(front_queues, back_queues, back_queues_max, lease_timeout)
         self.levels = front_queues
@@ -215,6 +233,10 @@ class Frontier(Generic[T]):
         self.newly_capped: list[tuple[str, int]] = []
         #: Per-IP politeness (hosts that share an address share a rest); None: off.
         self.groups = HostGroups(self.policy, clock) if group_hosts else None
+        #: How many connections (leases at once) a host may use, read when it gets a back
+        #: queue; None: one for every host. With host groups a host uses one: its group
+        #: allows one fetch at a time.
+        self.connections = None if group_hosts else connections
 
     # -- sizes -------------------------------------------------------------
 
@@ -250,7 +272,12 @@ class Frontier(Generic[T]):
 
     def host_busy(self, host: str) -> bool:
         hs = self._hosts.get(host)
-        return hs is not None and hs.lease is not None
+        return hs is not None and hs.busy > 0
+
+    def connections_of(self, host: str) -> int:
+        """The connections ``host`` may use now (1 for a host without a back queue)."""
+        hs = self._hosts.get(host)
+        return 1 if hs is None or not hs.active else hs.conns
 
     def rest_until(self, host: str, until: float) -> None:
         """Make ``host`` wait until at least ``until`` (restoring saved state).
@@ -259,7 +286,7 @@ class Frontier(Generic[T]):
         pushed again.
         """
         hs = self._hosts.get(host)
-        if hs is not None and (hs.active or hs.lease is not None):
+        if hs is not None and (hs.active or hs.busy):
             raise ValueError(f"host {host!r} is active; set its rest before pushing")
         if hs is None:
             hs = _Host(host)
@@ -313,8 +340,9 @@ class Frontier(Generic[T]):
                 _, item, token = taken
                 self.store.ack(token)
                 dropped.append(item)
-        if hs.active and hs.lease is None:
+        if hs.active and not hs.busy:
             hs.active = False
+            hs.spare = None
             self.store.back_close(host)
             self._active -= 1
             self.stats.releases += 1
@@ -358,7 +386,13 @@ class Frontier(Generic[T]):
     def _reschedule(self, hs: _Host[T], contact: float, *, lower: bool = False) -> None:
         """Move the host's next contact to ``contact`` (later only, unless ``lower``)."""
         hs.next_contact = contact if lower else max(hs.next_contact, contact)
-        if hs.lease is not None:
+        if hs.spare is not None:
+            # Several connections: every idle one waits for the host's next contact (a
+            # lease's completion applies the block to its own connection).
+            self._unschedule(hs.key)
+            self._idle_all(hs, hs.next_contact, held=False)
+            return
+        if hs.busy:
             return  # its release applies the block
         if hs.active and hs.queued:
             self._unschedule(hs.key)
@@ -395,17 +429,55 @@ class Frontier(Generic[T]):
         return dropped
 
     def _unschedule(self, host: str) -> None:
-        """Remove the host's heap entry (ready or due), or its place in a group, if any."""
+        """Remove the host's heap entries (ready or due), or its place in a group, if any.
+
+        With several connections, the idle connections whose entries go become spare,
+        with their rest ends kept.
+        """
         if self.groups is not None:
             self.groups.unschedule(host)
+        hs = self._hosts[host]
+        spare = hs.spare
         ready = [e for e in self._ready if e[2] != host]
         if len(ready) != len(self._ready):
+            if spare is not None:
+                spare.extend(e[0] for e in self._ready if e[2] == host)
             heapq.heapify(ready)
             self._ready = ready
         due = [e for e in self._due if e[3] != host]
         if len(due) != len(self._due):
+            if spare is not None:
+                spare.extend(e[4] for e in self._due if e[3] == host)
             heapq.heapify(due)
             self._due = due
+
+    def _idle_all(self, hs: _Host[T], contact: float, *, held: bool) -> None:
+        """Several connections, none in the heap: every idle one waits until ``contact``,
+        in the heap if the host has URLs queued, else spare."""
+        spare = hs.spare
+        assert spare is not None
+        spare[:] = [contact] * (hs.conns - hs.busy)
+        if hs.queued:
+            self._wake_spare(hs, held=held)
+
+    def _spare_idle(self, hs: _Host[T]) -> None:
+        """Several connections, nothing queued any more: the idle connections still in
+        the heap become spare (a heap entry is only ever for a host with URLs)."""
+        spare = hs.spare
+        assert spare is not None and not hs.queued
+        if hs.conns - hs.busy > len(spare):
+            self._unschedule(hs.key)
+
+    def _wake_spare(self, hs: _Host[T], *, held: bool) -> None:
+        """URLs are queued: every spare connection of the host goes into the heap."""
+        spare = hs.spare
+        assert spare is not None
+        hs.held = held
+        ready = self._ready
+        for t in spare:
+            self._seq += 1
+            heapq.heappush(ready, (t, self._seq, hs.key))
+        spare.clear()
 
     # -- host groups (per-IP politeness) -----------------------------------
 
@@ -419,7 +491,7 @@ class Frontier(Generic[T]):
             raise ValueError("set_group needs a frontier made with group_hosts=True")
         if self.groups.assign(host, group):
             hs = self._hosts.get(host)
-            if hs is not None and hs.active and hs.queued and hs.lease is None:
+            if hs is not None and hs.active and hs.queued and not hs.busy:
                 self._schedule(hs, held=hs.next_contact > self.clock())
 
     def _group_allows(self, hs: _Host[T], now: float) -> bool:
@@ -460,10 +532,16 @@ class Frontier(Generic[T]):
             if hs is None:
                 hs = self._hosts[host] = _Host(host)
             hs.active = True
+            if self.connections is not None:
+                self._connect(hs)
             self._active += 1
             self._back_len += queued
             hs.queued = queued
-            if queued:
+            if not queued:
+                continue
+            if hs.spare is not None:
+                self._wake_spare(hs, held=False)
+            else:
                 self._schedule(hs, held=False)
         self.stats.peak_active = max(self.stats.peak_active, self._active)
         # A crash may have left fewer hosts active than the floor: refill now, as a
@@ -509,9 +587,13 @@ class Frontier(Generic[T]):
         assert hs.active
         hs.queued += 1
         self._back_len += 1
-        if hs.queued == 1 and hs.lease is None:
-            # A host coming back while still resting counts as held for politeness.
-            self._schedule(hs, held=hs.next_contact > self.clock())
+        if hs.queued == 1:
+            if hs.spare is not None:
+                if hs.spare:
+                    self._wake_spare(hs, held=max(hs.spare) > self.clock())
+            elif not hs.busy:
+                # A host coming back while still resting counts as held for politeness.
+                self._schedule(hs, held=hs.next_contact > self.clock())
 
     def _schedule(self, hs: _Host[T], *, held: bool) -> None:
         self._seq += 1
@@ -544,6 +626,8 @@ class Frontier(Generic[T]):
                     hs = _Host(host)
                     self._hosts[host] = hs
                 hs.active = True
+                if self.connections is not None:
+                    self._connect(hs)
                 store.back_open(host)
                 self._active += 1
                 self.stats.activations += 1
@@ -556,6 +640,16 @@ class Frontier(Generic[T]):
             if activating:
                 return True
         return False
+
+    def _connect(self, hs: _Host[T]) -> None:
+        """A host gets a back queue: read how many connections it may use. Each idle one
+        rests until the host's next contact (one rest is kept per host)."""
+        assert self.connections is not None
+        conns = self.connections(hs.key)
+        if conns < 1:
+            raise ValueError(f"connections({hs.key!r}) must be >= 1, got {conns}")
+        hs.conns = conns
+        hs.spare = None if conns == 1 else [hs.next_contact] * conns
 
     def _drop_front_head(self, level: int, host: str) -> None:
         """Drop the head of front queue ``level``: a URL of a retired host.
@@ -598,15 +692,23 @@ class Frontier(Generic[T]):
             self._purge_cooling(now)
         ready = self._ready
         due = self._due
+        hosts = self._hosts
         while True:
             while ready and ready[0][0] <= now:
                 t_e, seq, key = heapq.heappop(ready)
-                hs = self._hosts[key]
-                slack = t_e - self._remaining(hs)
+                hs = hosts[key]
+                queued = hs.queued
+                # Slack: t_e less the host's remaining polite schedule, backlog x cycle
+                # (among hosts ready at once, the longest schedule left goes first: the
+                # crawl cannot end before it does). A host never fetched has an unknown
+                # site behind it: the longest, so that every host starts early.
+                fetch = hs.last_fetch
+                slack = (-math.inf if fetch is None
+                         else t_e - queued * (fetch + self.policy.delay(fetch)))
                 heapq.heappush(due, (-self.store.back_head_level(key), slack, seq, key, t_e))
             if due:
                 entry = heapq.heappop(due)
-                hs = self._hosts[entry[3]]
+                hs = hosts[entry[3]]
                 if self.groups is not None and not self._group_allows(hs, now):
                     continue
                 lease = self._hand_out(hs, entry[4], now)
@@ -618,19 +720,6 @@ class Frontier(Generic[T]):
                 continue
             return None
 
-    def _remaining(self, hs: _Host[T]) -> float:
-        """Estimated time the host's polite schedule still needs (backlog x cycle).
-
-        Among hosts ready at once, the one with the longest schedule left goes
-        first (after priority): the crawl cannot end before it does.
-        """
-        if hs.last_fetch is None:
-            # Never fetched: its site's size is unknown, so assume the longest.
-            # Starting every host early is what keeps a finite crawl's tail short.
-            return math.inf
-        fetch = hs.last_fetch
-        return hs.queued * (fetch + self.policy.delay(fetch))
-
     def _recount(self, hs: _Host[T]) -> None:
         """Count out of the host the URLs the store set aside as unreadable while
         leasing (see QueueStore.back_lease)."""
@@ -639,7 +728,8 @@ class Frontier(Generic[T]):
         hs.queued = left
 
     def _hand_out(self, hs: _Host[T], t_e: float, now: float) -> Lease[T] | None:
-        """Lease the host's next URL; None if the store found none it could read."""
+        """Lease the host's next URL on the connection free since ``t_e``; None if the
+        store found none it could read."""
         assert hs.queued
         store = self.store
         before = store.undecodable
@@ -650,7 +740,14 @@ class Frontier(Generic[T]):
         else:
             self._recount(hs)
         if taken is None:
-            # Nothing left to fetch: the host gives up its back queue, with its rest kept.
+            # Nothing left to fetch: the host gives up its back queue, with its rest kept
+            # (with several connections: once no other is fetching).
+            if hs.spare is not None:
+                hs.spare.append(t_e)
+                self._spare_idle(hs)
+                if hs.busy:
+                    return None
+                hs.spare = None  # each connection's rest ends with the host's
             self._close_back_queue(hs)
             return None
         level, item, token = taken
@@ -658,7 +755,12 @@ class Frontier(Generic[T]):
         # Positional: this runs once per URL. (ticket, host, item, level, handed_at,
         # deadline, ready_at, token)
         lease = Lease(self._seq, hs.key, item, level, now, now + self.lease_timeout, t_e, token)
-        hs.lease = lease
+        if hs.spare is None:
+            hs.busy = 1  # one connection
+        else:
+            hs.busy += 1
+            if not hs.queued:
+                self._spare_idle(hs)
         self._leases[lease.ticket] = lease
         if self.groups is not None:
             self.groups.take(hs.key)
@@ -731,7 +833,11 @@ class Frontier(Generic[T]):
         ended_ago: float = 0.0,
     ) -> None:
         hs = self._hosts[lease.host]
-        hs.lease = None
+        if hs.spare is not None:
+            self._complete_connection(hs, lease, fetch_seconds, now, ack, rest_at_least,
+                                      ended_ago)
+            return
+        hs.busy = 0  # one connection
         # As the Redis frontier keeps it (tests/backends/redis/test_lua_parity.py): never
         # negative, and only while the host owns a back queue (forgotten below when it frees it).
         hs.last_fetch = fetch_seconds if fetch_seconds > 0.0 else 0.0
@@ -752,7 +858,10 @@ class Frontier(Generic[T]):
             hs.next_contact = controls.after_completion(hs.key, hs.next_contact, now)
         if hs.queued:
             self.stats.politeness_hold_seconds += rest
-            self._schedule(hs, held=True)
+            # _schedule(hs, held=True), inline: once per URL.
+            self._seq += 1
+            hs.held = True
+            heapq.heappush(self._ready, (hs.next_contact, self._seq, hs.key))
             return
         self._close_back_queue(hs)
 
@@ -760,9 +869,12 @@ class Frontier(Generic[T]):
         """A lease whose request never reached its host: the host is ready again when it
         was ready for this lease (or now), with no rest and its last fetch time kept."""
         hs = self._hosts[lease.host]
-        hs.lease = None
+        hs.busy -= 1
         if self.groups is not None:
             self._complete_group(hs.key, 0.0, now, sent=False)
+        if hs.spare is not None:
+            self._unsent_connection(hs, lease, now, ack=ack)
+            return
         hs.next_contact = max(lease.ready_at, now)
         if ack:
             self.store.ack(lease.token)
@@ -773,6 +885,75 @@ class Frontier(Generic[T]):
         if hs.queued:
             self._schedule(hs, held=False)
             return
+        self._close_back_queue(hs)
+
+    def _complete_connection(self, hs: _Host[T], lease: Lease[T], fetch_seconds: float,
+                             now: float, ack: bool, rest_at_least: float,
+                             ended_ago: float) -> None:
+        """A lease of a host with several connections ended: its connection rests by the
+        rule on this fetch (as ``_complete_lease`` rests a host of one); the others keep
+        their own rests."""
+        hs.busy -= 1
+        hs.last_fetch = fetch_seconds if fetch_seconds > 0.0 else 0.0
+        controls = self.controls
+        min_rests, delays = controls.min_rests, controls.delays
+        rest = rest_after_fetch(
+            self.policy.delay(fetch_seconds), ended_ago,
+            min_rests.get(hs.key, 0.0) if min_rests else 0.0, rest_at_least,
+            delays.get(hs.key, 0.0) if delays else 0.0)
+        end = now + rest
+        if ack:
+            self.store.ack(lease.token)
+        block = controls.blocks.get(hs.key) if controls.blocks else None
+        # One rest is kept per host (and saved): the latest of its connections'.
+        latest = max(end, hs.next_contact if block is None else block[1])
+        self.store.save_rest(hs.key, latest - now, fetch_seconds)
+        hs.next_contact = latest
+        contact = end
+        if block is not None:
+            # As for one connection: the rest is kept beside a block that still runs.
+            hs.next_contact = max(latest, controls.after_completion(hs.key, latest, now))
+            if block[0] > now:
+                contact = max(end, block[0])
+        spare = hs.spare
+        assert spare is not None
+        if hs.queued:
+            self.stats.politeness_hold_seconds += rest
+            hs.held = True
+            self._seq += 1
+            heapq.heappush(self._ready, (contact, self._seq, hs.key))
+            return
+        if hs.busy:
+            spare.append(contact)
+            return
+        hs.spare = None  # each connection's rest ends with the host's (the latest)
+        self._close_back_queue(hs)
+
+    def _unsent_connection(self, hs: _Host[T], lease: Lease[T], now: float, *,
+                           ack: bool) -> None:
+        """A lease of a host with several connections ended unsent: its connection is
+        ready again when it was ready for this lease (or now); the host's rest stays."""
+        contact = max(lease.ready_at, now)
+        if ack:
+            self.store.ack(lease.token)
+        controls = self.controls
+        block = controls.blocks.get(hs.key) if controls.blocks else None
+        if block is not None:
+            controls.after_completion(hs.key, block[1], now)  # forgets a block that ended
+            if block[0] > now:
+                contact = max(contact, block[0])
+        self.stats.unsent += 1
+        spare = hs.spare
+        assert spare is not None
+        if hs.queued:
+            hs.held = False
+            self._seq += 1
+            heapq.heappush(self._ready, (contact, self._seq, hs.key))
+            return
+        if hs.busy:
+            spare.append(contact)
+            return
+        hs.spare = None
         self._close_back_queue(hs)
 
     def _close_back_queue(self, hs: _Host[T]) -> None:
@@ -831,7 +1012,7 @@ class Frontier(Generic[T]):
             if (
                 hs is not None
                 and not hs.active
-                and hs.lease is None
+                and not hs.busy
                 and hs.next_contact <= now
             ):
                 del hosts[key]
@@ -848,18 +1029,28 @@ class Frontier(Generic[T]):
         now = self.clock()
         known = active = waiting = resting = queued = blocked = 0
         blocks = self.controls.blocks
+        # With several connections, a host waits once its first idle connection may go.
+        first: dict[str, float] = {}
+        if self.connections is not None:
+            for t_e, _, key in self._ready:
+                if t_e < first.get(key, math.inf):
+                    first[key] = t_e
+            for *_, key, t_e in self._due:
+                if t_e < first.get(key, math.inf):
+                    first[key] = t_e
         for hs in self._hosts.values():
             if hs.active or hs.next_contact > now:
                 known += 1
             if hs.queued:
                 queued += 1
-            if hs.lease is not None:
+            if hs.busy:
                 active += 1
             elif hs.active and hs.queued:
                 block = blocks.get(hs.key) if blocks else None
                 if block is not None and block[0] > now:
                     blocked += 1
-                elif hs.next_contact > now:
+                elif (first.get(hs.key, hs.next_contact) if hs.spare is not None
+                      else hs.next_contact) > now:
                     resting += 1
                 else:
                     waiting += 1

@@ -370,6 +370,44 @@ def test_a_request_never_sent_rests_its_host_nothing(make: Any) -> None:
     b.check()
 
 
+def test_connections_per_host(make: Any, request: pytest.FixtureRequest) -> None:
+    """A host of two connections has two leases at once; each connection rests by the
+    delay rule on its own fetch, and a host of one connection keeps one lease."""
+    if request.node.callspec.params["make"] == "redis":
+        pytest.skip("Redis: one connection per host (refused at startup)")
+    b = make(DelayPolicy(factor=2.0, min_delay=0.0, max_delay=10.0),
+             connections=lambda host: 2 if host == "a" else 1)
+    for i in range(5):
+        b.push("a", 1, b"a%d" % i)
+        b.push("b", 1, b"b%d" % i)
+    claims = [pop_soon(b) for _ in range(3)]
+    assert sorted(c.host for c in claims) == ["a", "a", "b"]
+    assert b.pop() is None, "more leases on a host than its connections"
+    b.check()
+    fast, slow = (c for c in claims if c.host == "a")
+    fast_end = b.complete(fast, 0.05)  # this connection rests 0.1
+    assert fast_end is not None
+    b.check()
+    again = pop_soon(b)
+    assert again.host == "a" and again.handed_at >= fast_end + 0.1 - EPS
+    assert b.pop() is None
+    b.wait(0.05)
+    slow_end = b.complete(slow, 0.3)  # this one rests 0.6; the other goes on meanwhile
+    assert slow_end is not None
+    fast_end = b.complete(again, 0.05)
+    assert fast_end is not None
+    third = pop_soon(b)
+    assert third.host == "a" and fast_end + 0.1 - EPS <= third.handed_at < slow_end + 0.6
+    b.check()
+    b.complete(third, 0.0)
+    for claim in claims:
+        if claim.host == "b":
+            b.complete(claim, 0.0)
+    got = drain(b)
+    assert sorted(c.item for c in got) == [b"a4", b"b1", b"b2", b"b3", b"b4"]
+    assert b.idle()
+
+
 def test_rest_survives_giving_up_the_back_queue(make: Any) -> None:
     rest = 0.3
     b = make()

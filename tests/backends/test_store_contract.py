@@ -25,7 +25,7 @@ from scrapy_frontier.core import FakeClock, Frontier
 from scrapy_frontier.core.store import MemoryQueueStore
 from scrapy_frontier.errors import StoreError
 from tests.core.test_seen import cut_short_checkpoint
-from tests.core.test_statemachine import FrontierMachine
+from tests.core.test_statemachine import ConnectionsMachine, FrontierMachine
 from tests.invariants import check_frontier
 
 INT_CODEC: Codec[Any] = Codec(pickle.dumps, pickle.loads)
@@ -363,6 +363,16 @@ SQLiteFrontierMachine.TestCase.settings = settings(
     max_examples=60, stateful_step_count=60, deadline=None
 )
 TestSQLiteFrontierStateMachine = SQLiteFrontierMachine.TestCase
+
+
+class SQLiteConnectionsMachine(SQLiteFrontierMachine, ConnectionsMachine):
+    """The state machine of hosts with several connections, on SQLite."""
+
+
+SQLiteConnectionsMachine.TestCase.settings = settings(
+    max_examples=40, stateful_step_count=60, deadline=None
+)
+TestSQLiteConnectionsStateMachine = SQLiteConnectionsMachine.TestCase
 
 
 def test_a_flush_is_one_transaction(tmp_path: Path) -> None:
