@@ -16,6 +16,12 @@ from typing import Any
 
 from scrapy.settings import BaseSettings
 
+from scrapy_frontier.core.host_policy import (
+    HostPolicies,
+    HostPolicy,
+    HostPolicyError,
+    parse_entries,
+)
 from scrapy_frontier.core.politeness import (
     DEFAULT_FACTOR,
     DEFAULT_MAX_DELAY,
@@ -91,6 +97,7 @@ DEFAULTS: dict[str, Any] = {
     "FRONTIER_METRICS_HOST": "127.0.0.1",
     "FRONTIER_HOST_BUDGET": 0,
     "FRONTIER_HOST_BUDGETS": {},
+    "FRONTIER_HOST_POLICY": {},
 }
 
 #: More front queues than this is surely a typo (each is scanned when choosing a level).
@@ -218,6 +225,8 @@ class FrontierConfig:
     sitemaps: tuple[str, ...] = ()
     """FRONTIER_SITEMAPS: sitemap and feed URLs the frontier reads itself; "robots" among
     them: also those robots.txt files name (see docs/signals.rst)."""
+    host_policies: HostPolicies = field(default_factory=lambda: HostPolicies(HostPolicy()))
+    """FRONTIER_HOST_POLICY: each host's delay rule, connections and budget."""
 
     def budget_for(self, host: str) -> int:
         return self.host_budgets.get(host, self.host_budget)
@@ -317,6 +326,7 @@ class FrontierConfig:
             host_budget=_int(settings, "FRONTIER_HOST_BUDGET", minimum=0),
             host_budgets=_host_budgets(settings),
             sitemaps=_sitemaps(settings),
+            host_policies=_host_policies(settings, DelayPolicy(factor, min_delay, max_delay)),
         )
 
 
@@ -599,6 +609,22 @@ def _host_budgets(settings: BaseSettings) -> dict[str, int]:
     if any(n < 0 for n in out.values()):
         raise FrontierConfigError(f"FRONTIER_HOST_BUDGETS budgets must be >= 0: {raw!r}")
     return out
+
+
+def _host_policies(settings: BaseSettings, delay: DelayPolicy) -> HostPolicies:
+    raw = _raw(settings, "FRONTIER_HOST_POLICY", {})
+    default = HostPolicy(delay)
+    try:
+        table = settings.getdict("FRONTIER_HOST_POLICY") if raw else {}
+    except (TypeError, ValueError):
+        raise FrontierConfigError(
+            "FRONTIER_HOST_POLICY must be a dict of host suffix -> {delay_factor, min_delay, "
+            f'max_delay, concurrency, budget}}, e.g. {{"example.com": {{"concurrency": 2}}}}, '
+            f"got {raw!r}") from None
+    try:
+        return HostPolicies(default, parse_entries(table, default))
+    except HostPolicyError as exc:
+        raise FrontierConfigError(str(exc)) from None
 
 
 def _raw(settings: BaseSettings, name: str, default: Any) -> Any:

@@ -1,0 +1,100 @@
+"""Per-host policy: which entry a host gets, and the errors that name a bad entry."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from scrapy.settings import Settings
+
+from scrapy_frontier.core.host_policy import (
+    HostPolicies,
+    HostPolicy,
+    HostPolicyError,
+    parse_entries,
+)
+from scrapy_frontier.core.politeness import DelayPolicy
+from scrapy_frontier.errors import FrontierConfigError
+from scrapy_frontier.settings import FrontierConfig
+
+DEFAULT = HostPolicy(DelayPolicy(10.0, 1.0, 60.0))
+
+
+def policies(raw: dict[str, Any]) -> HostPolicies:
+    return HostPolicies(DEFAULT, parse_entries(raw, DEFAULT))
+
+
+def test_a_suffix_covers_the_host_and_its_subdomains_only() -> None:
+    table = policies({"example.com": {"concurrency": 2}})
+    assert table.of("example.com").connections == 2
+    assert table.of("www.Example.COM").connections == 2
+    assert table.of("badexample.com") is DEFAULT
+    assert table.of("example.org") is DEFAULT
+
+
+def test_the_most_specific_entry_wins_whole() -> None:
+    table = policies({
+        "example.com": {"concurrency": 2, "max_delay": 10},
+        "api.example.com": {"min_delay": 0.5},
+        "=www.example.com": {"delay_factor": 2},
+    })
+    api = table.of("v1.api.example.com")
+    # The longest suffix wins, and what it leaves out is the crawl's, not example.com's.
+    assert api.delay == DelayPolicy(10.0, 0.5, 60.0) and api.connections == 1
+    assert table.of("www.example.com").delay == DelayPolicy(2.0, 1.0, 60.0)
+    # An exact key is that host only.
+    assert table.of("a.www.example.com").connections == 2
+    assert table.of("example.com").delay.max_delay == 10
+
+
+def test_budget_left_out_is_the_crawls() -> None:
+    table = policies({"a.example": {"budget": 0}, "b.example": {"concurrency": 3}})
+    assert table.of("a.example").budget == 0
+    assert table.of("b.example").budget is None
+
+
+def test_summary_names_each_entry() -> None:
+    table = policies({"=a.example": {"concurrency": 4, "min_delay": 0}, "b.example": {}})
+    line = table.summary()
+    assert line is not None
+    assert "=a.example: factor 10, rest 0-60 s, 4 connections" in line
+    assert "b.example: factor 10, rest 1-60 s, 1 connection" in line
+    assert policies({}).summary() is None
+
+
+@pytest.mark.parametrize(("raw", "says"), [
+    ({"a.example": {"concurency": 2}}, "FRONTIER_HOST_POLICY['a.example']: unknown field(s) "
+                                       "concurency"),
+    ({"a.example": {"min_delay": 5, "max_delay": 2}}, "max_delay (2) must be >= min_delay (5)"),
+    ({"a.example": {"concurrency": 0}}, "['concurrency'] must be a whole number >= 1, got 0"),
+    ({"a.example": {"concurrency": 1.5}}, "['concurrency'] must be a whole number >= 1"),
+    ({"a.example": {"concurrency": True}}, "['concurrency'] must be a whole number >= 1"),
+    ({"a.example": {"budget": -1}}, "['budget'] must be a whole number of pages >= 0"),
+    ({"a.example": {"delay_factor": math.nan}}, "['delay_factor'] must be a number >= 0"),
+    ({"a.example": {"min_delay": "soon"}}, "['min_delay'] must be seconds >= 0, got 'soon'"),
+    ({"a.example": 2}, "FRONTIER_HOST_POLICY['a.example'] must be a dict of"),
+    ({"=": {}}, "a key must be a host suffix such as 'example.com'"),
+    ({"a.example": {}, ".a.example.": {}}, "'a.example' is given twice"),
+])
+def test_a_bad_entry_is_named(raw: dict[str, Any], says: str) -> None:
+    with pytest.raises(HostPolicyError) as caught:
+        parse_entries(raw, DEFAULT)
+    assert says in str(caught.value)
+
+
+def test_the_setting_becomes_the_configs_policies() -> None:
+    config = FrontierConfig.from_settings(Settings({
+        "FRONTIER_MIN_DELAY": 2.0,
+        "FRONTIER_HOST_POLICY": '{"=a.example": {"concurrency": 3, "max_delay": 30}}',
+    }))
+    assert config.host_policies.of("a.example") == HostPolicy(DelayPolicy(10.0, 2.0, 30.0), 3)
+    assert config.host_policies.of("b.example").delay == config.policy
+
+
+def test_a_bad_setting_stops_the_crawl_with_the_entry_named() -> None:
+    with pytest.raises(FrontierConfigError, match=r"\['a.example'\]\['concurrency'\]"):
+        FrontierConfig.from_settings(Settings({
+            "FRONTIER_HOST_POLICY": {"a.example": {"concurrency": -2}}}))
+    with pytest.raises(FrontierConfigError, match="FRONTIER_HOST_POLICY must be a dict"):
+        FrontierConfig.from_settings(Settings({"FRONTIER_HOST_POLICY": "[1, 2]"}))
