@@ -250,6 +250,9 @@ class FrontierConfig:
             raise FrontierConfigError(
                 f"FRONTIER_MAX_DELAY ({max_delay}) must be >= FRONTIER_MIN_DELAY ({min_delay})"
             )
+        pacing = scrapy_pacing(settings)
+        min_delay = max(min_delay, pacing.min_delay)
+        max_delay = max(max_delay, min_delay)
         # Mercator's rule of thumb is 3 back queues per fetching thread, but a
         # host rests about `factor` fetch times per fetch, so keeping every
         # download slot busy needs about (factor + 1) x CONCURRENT_REQUESTS hosts
@@ -326,7 +329,8 @@ class FrontierConfig:
             host_budget=_int(settings, "FRONTIER_HOST_BUDGET", minimum=0),
             host_budgets=_host_budgets(settings),
             sitemaps=_sitemaps(settings),
-            host_policies=_host_policies(settings, DelayPolicy(factor, min_delay, max_delay)),
+            host_policies=_host_policies(settings, DelayPolicy(factor, min_delay, max_delay),
+                                         pacing),
         )
 
 
@@ -611,7 +615,64 @@ def _host_budgets(settings: BaseSettings) -> dict[str, int]:
     return out
 
 
-def _host_policies(settings: BaseSettings, delay: DelayPolicy) -> HostPolicies:
+@dataclass(frozen=True)
+class ScrapyPacing:
+    """What a project's own Scrapy settings ask of each host's pace, as the frontier's
+    settings: ``DOWNLOAD_DELAY`` a minimum rest for every host, ``DOWNLOAD_SLOTS`` an exact
+    per-host policy entry each (its ``delay`` a minimum rest, its ``concurrency`` the host's
+    connections). ``lines``: one sentence per translation, for the log."""
+
+    min_delay: float = 0.0
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lines: tuple[str, ...] = ()
+
+    @property
+    def any(self) -> bool:
+        return bool(self.min_delay or self.entries)
+
+
+def scrapy_pacing(settings: BaseSettings) -> ScrapyPacing:
+    """The translation of ``DOWNLOAD_DELAY`` (set by the project or a spider) and
+    ``DOWNLOAD_SLOTS`` into the frontier's terms (see :class:`ScrapyPacing`)."""
+    lines = []
+    min_delay = 0.0
+    if (settings.getpriority("DOWNLOAD_DELAY") or 0) > 0:
+        delay = _float(settings, "DOWNLOAD_DELAY", 0.0, minimum=0.0)
+        if delay > 0:
+            min_delay = delay
+            lines.append(f"DOWNLOAD_DELAY={delay:g} is every host's minimum rest "
+                         "(FRONTIER_MIN_DELAY at least that)")
+    entries: dict[str, dict[str, Any]] = {}
+    try:
+        slots = settings.getdict("DOWNLOAD_SLOTS")
+    except (TypeError, ValueError):
+        raise FrontierConfigError(
+            f"DOWNLOAD_SLOTS must be a dict of slot -> {{concurrency, delay}}, got "
+            f"{settings.get('DOWNLOAD_SLOTS')!r}") from None
+    for slot, values in sorted(slots.items()):
+        if not isinstance(values, dict):
+            raise FrontierConfigError(f"DOWNLOAD_SLOTS[{slot!r}] must be a dict such as "
+                                      f'{{"concurrency": 2, "delay": 1}}, got {values!r}')
+        entry: dict[str, Any] = {}
+        said = []
+        if values.get("delay"):
+            entry["min_delay"] = values["delay"]
+            # A delay longer than the longest rest raises that host's longest.
+            longest = _float(settings, "FRONTIER_MAX_DELAY", minimum=0.0)
+            if isinstance(values["delay"], int | float) and values["delay"] > longest:
+                entry["max_delay"] = values["delay"]
+            said.append(f"a minimum rest of {values['delay']} s")
+        if "concurrency" in values:
+            entry["concurrency"] = values["concurrency"]
+            said.append(f"{values['concurrency']} connection(s)")
+        if entry:
+            entries[f"={slot}"] = entry
+            lines.append(f"DOWNLOAD_SLOTS[{slot!r}] gives host {slot!r} {' and '.join(said)}")
+    return ScrapyPacing(min_delay, entries, tuple(lines))
+
+
+def _host_policies(settings: BaseSettings, delay: DelayPolicy,
+                   pacing: ScrapyPacing) -> HostPolicies:
     raw = _raw(settings, "FRONTIER_HOST_POLICY", {})
     default = HostPolicy(delay)
     try:
@@ -622,7 +683,9 @@ def _host_policies(settings: BaseSettings, delay: DelayPolicy) -> HostPolicies:
             f'max_delay, concurrency, budget}}, e.g. {{"example.com": {{"concurrency": 2}}}}, '
             f"got {raw!r}") from None
     try:
-        return HostPolicies(default, parse_entries(table, default))
+        entries = parse_entries(pacing.entries, default, "DOWNLOAD_SLOTS")
+        entries.update(parse_entries(table, default))  # the frontier's own entries win
+        return HostPolicies(default, entries)
     except HostPolicyError as exc:
         raise FrontierConfigError(str(exc)) from None
 

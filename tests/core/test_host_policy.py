@@ -98,3 +98,53 @@ def test_a_bad_setting_stops_the_crawl_with_the_entry_named() -> None:
             "FRONTIER_HOST_POLICY": {"a.example": {"concurrency": -2}}}))
     with pytest.raises(FrontierConfigError, match="FRONTIER_HOST_POLICY must be a dict"):
         FrontierConfig.from_settings(Settings({"FRONTIER_HOST_POLICY": "[1, 2]"}))
+
+
+def test_scrapy_pacing_settings_become_the_frontiers() -> None:
+    """A project's DOWNLOAD_DELAY is every host's minimum rest; each DOWNLOAD_SLOTS entry an
+    exact per-host entry (its delay a minimum rest, its concurrency the connections)."""
+    from scrapy_frontier.settings import scrapy_pacing
+
+    settings = Settings({"FRONTIER_MIN_DELAY": 0.5, "FRONTIER_MAX_DELAY": 30})
+    settings.set("DOWNLOAD_DELAY", 2, "project")
+    settings.set("DOWNLOAD_SLOTS", {"a.example": {"concurrency": 4, "delay": 0},
+                                    "slow.example": {"delay": 45}}, "project")
+    pacing = scrapy_pacing(settings)
+    assert pacing.min_delay == 2
+    assert pacing.entries == {"=a.example": {"concurrency": 4},
+                              "=slow.example": {"min_delay": 45, "max_delay": 45}}
+    assert len(pacing.lines) == 3
+    config = FrontierConfig.from_settings(settings)
+    assert config.policy == DelayPolicy(10.0, 2.0, 30.0)
+    assert config.host_policies.of("a.example").connections == 4
+    assert config.host_policies.of("sub.a.example").connections == 1  # a slot is one host
+    assert config.host_policies.of("slow.example").delay == DelayPolicy(10.0, 45.0, 45.0)
+    # Scrapy's default DOWNLOAD_DELAY (0, default priority) asks for nothing.
+    assert not scrapy_pacing(Settings()).any
+
+
+def test_the_addon_takes_scrapys_delays_over_so_none_is_paid_twice() -> None:
+    from scrapy_frontier import Addon
+
+    settings = Settings()
+    settings.set("DOWNLOAD_DELAY", 1, "project")
+    settings.set("DOWNLOAD_SLOTS", {"a.example": {"concurrency": 2, "delay": 3}}, "project")
+    settings.set("FRONTIER_HOST_POLICY", {"=a.example": {"concurrency": 3}}, "project")
+    Addon().update_settings(settings)
+    assert settings.getfloat("DOWNLOAD_DELAY") == 0
+    assert settings.getdict("DOWNLOAD_SLOTS") == {"a.example": {"concurrency": 2, "delay": 0}}
+    assert settings.getfloat("FRONTIER_MIN_DELAY") == 1
+    config = FrontierConfig.from_settings(settings)
+    assert config.policy.min_delay == 1
+    # The frontier's own entry wins over the slot's.
+    assert config.host_policies.of("a.example") == HostPolicy(DelayPolicy(10.0, 1.0, 60.0), 3)
+
+
+def test_a_download_delay_below_the_minimum_rest_lowers_nothing() -> None:
+    from scrapy_frontier import Addon
+
+    settings = Settings()
+    settings.set("DOWNLOAD_DELAY", 0.25, "project")
+    Addon().update_settings(settings)
+    assert settings.getfloat("DOWNLOAD_DELAY") == 0
+    assert FrontierConfig.from_settings(settings).policy == DelayPolicy(10.0, 1.0, 60.0)
