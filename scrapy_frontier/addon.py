@@ -39,6 +39,7 @@ class Addon:
         _take_over_scrapy_pacing(settings)
         for name, value in ADDON_SETTINGS.items():
             settings.set(name, value, "addon")
+        _open_connections(settings)
         _add_component(settings, "DOWNLOADER_MIDDLEWARES", MIDDLEWARE_PATH, MIDDLEWARE_ORDER)
         robots = _robots_step(settings)
         if robots is not None:  # just after it, before the middlewares that come next
@@ -210,6 +211,20 @@ def _take_over_scrapy_pacing(settings: Settings) -> None:
                      settings.getpriority("DOWNLOAD_SLOTS") or 0)
     for line in pacing.lines:
         logger.info("%s; Scrapy's own delay for it is off", line)
+
+
+def _open_connections(settings: Settings) -> None:
+    """Scrapy's downloader lets each host have as many requests at once as the most
+    connections a FRONTIER_HOST_POLICY entry gives (the frontier keeps every other host to
+    its own); a project's own CONCURRENT_REQUESTS_PER_DOMAIN wins, and caps the entries."""
+    from scrapy_frontier.core.host_policy import HostPolicy, parse_entries
+
+    try:
+        entries = parse_entries(settings.getdict("FRONTIER_HOST_POLICY"), HostPolicy())
+    except (TypeError, ValueError):
+        return  # check_startup has stopped the crawl
+    most = max([1, *(policy.connections for policy in entries.values())])
+    settings.set("CONCURRENT_REQUESTS_PER_DOMAIN", most, "addon")
 
 
 def _addon_level() -> int:

@@ -11,17 +11,12 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scrapy.settings import BaseSettings
 
-from scrapy_frontier.core.host_policy import (
-    HostPolicies,
-    HostPolicy,
-    HostPolicyError,
-    parse_entries,
-)
+from scrapy_frontier.core.host_policy import HostPolicies, HostPolicy, parse_entries
 from scrapy_frontier.core.politeness import (
     DEFAULT_FACTOR,
     DEFAULT_MAX_DELAY,
@@ -229,7 +224,13 @@ class FrontierConfig:
     """FRONTIER_HOST_POLICY: each host's delay rule, connections and budget."""
 
     def budget_for(self, host: str) -> int:
-        return self.host_budgets.get(host, self.host_budget)
+        """FRONTIER_HOST_BUDGETS' entry for ``host``, else its per-host policy's budget,
+        else FRONTIER_HOST_BUDGET."""
+        own = self.host_budgets.get(host)
+        if own is not None:
+            return own
+        policy = self.host_policies.budget_of(host) if self.host_policies.entries else None
+        return self.host_budget if policy is None else policy
 
     @property
     def policy(self) -> DelayPolicy:
@@ -685,9 +686,37 @@ def _host_policies(settings: BaseSettings, delay: DelayPolicy,
     try:
         entries = parse_entries(pacing.entries, default, "DOWNLOAD_SLOTS")
         entries.update(parse_entries(table, default))  # the frontier's own entries win
-        return HostPolicies(default, entries)
-    except HostPolicyError as exc:
+    except ValueError as exc:
         raise FrontierConfigError(str(exc)) from None
+    return HostPolicies(default, entries, _capped_connections(settings, entries))
+
+
+def _capped_connections(settings: BaseSettings, entries: dict[str, HostPolicy]) -> list[str]:
+    """Caps each entry's connections at what Scrapy's downloader lets the host have at once
+    (its DOWNLOAD_SLOTS concurrency, else CONCURRENT_REQUESTS_PER_DOMAIN): a lease beyond
+    that would wait in the downloader, and its wait would count as fetch time. Returns one
+    warning per entry capped."""
+    per_domain = max(1, settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN", 8))
+    try:
+        slots = settings.getdict("DOWNLOAD_SLOTS")
+    except (TypeError, ValueError):
+        slots = {}
+    warnings = []
+    for key, policy in entries.items():
+        slot = slots.get(key[1:]) if key.startswith("=") else None
+        if isinstance(slot, dict) and "concurrency" in slot:
+            try:
+                cap, name = max(1, int(slot["concurrency"])), f"DOWNLOAD_SLOTS[{key[1:]!r}]"
+            except (TypeError, ValueError):
+                continue  # parse_entries has refused a bad one already
+        else:
+            cap, name = per_domain, "CONCURRENT_REQUESTS_PER_DOMAIN"
+        if policy.connections > cap:
+            entries[key] = replace(policy, connections=cap)
+            warnings.append(f"FRONTIER_HOST_POLICY[{key!r}] asks for {policy.connections} "
+                            f"connections; {name} lets Scrapy's downloader open {cap}, so "
+                            f"the host gets {cap} (raise {name} to give it more)")
+    return warnings
 
 
 def _raw(settings: BaseSettings, name: str, default: Any) -> Any:

@@ -30,7 +30,9 @@ when the host gets a back queue again.
 
 Site owners' wishes: a per-host **minimum rest** (robots.txt Crawl-delay,
 ``set_min_rest``) and a one-off ``rest_at_least`` on ``complete`` (Retry-After,
-back-off) only ever lengthen the rest the delay policy gives. A **retired** host
+back-off) only ever lengthen the rest the delay policy gives. A host may have a
+**delay rule** of its own (``policy_of``, per-host policy): it replaces ``policy`` for
+that host's rests and slack. A **retired** host
 (``retire``) loses its queued URLs; later ones are refused or dropped.
 
 Operators' wishes (``scrapy frontier``): a **blocked** host (``block``) keeps its
@@ -186,6 +188,7 @@ class Frontier(Generic[T]):
         back_queues: int = 48,
         back_queues_max: int | None = None,
         policy: DelayPolicy | None = None,
+        policy_of: Callable[[str], DelayPolicy] | None = None,
         lease_timeout: float = 240.0,
         clock: Clock,
         rng: random.Random | None = None,
@@ -198,6 +201,8 @@ class Frontier(Generic[T]):
         self.back_queues = back_queues
         self.back_queues_max = back_queues_max
         self.policy = policy or DelayPolicy()
+        #: Each host's own delay rule; None: ``policy`` for every host.
+        self.policy_of = policy_of
         self.lease_timeout = lease_timeout
         self.clock = clock
         self.chooser = FrontQueueChooser(front_queues, priority_bias, rng or random.Random(0))
@@ -703,8 +708,11 @@ class Frontier(Generic[T]):
                 # crawl cannot end before it does). A host never fetched has an unknown
                 # site behind it: the longest, so that every host starts early.
                 fetch = hs.last_fetch
-                slack = (-math.inf if fetch is None
-                         else t_e - queued * (fetch + self.policy.delay(fetch)))
+                if fetch is None:
+                    slack = -math.inf
+                else:
+                    rule = self.policy if self.policy_of is None else self.policy_of(key)
+                    slack = t_e - queued * (fetch + rule.delay(fetch))
                 heapq.heappush(due, (-self.store.back_head_level(key), slack, seq, key, t_e))
             if due:
                 entry = heapq.heappop(due)
@@ -845,8 +853,9 @@ class Frontier(Generic[T]):
             self._complete_group(hs.key, fetch_seconds, now)
         controls = self.controls
         min_rests, delays = controls.min_rests, controls.delays
+        rule = self.policy if self.policy_of is None else self.policy_of(hs.key)
         rest = rest_after_fetch(
-            self.policy.delay(fetch_seconds), ended_ago,
+            rule.delay(fetch_seconds), ended_ago,
             min_rests.get(hs.key, 0.0) if min_rests else 0.0, rest_at_least,
             delays.get(hs.key, 0.0) if delays else 0.0)
         hs.next_contact = now + rest
@@ -897,8 +906,9 @@ class Frontier(Generic[T]):
         hs.last_fetch = fetch_seconds if fetch_seconds > 0.0 else 0.0
         controls = self.controls
         min_rests, delays = controls.min_rests, controls.delays
+        rule = self.policy if self.policy_of is None else self.policy_of(hs.key)
         rest = rest_after_fetch(
-            self.policy.delay(fetch_seconds), ended_ago,
+            rule.delay(fetch_seconds), ended_ago,
             min_rests.get(hs.key, 0.0) if min_rests else 0.0, rest_at_least,
             delays.get(hs.key, 0.0) if delays else 0.0)
         end = now + rest

@@ -10,7 +10,7 @@ it leaves out comes from the crawl's own settings, not from a shorter suffix.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,10 +24,6 @@ FIELDS = {
     "concurrency": "a whole number >= 1",
     "budget": "a whole number of pages >= 0 (0: unlimited)",
 }
-
-
-class HostPolicyError(ValueError):
-    """An entry of the per-host policy that cannot be used; the message names it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +48,12 @@ class HostPolicies:
     """Entries by key (see the module doc) -> :class:`HostPolicy`; ``default`` for every
     other host."""
 
-    def __init__(self, default: HostPolicy,
-                 entries: Mapping[str, HostPolicy] | None = None) -> None:
+    def __init__(self, default: HostPolicy, entries: Mapping[str, HostPolicy] | None = None,
+                 warnings: list[str] | None = None) -> None:
         self.default = default
         self.entries = dict(entries or {})
+        #: What the entries ask that cannot be honoured, one sentence each (logged at open).
+        self.warnings = list(warnings or ())
         self.exact = {k[1:]: p for k, p in self.entries.items() if k.startswith("=")}
         self.suffixes = {k: p for k, p in self.entries.items() if not k.startswith("=")}
 
@@ -84,6 +82,32 @@ class HostPolicies:
     def connections_of(self, host: str) -> int:
         return self.of(host).connections
 
+    def budget_of(self, host: str) -> int | None:
+        return self.of(host).budget
+
+    # What a frontier is given: None where no entry differs from the default, so that a
+    # crawl without entries pays no lookup per fetch.
+
+    @property
+    def delays(self) -> Callable[[str], DelayPolicy] | None:
+        differs = any(p.delay != self.default.delay for p in self.entries.values())
+        return self.delay_of if differs else None
+
+    @property
+    def connections(self) -> Callable[[str], int] | None:
+        differs = any(p.connections != self.default.connections
+                      for p in self.entries.values())
+        return self.connections_of if differs else None
+
+    @property
+    def most_connections(self) -> int:
+        return max([self.default.connections,
+                    *(p.connections for p in self.entries.values())])
+
+    @property
+    def has_budgets(self) -> bool:
+        return any(p.budget is not None for p in self.entries.values())
+
     def summary(self) -> str | None:
         """One line for the opening log: each entry and its policy; None without entries."""
         if not self.entries:
@@ -94,28 +118,28 @@ class HostPolicies:
 
 def parse_entries(raw: Mapping[Any, Any], default: HostPolicy,
                   setting: str = "FRONTIER_HOST_POLICY") -> dict[str, HostPolicy]:
-    """Validated entries from ``raw`` (suffix -> {field: value}); a :class:`HostPolicyError`
+    """Validated entries from ``raw`` (suffix -> {field: value}); a :class:`ValueError`
     that names the entry and the field otherwise. Fields left out come from ``default``."""
     out: dict[str, HostPolicy] = {}
     for suffix, fields in raw.items():
         where = f"{setting}[{suffix!r}]"
         if not isinstance(suffix, str) or not suffix.lstrip("=").strip(". "):
-            raise HostPolicyError(f"{where}: a key must be a host suffix such as 'example.com' "
+            raise ValueError(f"{where}: a key must be a host suffix such as 'example.com' "
                                   "(the host and its subdomains) or '=www.example.com' (that "
                                   "host only)")
         if not isinstance(fields, Mapping):
-            raise HostPolicyError(f"{where} must be a dict of {', '.join(FIELDS)}, "
+            raise ValueError(f"{where} must be a dict of {', '.join(FIELDS)}, "
                                   f"got {fields!r}")
         unknown = sorted(set(map(str, fields)) - set(FIELDS))
         if unknown:
-            raise HostPolicyError(f"{where}: unknown field(s) {', '.join(unknown)}; the fields "
+            raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)}; the fields "
                                   f"are {', '.join(FIELDS)}")
         d = default.delay
         factor = _number(where, "delay_factor", fields.get("delay_factor", d.factor))
         low = _number(where, "min_delay", fields.get("min_delay", d.min_delay))
         high = _number(where, "max_delay", fields.get("max_delay", d.max_delay))
         if high < low:
-            raise HostPolicyError(f"{where}: max_delay ({high:g}) must be >= min_delay "
+            raise ValueError(f"{where}: max_delay ({high:g}) must be >= min_delay "
                                   f"({low:g})")
         connections = _whole(where, "concurrency", fields.get("concurrency",
                                                                default.connections), 1)
@@ -124,32 +148,32 @@ def parse_entries(raw: Mapping[Any, Any], default: HostPolicy,
         key = suffix.strip().lower()
         key = "=" + key[1:].strip(". ") if key.startswith("=") else key.strip(".")
         if key in out:
-            raise HostPolicyError(f"{where}: {key!r} is given twice")
+            raise ValueError(f"{where}: {key!r} is given twice")
         out[key] = HostPolicy(DelayPolicy(factor, low, high), connections, budget)
     return out
 
 
 def _number(where: str, name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise HostPolicyError(f"{where}[{name!r}] must be {FIELDS[name]}, got {value!r}")
+        raise ValueError(f"{where}[{name!r}] must be {FIELDS[name]}, got {value!r}")
     try:
         number = float(value)
     except ValueError:
-        raise HostPolicyError(f"{where}[{name!r}] must be {FIELDS[name]}, "
+        raise ValueError(f"{where}[{name!r}] must be {FIELDS[name]}, "
                               f"got {value!r}") from None
     if math.isnan(number) or number < 0 or math.isinf(number) and name != "max_delay":
-        raise HostPolicyError(f"{where}[{name!r}] must be {FIELDS[name]}, got {value!r}")
+        raise ValueError(f"{where}[{name!r}] must be {FIELDS[name]}, got {value!r}")
     return number
 
 
 def _whole(where: str, name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool):
-        raise HostPolicyError(f"{where}[{name!r}] must be {FIELDS[name]}, got {value!r}")
+        raise ValueError(f"{where}[{name!r}] must be {FIELDS[name]}, got {value!r}")
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise HostPolicyError(f"{where}[{name!r}] must be {FIELDS[name]}, "
+        raise ValueError(f"{where}[{name!r}] must be {FIELDS[name]}, "
                               f"got {value!r}") from None
     if not number.is_integer() or number < minimum:
-        raise HostPolicyError(f"{where}[{name!r}] must be {FIELDS[name]}, got {value!r}")
+        raise ValueError(f"{where}[{name!r}] must be {FIELDS[name]}, got {value!r}")
     return int(number)

@@ -28,6 +28,8 @@ def log_opening(config: FrontierConfig, backend: Backend, recrawler: Recrawler |
     policies = config.host_policies.summary()
     if policies is not None:
         logger.info("%s", policies)
+    for warning in config.host_policies.warnings:
+        logger.warning("%s", warning)
     try:
         requests = backend.inspection.quarantine_size()
         records = recrawler.store.quarantine_size() if recrawler is not None else 0

@@ -11,7 +11,6 @@ from scrapy.settings import Settings
 from scrapy_frontier.core.host_policy import (
     HostPolicies,
     HostPolicy,
-    HostPolicyError,
     parse_entries,
 )
 from scrapy_frontier.core.politeness import DelayPolicy
@@ -78,7 +77,7 @@ def test_summary_names_each_entry() -> None:
     ({"a.example": {}, ".a.example.": {}}, "'a.example' is given twice"),
 ])
 def test_a_bad_entry_is_named(raw: dict[str, Any], says: str) -> None:
-    with pytest.raises(HostPolicyError) as caught:
+    with pytest.raises(ValueError) as caught:
         parse_entries(raw, DEFAULT)
     assert says in str(caught.value)
 
@@ -136,8 +135,11 @@ def test_the_addon_takes_scrapys_delays_over_so_none_is_paid_twice() -> None:
     assert settings.getfloat("FRONTIER_MIN_DELAY") == 1
     config = FrontierConfig.from_settings(settings)
     assert config.policy.min_delay == 1
-    # The frontier's own entry wins over the slot's.
-    assert config.host_policies.of("a.example") == HostPolicy(DelayPolicy(10.0, 1.0, 60.0), 3)
+    # The frontier's own entry wins over the slot's, but Scrapy's downloader opens only the
+    # slot's concurrency for the host: that caps it, with a warning.
+    assert config.host_policies.of("a.example") == HostPolicy(DelayPolicy(10.0, 1.0, 60.0), 2)
+    [warning] = config.host_policies.warnings
+    assert "'=a.example'" in warning and "DOWNLOAD_SLOTS['a.example']" in warning
 
 
 def test_a_download_delay_below_the_minimum_rest_lowers_nothing() -> None:

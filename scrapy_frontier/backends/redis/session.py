@@ -58,7 +58,7 @@ class RedisSession:
             client, layout,
             front_queues=config.front_queues, priority_bias=config.priority_bias,
             back_queues=config.back_queues, back_queues_max=config.back_queues_max,
-            policy=config.policy, policy_of=config.host_policies.delay_of,
+            policy=config.policy, policy_of=config.host_policies.delays,
             lease_timeout=config.lease_timeout, spider=spider.name,
             rng=random.Random(config.seed), liveness=config.redis.liveness,
         )
