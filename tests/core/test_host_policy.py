@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from scrapy.settings import Settings
 
+from scrapy_frontier.core.budgets import Budgets
 from scrapy_frontier.core.host_policy import (
     HostPolicies,
     HostPolicy,
@@ -150,3 +151,71 @@ def test_a_download_delay_below_the_minimum_rest_lowers_nothing() -> None:
     Addon().update_settings(settings)
     assert settings.getfloat("DOWNLOAD_DELAY") == 0
     assert FrontierConfig.from_settings(settings).policy == DelayPolicy(10.0, 1.0, 60.0)
+
+
+def test_a_crawl_without_entries_gives_the_frontier_no_lookups() -> None:
+    config = FrontierConfig.from_settings(Settings())
+    assert config.host_policies.delays is None
+    assert config.host_policies.connections is None
+    assert not config.host_policies.has_budgets
+    config = FrontierConfig.from_settings(Settings({
+        "FRONTIER_HOST_POLICY": {"a.example": {"concurrency": 2}}}))
+    assert config.host_policies.delays is None  # no entry changes a delay rule
+    lookup = config.host_policies.connections
+    assert lookup is not None and lookup("www.a.example") == 2 and lookup("b.example") == 1
+
+
+def test_a_policy_budget_sits_below_a_hosts_own_and_above_the_default() -> None:
+    config = FrontierConfig.from_settings(Settings({
+        "FRONTIER_HOST_BUDGET": 100,
+        "FRONTIER_HOST_BUDGETS": {"own.a.example": 5},
+        "FRONTIER_HOST_POLICY": {"a.example": {"budget": 2}}}))
+    assert config.budget_for("own.a.example") == 5
+    assert config.budget_for("www.a.example") == 2
+    assert config.budget_for("b.example") == 100
+    budgets = Budgets(100)
+    budgets.set("own.a.example", 5)
+    budgets.by_policy = config.host_policies.budget_of
+    assert [budgets.of(h) for h in ("own.a.example", "www.a.example", "b.example")] == [
+        5, 2, 100]
+    assert not budgets.count("www.a.example")
+    assert budgets.count("www.a.example"), "the policy's budget of 2 is spent"
+
+
+def test_a_policy_budget_alone_turns_counting_on() -> None:
+    budgets = Budgets(0)
+    assert not budgets.active
+    budgets.by_policy = lambda host: 1 if host == "a" else None
+    assert budgets.active and budgets.count("a") and not budgets.count("b")
+
+
+def test_connections_are_capped_at_what_scrapys_downloader_opens() -> None:
+    config = FrontierConfig.from_settings(Settings({
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 3,
+        "FRONTIER_HOST_POLICY": {"a.example": {"concurrency": 5},
+                                 "b.example": {"concurrency": 2}}}))
+    assert config.host_policies.of("a.example").connections == 3
+    assert config.host_policies.of("b.example").connections == 2
+    [warning] = config.host_policies.warnings
+    assert "'a.example'" in warning and "CONCURRENT_REQUESTS_PER_DOMAIN" in warning
+
+
+def test_the_addon_opens_scrapys_downloader_to_the_most_connections() -> None:
+    from scrapy_frontier import Addon
+
+    settings = Settings()
+    settings.set("FRONTIER_HOST_POLICY", {"a.example": {"concurrency": 4}}, "project")
+    Addon().update_settings(settings)
+    assert settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN") == 4
+    assert FrontierConfig.from_settings(settings).host_policies.of("a.example").connections == 4
+    plain = Settings()
+    Addon().update_settings(plain)
+    assert plain.getint("CONCURRENT_REQUESTS_PER_DOMAIN") == 1
+    # The project's own value wins, and caps the entries (with a warning).
+    own = Settings()
+    own.set("FRONTIER_HOST_POLICY", {"a.example": {"concurrency": 4}}, "project")
+    own.set("CONCURRENT_REQUESTS_PER_DOMAIN", 2, "project")
+    Addon().update_settings(own)
+    config = FrontierConfig.from_settings(own)
+    assert config.host_policies.of("a.example").connections == 2
+    assert config.host_policies.warnings
