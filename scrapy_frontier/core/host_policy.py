@@ -108,6 +108,11 @@ class HostPolicies:
     def has_budgets(self) -> bool:
         return any(p.budget is not None for p in self.entries.values())
 
+    def note(self, host: str) -> str | None:
+        """The policy of ``host`` in a few words, where an entry gives it one."""
+        policy = self.of(host) if self.entries else self.default
+        return None if policy is self.default else f"policy: {policy.describe()}"
+
     def summary(self) -> str | None:
         """One line for the opening log: each entry and its policy; None without entries."""
         if not self.entries:
