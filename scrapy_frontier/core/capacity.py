@@ -52,8 +52,8 @@ What it assumes
    first bytes is better than the whole fetch time for pages of different sizes). The spread
    in the threshold absorbs what solo fetches vary; a host whose times have a long tail (a
    solo fetch often far above the window's high quantile) looks strained now and then and
-   keeps fewer connections, which errs on the polite side. The probe above the ceiling costs one queued fetch per probe,
-   at intervals that double while the ceiling holds.
+   keeps fewer connections, which errs on the polite side. The probe above the ceiling costs
+   one queued fetch per probe, at intervals that double while the ceiling holds.
 
 Cost: O(1) per observation (a sorted window of ``window`` floats per host). Only hosts whose cap
 is above one keep any state. Times are the caller's clock (``now``), never read here.
