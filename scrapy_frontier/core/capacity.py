@@ -9,16 +9,22 @@ never fewer than one.
 
 The measurement
    Each completion brings the fetch's *service time* (its time at the server, queueing
-   included, as the crawler measured it) and its *concurrency*: how many of the host's fetches
-   were in flight when it was sent, itself included. A fetch sent alone gives the host's idle
+   included, as the crawler measured it), its *concurrency* (how many of the host's fetches
+   were in flight when it was sent, itself included) and its *overlap* (how many of those were
+   still in flight halfway through it, itself included). A fetch sent alone gives the host's
+   idle
    time: the *baseline* is a low quantile (``quantile``) of the last ``window`` solo fetches,
    and their *spread* is the high quantile (``1 - quantile``) less the baseline. A fetch is
    *inflated* when its service time exceeds ``(1 + tolerance) x baseline + spread``: clearly
    above the host's idle time, by more than its solo fetches vary. A server of *c*
    workers that queues the rest serves fetches of concurrency ``<= c`` in the idle time and
-   makes a fetch of concurrency ``c + 1`` wait for a worker: so a fetch of concurrency *j*
-   served flat shows the host serves *j* at once, and an inflated one shows it serves fewer
-   than *j*.
+   makes a fetch of concurrency ``c + 1`` wait for a worker: so an inflated fetch of
+   concurrency *j* shows the host serves fewer than *j* at once. A flat fetch of overlap *m*
+   shows it serves *m* at once: the *m - 1* others came first (first come, first served), so
+   had it found no free worker it would have waited for one of them to end, past its own
+   halfway point, and taken about twice the idle time. Concurrency alone would not show this:
+   a fetch sent as the others end waits only for the rest of theirs, too little to see, and
+   would "prove" a level the host does not serve.
 
 Why concurrency must be known, and why a rise is followed by a burst
    With each connection resting ``factor x fetch``, *k* connections rarely overlap by chance:
@@ -27,19 +33,23 @@ Why concurrency must be known, and why a rise is followed by a burst
    would grow to the cap. So the host's connections go together once after each rise (the
    wiring's part: each waits, idle, for the others and they all go at the latest of their rest
    ends; each has still rested its own rest). That burst of *k* fetches is the test of level
-   *k*: flat, the level is *proven*; its *k*-th fetch waiting, the host serves fewer.
+   *k*: flat with overlap *k*, the level is *proven*; its *k*-th fetch waiting, the host serves
+   fewer.
 
 The rule (additive increase, measured or multiplicative decrease)
    * A host starts at one connection.
    * Rise by one when: ``samples x k`` fetches in a row at the present *k* were not inflated;
-     level *k* is proven (some fetch of concurrency ``>= k`` was served flat); no strain in
+     level *k* is proven (some fetch of overlap ``>= k`` was served flat); no strain in
      the last ``hold`` seconds; *k* is below the cap; and *k* is below the host's *ceiling*,
      unless the ceiling's re-probe time has come.
    * An inflated fetch of concurrency ``j >= 2`` is queueing that we caused: the host serves at
      most ``j - 1`` at once. Its connections fall to ``j - 1`` at once and ``j - 1`` becomes its
      ceiling. The ceiling holds for ``reprobe`` seconds; then one probe at ``ceiling + 1`` is
-     allowed. A probe that queues again doubles the wait (up to ``reprobe_max``); a fetch of
-     concurrency above the ceiling served flat removes the ceiling.
+     allowed. A probe that queues again doubles the wait (up to ``reprobe_max``); a flat fetch of
+     overlap above the ceiling removes the ceiling.
+   * A rise whose level is not proven within ``samples x k`` fetches (the burst did not
+     happen, or did not overlap) is undone the same way, with the proven level as the ceiling:
+     the connections stay above the proven level for one such trial at most.
    * An inflated solo fetch is the host's own slowness, not queueing of ours: it restarts the
      count of flat fetches (no rise while the service time is not flat) and changes nothing
      else.
@@ -141,7 +151,7 @@ class HostCapacity:
     and the count of flat fetches since its connections last changed."""
 
     __slots__ = ("ceiling", "connections", "flat", "hold_until", "proven", "reprobe_after",
-                 "reprobe_at", "solo")
+                 "reprobe_at", "since", "solo")
 
     def __init__(self, rule: CapacityRule) -> None:
         self.connections = 1
@@ -153,10 +163,12 @@ class HostCapacity:
         self.reprobe_after = rule.reprobe
         self.hold_until = -math.inf
         self.flat = 0
+        #: Fetches measured since the connections last changed.
+        self.since = 0
         self.solo = SoloTimes(rule.window)
 
     def observe(self, rule: CapacityRule, service_seconds: float, concurrent: int,
-                strained: bool, now: float, cap: int) -> int | None:
+                overlapped: int, strained: bool, now: float, cap: int) -> int | None:
         """One completion; the new connections if they change, else None."""
         k = self.connections
         if strained:
@@ -165,6 +177,7 @@ class HostCapacity:
             return self._set(min(max(1, k // 2), cap))
         if not service_seconds >= 0.0 or service_seconds == math.inf:
             return self._set(min(k, cap))  # nothing measured (NaN, negative, infinite)
+        self.since += 1
         if concurrent <= 1:
             self.solo.add(service_seconds)
         if len(self.solo) < rule.min_solo:
@@ -174,7 +187,10 @@ class HostCapacity:
             if concurrent >= 2:
                 return self._set(min(self._queued(rule, concurrent - 1, now), cap))
             return self._set(min(k, cap))
-        self._served_flat(rule, concurrent)
+        self._served_flat(rule, min(overlapped, concurrent))
+        if k > self.proven and self.since >= rule.samples * k:
+            # A rise whose level was never seen served: as if the probe had queued.
+            return self._set(min(self._queued(rule, max(1, self.proven), now), cap))
         if (self.flat >= rule.samples * k and k <= self.proven and k < cap
                 and now >= self.hold_until
                 and (not self.ceiling or k < self.ceiling or now >= self.reprobe_at)):
@@ -188,11 +204,11 @@ class HostCapacity:
         base = solo.quantile(rule.quantile)
         return solo.quantile(1.0 - rule.quantile) + rule.tolerance * base
 
-    def _served_flat(self, rule: CapacityRule, concurrent: int) -> None:
+    def _served_flat(self, rule: CapacityRule, overlapped: int) -> None:
         self.flat += 1
-        if concurrent > self.proven:
-            self.proven = concurrent
-        if self.ceiling and concurrent > self.ceiling:
+        if overlapped > self.proven:
+            self.proven = overlapped
+        if self.ceiling and overlapped > self.ceiling:
             # The host served more at once than its ceiling: the ceiling goes.
             self.ceiling = 0
             self.reprobe_after = rule.reprobe
@@ -216,7 +232,7 @@ class HostCapacity:
         if connections == self.connections:
             return None
         self.connections = connections
-        self.flat = 0
+        self.flat = self.since = 0
         return connections
 
 
@@ -230,13 +246,14 @@ class Capacities:
         self.rule = rule or CapacityRule()
         self._hosts: dict[str, HostCapacity] = {}
 
-    def observe(self, host: str, service_seconds: float, *, concurrent: int, strained: bool,
-                now: float) -> int | None:
-        """A fetch of ``host`` completed after ``service_seconds`` at the server; it was sent
-        with ``concurrent`` of the host's fetches in flight, itself included; ``strained``
-        when its answer was a 429 or a 503, or it timed out. Returns the host's new
-        connections when they change, else None. After a rise, the host's connections should
-        next go together (module docstring)."""
+    def observe(self, host: str, service_seconds: float, *, concurrent: int, overlapped: int,
+                strained: bool, now: float) -> int | None:
+        """A fetch of ``host`` completed after ``service_seconds`` at the server.
+        ``concurrent``: the host's fetches in flight when it was sent, itself included;
+        ``overlapped``: how many of those were still in flight halfway between its send and
+        its answer, itself included; ``strained``: its answer was a 429 or a 503, or it timed
+        out. Returns the host's new connections when they change, else None. After a rise,
+        the host's connections should next go together (module docstring)."""
         cap = self.cap(host)
         if cap < 1:
             raise ValueError(f"cap({host!r}) must be >= 1, got {cap}")
@@ -245,7 +262,8 @@ class Capacities:
             if cap == 1:
                 return None
             state = self._hosts[host] = HostCapacity(self.rule)
-        return state.observe(self.rule, service_seconds, concurrent, strained, now, cap)
+        return state.observe(self.rule, service_seconds, concurrent, overlapped, strained, now,
+                             cap)
 
     def connections(self, host: str) -> int:
         """The connections ``host`` may use now."""

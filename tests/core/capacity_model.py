@@ -6,6 +6,7 @@ it saw (queueing at the server included), as the core frontier's connections do.
 starts a fetch when one of its workers is free, else queues it; a fetch takes ``service``
 seconds (times a seeded jitter) and ``rtt`` is added to what the client sees. Every answer goes
 to the probe with its concurrency (the host's fetches in flight at its send, itself included),
+its overlap (how many of those were still in flight halfway through it, itself included)
 and as strained while ``strained(now)`` (a server answering 429 or 503).
 
 ``together=True`` models the wiring the probe asks for: after a rise, the host's connections go
@@ -43,6 +44,8 @@ class Sent:
     at: float
     concurrent: int
     service: float
+    others: list[Sent]
+    answered: float = float("inf")
 
 
 @dataclass
@@ -115,6 +118,7 @@ class HostModel:
         self.conns = [Conn()]
         self.gathering = False
         self.in_flight = 0
+        self.flying: list[Sent] = []
         self.busy_workers = 0
         self.queue: deque[Sent] = deque()
 
@@ -142,7 +146,9 @@ class HostModel:
         conn.busy = True
         self.in_flight += 1
         service = self.service * self.random.uniform(1 - self.jitter, 1 + self.jitter)
-        sent = Sent(conn, self.now, self.in_flight, service)
+        others = [s for s in self.flying]
+        sent = Sent(conn, self.now, self.in_flight, service, others)
+        self.flying.append(sent)
         self._at(self.now + self.rtt / 2, "arrive", sent)
 
     def _arrive(self, sent: Sent) -> None:
@@ -169,9 +175,14 @@ class HostModel:
         out.answers.append((self.now, fetch, sent.concurrent))
         conn.busy = False
         self.in_flight -= 1
+        self.flying.remove(sent)
+        sent.answered = self.now
+        halfway = (sent.at + self.now) / 2
+        overlapped = 1 + sum(1 for s in sent.others if s.answered > halfway)
         conn.ready_at = self.now + self.policy.delay(fetch)
         before = len([c for c in self.conns if not c.retire])
         change = self.probe.observe(HOST, fetch, concurrent=sent.concurrent,
+                                    overlapped=overlapped,
                                     strained=self.strained(self.now),
                                     now=self.now)
         if conn.retire:
