@@ -12,19 +12,18 @@ The measurement
    included, as the crawler measured it), its *concurrency* (how many of the host's fetches
    were in flight when it was sent, itself included) and its *overlap* (how many of those were
    still in flight halfway through it, itself included). A fetch sent alone gives the host's
-   idle
-   time: the *baseline* is a low quantile (``quantile``) of the last ``window`` solo fetches,
-   and their *spread* is the high quantile (``1 - quantile``) less the baseline. A fetch is
-   *inflated* when its service time exceeds ``(1 + tolerance) x baseline + spread``: clearly
-   above the host's idle time, by more than its solo fetches vary. A server of *c*
-   workers that queues the rest serves fetches of concurrency ``<= c`` in the idle time and
-   makes a fetch of concurrency ``c + 1`` wait for a worker: so an inflated fetch of
-   concurrency *j* shows the host serves fewer than *j* at once. A flat fetch of overlap *m*
-   shows it serves *m* at once: the *m - 1* others came first (first come, first served), so
-   had it found no free worker it would have waited for one of them to end, past its own
-   halfway point, and taken about twice the idle time. Concurrency alone would not show this:
-   a fetch sent as the others end waits only for the rest of theirs, too little to see, and
-   would "prove" a level the host does not serve.
+   idle time: the *baseline* is a low quantile (``quantile``) of the last ``window`` solo
+   fetches, and their *spread* is the high quantile (``1 - quantile``) less the baseline. A
+   fetch is *inflated* when its service time exceeds ``(1 + tolerance) x baseline + spread``:
+   clearly above the host's idle time, by more than its solo fetches vary.
+
+   A server of *c* workers that queues the rest makes a fetch of concurrency ``c + 1`` wait
+   for a worker: so an inflated fetch of concurrency *j* shows the host serves fewer than *j*
+   at once. A flat fetch of overlap *m* shows it serves *m* at once: the *m - 1* others came
+   first (first come, first served), so had it found no free worker it would have waited for
+   one of them to end, past its own halfway point, and taken about twice the idle time.
+   Concurrency alone would not show this: a fetch sent as the others end waits only for the
+   rest of theirs, too little to see, and would "prove" a level the host does not serve.
 
 Why concurrency must be known, and why a rise is followed by a burst
    With each connection resting ``factor x fetch``, *k* connections rarely overlap by chance:
