@@ -15,11 +15,13 @@ The measurement
    idle time: the *baseline* is a low quantile (``quantile``) of the last ``window`` solo
    fetches, and their *spread* is the high quantile (``1 - quantile``) less the baseline. A
    fetch is *inflated* when its service time exceeds ``(1 + tolerance) x baseline + spread``:
-   clearly above the host's idle time, by more than its solo fetches vary.
+   clearly above the host's idle time, by more than its solo fetches vary. An inflated fetch
+   of concurrency two or more *waited* (for a server worker) when it took ``waited x
+   baseline`` more still.
 
    A server of *c* workers that queues the rest makes a fetch of concurrency ``c + 1`` wait
-   for a worker: so an inflated fetch of concurrency *j* shows the host serves fewer than *j*
-   at once. A flat fetch of overlap *m* shows it serves *m* at once: the *m - 1* others came
+   for a worker: so a fetch of concurrency *j* that waited shows the host serves fewer than
+   *j* at once. A flat fetch of overlap *m* shows it serves *m* at once: the *m - 1* others came
    first (first come, first served), so had it found no free worker it would have waited for
    one of them to end, past its own halfway point, and taken about twice the idle time.
    Concurrency alone would not show this: a fetch sent as the others end waits only for the
@@ -41,17 +43,17 @@ The rule (additive increase, measured or multiplicative decrease)
      level *k* is proven (some fetch of overlap ``>= k`` was served flat); no strain in
      the last ``hold`` seconds; *k* is below the cap; and *k* is below the host's *ceiling*,
      unless the ceiling's re-probe time has come.
-   * An inflated fetch of concurrency ``j >= 2`` is queueing that we caused: the host serves at
-     most ``j - 1`` at once. Its connections fall to ``j - 1`` at once and ``j - 1`` becomes its
+   * A fetch of concurrency ``j >= 2`` that waited is queueing that we caused: the host serves
+     at most ``j - 1`` at once. Its connections fall to ``j - 1`` at once and ``j - 1`` becomes its
      ceiling. The ceiling holds for ``reprobe`` seconds; then one probe at ``ceiling + 1`` is
      allowed. A probe that queues again doubles the wait (up to ``reprobe_max``); a flat fetch of
      overlap above the ceiling removes the ceiling.
    * A rise whose level is not proven within ``samples x k`` fetches (the burst did not
      happen, or did not overlap) is undone the same way, with the proven level as the ceiling:
      the connections stay above the proven level for one such trial at most.
-   * An inflated solo fetch is the host's own slowness, not queueing of ours: it restarts the
-     count of flat fetches (no rise while the service time is not flat) and changes nothing
-     else.
+   * Any other inflated fetch (solo: the host's own slowness; or inflated by less than a wait
+     takes: a partial overlap, or noise) restarts the count of flat fetches (no rise while the
+     service time is not flat) and changes nothing else.
    * A strained fetch (429, 503, a timeout) halves the connections (at least one) and stops
      rises for ``hold`` seconds. Its service time is not measured.
    * The cap (a callable of the host) is read at every observation; *k* above it falls to it.
@@ -85,6 +87,9 @@ class CapacityRule:
 
     #: A fetch is inflated above ``(1 + tolerance) x baseline + spread``.
     tolerance: float = 0.1
+    #: An inflated fetch of concurrency >= 2 waited for a worker when it took ``waited x
+    #: baseline`` more still (one that waits in a burst takes about twice the idle time).
+    waited: float = 0.5
     #: ``samples x k`` flat fetches in a row at *k* connections before a rise to ``k + 1``.
     samples: int = 8
     #: The solo fetches the baseline is taken from (the last ``window``).
@@ -102,8 +107,9 @@ class CapacityRule:
     reprobe_max: float = 900.0
 
     def __post_init__(self) -> None:
-        if not self.tolerance > 0.0:
-            raise ValueError(f"tolerance must be > 0, got {self.tolerance}")
+        for name in ("tolerance", "waited"):
+            if not getattr(self, name) > 0.0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.samples < 1:
             raise ValueError(f"samples must be >= 1, got {self.samples}")
         if not 1 <= self.min_solo <= self.window:
@@ -181,9 +187,11 @@ class HostCapacity:
             self.solo.add(service_seconds)
         if len(self.solo) < rule.min_solo:
             return self._set(min(k, cap))
-        if service_seconds > self._limit(rule):
+        base = self.solo.quantile(rule.quantile)
+        limit = self.solo.quantile(1.0 - rule.quantile) + rule.tolerance * base
+        if service_seconds > limit:
             self.flat = 0
-            if concurrent >= 2:
+            if concurrent >= 2 and service_seconds > limit + rule.waited * base:
                 return self._set(min(self._queued(rule, concurrent - 1, now), cap))
             return self._set(min(k, cap))
         self._served_flat(rule, min(overlapped, concurrent))
@@ -195,13 +203,6 @@ class HostCapacity:
                 and (not self.ceiling or k < self.ceiling or now >= self.reprobe_at)):
             return self._set(k + 1)
         return self._set(min(k, cap))
-
-    def _limit(self, rule: CapacityRule) -> float:
-        """Above this a fetch is inflated: the top of the solo range plus ``tolerance`` x
-        the baseline (``(1 + tolerance) x baseline`` when solo fetches do not spread)."""
-        solo = self.solo
-        base = solo.quantile(rule.quantile)
-        return solo.quantile(1.0 - rule.quantile) + rule.tolerance * base
 
     def _served_flat(self, rule: CapacityRule, overlapped: int) -> None:
         self.flat += 1

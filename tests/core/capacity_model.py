@@ -4,7 +4,8 @@
 Each connection sends, waits for its answer, then rests ``DelayPolicy.delay`` of the fetch time
 it saw (queueing at the server included), as the core frontier's connections do. The server
 starts a fetch when one of its workers is free, else queues it; a fetch takes ``service``
-seconds (times a seeded jitter) and ``rtt`` is added to what the client sees. Every answer goes
+seconds times a seeded jitter (uniform within ``+- jitter``, or log-normal of sigma ``tail``
+when given: a long tail) and ``rtt`` is added to what the client sees. Every answer goes
 to the probe with its concurrency (the host's fetches in flight at its send, itself included),
 its overlap (how many of those were still in flight halfway through it, itself included)
 and as strained while ``strained(now)`` (a server answering 429 or 503).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import random
 from collections import deque
 from collections.abc import Callable
@@ -101,12 +103,13 @@ class Run:
 
 class HostModel:
     def __init__(self, workers: int | Callable[[float], int], *, cap: int = 8,
-                 service: float = 0.25, jitter: float = 0.03, rtt: float = 0.002,
+                 service: float = 0.25, jitter: float = 0.03, tail: float = 0.0,
+                 rtt: float = 0.002,
                  policy: DelayPolicy | None = None, together: bool = True,
                  spacing: float = 0.001, rule: CapacityRule | None = None,
                  strained: Callable[[float], bool] = lambda _t: False, seed: int = 0) -> None:
         self.workers = workers if callable(workers) else (lambda _t, w=workers: w)
-        self.service, self.jitter, self.rtt = service, jitter, rtt
+        self.service, self.jitter, self.tail, self.rtt = service, jitter, tail, rtt
         self.policy = policy or DelayPolicy()
         self.together, self.spacing = together, spacing
         self.strained = strained
@@ -145,7 +148,10 @@ class HostModel:
     def _send(self, conn: Conn) -> None:
         conn.busy = True
         self.in_flight += 1
-        service = self.service * self.random.uniform(1 - self.jitter, 1 + self.jitter)
+        if self.tail:
+            service = self.service * math.exp(self.random.gauss(0.0, self.tail))
+        else:
+            service = self.service * self.random.uniform(1 - self.jitter, 1 + self.jitter)
         others = [s for s in self.flying]
         sent = Sent(conn, self.now, self.in_flight, service, others)
         self.flying.append(sent)

@@ -73,7 +73,10 @@ def test_a_host_that_loses_workers_loses_connections_at_its_first_wait():
     run = HostModel(lambda t: 4 if t < 600.0 else 2, cap=8, seed=1).run(1200.0)
     assert run.connections_at(599.0) == 4
     drop = next(t for t, k in run.changes if t >= 600.0)
-    assert drop < 605.0 and run.connections_at(drop) == 2
+    assert drop < 605.0 and run.connections_at(drop) < 4
+    # The first fetch that waited may be the fourth of four (it waited longest): then the
+    # ceiling is 3, and the probe at its end finds 2.
+    assert next(t for t, k in run.changes if t >= 600.0 and k == 2) < 670.0
     assert run.connections_at(1200.0) == 2
 
 
@@ -105,6 +108,17 @@ def test_spread_solo_times_do_not_look_like_queueing():
     run = HostModel(4, cap=8, seed=1, jitter=0.10).run(1800.0)
     assert run.connections_at(1800.0) == 4
     assert 4.0 <= run.mean_connections(300.0) <= 4.02
+
+
+@pytest.mark.parametrize(("tail", "least"), [(0.1, 3.9), (0.2, 3.5)])
+def test_a_long_tail_of_solo_times_costs_connections_but_not_politeness(tail, least):
+    """Log-normal service times: a fetch sent beside others that is slow by chance is counted
+    as a wait only when it took half the baseline more than the inflation limit; milder
+    inflations only hold rises back. Measured: sigma 0.1 averages 4.02 connections, 0.2
+    averages 3.80, and 0.3 (not tested) 2.68: the rule errs on the polite side."""
+    run = HostModel(4, cap=8, seed=1, tail=tail).run(3600.0)
+    assert least <= run.mean_connections(300.0) <= 4.05
+    assert run.inflation(300.0) <= 0.03
 
 
 def test_the_same_seed_gives_the_same_run():
@@ -268,15 +282,18 @@ def test_the_baseline_is_a_low_quantile_of_the_last_window_solo_fetches():
     state = HostCapacity(CapacityRule())
     for seconds in (1.0, 1.0, 1.2, 1.0):
         state.solo.add(seconds)
-    # The window's top (1.2) plus tolerance x baseline (0.1 x 1.0).
+    # Inflated above the window's top (1.2) plus tolerance x baseline (0.1 x 1.0); waited
+    # above that plus waited x baseline (0.5 x 1.0).
     assert state.observe(CapacityRule(), 1.29, 2, 1, False, 0.0, 8) is None
-    assert state.ceiling == 0
-    assert state.observe(CapacityRule(), 1.31, 2, 1, False, 0.0, 8) is None  # already at 1
+    assert (state.flat, state.ceiling) == (1, 0)
+    assert state.observe(CapacityRule(), 1.31, 2, 1, False, 0.0, 8) is None
+    assert (state.flat, state.ceiling) == (0, 0)
+    assert state.observe(CapacityRule(), 1.81, 2, 1, False, 0.0, 8) is None  # already at 1
     assert state.ceiling == 1
 
 
 @pytest.mark.parametrize("bad", [
-    {"tolerance": 0.0}, {"tolerance": math.nan}, {"samples": 0}, {"min_solo": 0},
+    {"tolerance": 0.0}, {"tolerance": math.nan}, {"waited": 0.0}, {"samples": 0}, {"min_solo": 0},
     {"min_solo": 17}, {"quantile": 0.6}, {"hold": -1.0}, {"reprobe": math.nan},
     {"reprobe": 10.0, "reprobe_max": 5.0},
 ])
