@@ -193,9 +193,9 @@ class HostCapacity:
             self.flat = 0
             if concurrent >= 2 and service_seconds > limit + rule.waited * base:
                 return self._set(min(self._queued(rule, concurrent - 1, now), cap))
-            return self._set(min(k, cap))
-        self._served_flat(rule, min(overlapped, concurrent))
-        if k > self.proven and self.since >= rule.samples * k:
+        else:
+            self._served_flat(rule, max(1, min(overlapped, concurrent)))
+        if k > max(1, self.proven) and self.since >= rule.samples * k:
             # A rise whose level was never seen served: as if the probe had queued.
             return self._set(min(self._queued(rule, max(1, self.proven), now), cap))
         if (self.flat >= rule.samples * k and k <= self.proven and k < cap

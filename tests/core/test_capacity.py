@@ -196,6 +196,13 @@ def test_a_rise_not_proven_within_samples_x_k_fetches_is_undone():
     assert state is not None and (state.ceiling, state.reprobe_at) == (2, 65.0)
 
 
+def test_a_rise_followed_only_by_inflated_fetches_is_undone_too():
+    probe = Capacities(lambda _h: 8)
+    _climb(probe, "a", 2)
+    assert [probe.observe("a", 1.2, concurrent=2, overlapped=2, strained=False, now=0.0)
+            for _ in range(16)] == [None] * 15 + [1]
+
+
 def test_an_inflated_solo_fetch_restarts_the_count_and_changes_nothing_else():
     probe = Capacities(lambda _h: 8)
     _flat(probe, "a", 3 + 7)
