@@ -160,7 +160,7 @@ class HostCapacity:
 
     def __init__(self, rule: CapacityRule) -> None:
         self.connections = 1
-        #: The highest concurrency served flat (0: none yet).
+        #: The highest overlap of a flat fetch: the level proven (0: none yet).
         self.proven = 0
         #: The most fetches at once the host was measured to serve (0: no ceiling).
         self.ceiling = 0
@@ -214,8 +214,8 @@ class HostCapacity:
             self.reprobe_after = rule.reprobe
 
     def _queued(self, rule: CapacityRule, level: int, now: float) -> int:
-        """A fetch waited behind ``level`` others of ours: the host serves at most ``level``
-        at once. The connections to keep."""
+        """The host serves at most ``level`` at once: a fetch waited behind ``level`` others
+        of ours, or a rise above ``level`` went unproven. The connections to keep."""
         if self.ceiling == level:  # a probe above the ceiling queued again
             self.reprobe_after = min(2.0 * self.reprobe_after, rule.reprobe_max)
         elif not self.ceiling or level < self.ceiling:
