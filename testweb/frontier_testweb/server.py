@@ -491,13 +491,13 @@ class TestWebServer:
             )
             release()  # after the record: the next service begins no earlier than this end
 
-        def closed(began: float | None) -> None:
+        def closed(ended: float, began: float | None) -> None:
             self._record(
                 LogEntry(
                     host.address,
                     logged_path,
                     start,
-                    time.monotonic(),
+                    ended,
                     CLIENT_CLOSED,
                     vhost,
                     version=version,
@@ -509,12 +509,13 @@ class TestWebServer:
         def aborted(failure: Failure) -> None:
             del failure  # any failure here means the client went away
             call = self._pending.pop(request, None)
+            now = time.monotonic()
             if call is not None and call.active():
                 call.cancel()
-                closed(None if workers is None else begun)
+                closed(now, None if workers is None else begun)
                 release()
             elif workers is not None and workers.withdraw(serve):
-                closed(time.monotonic())  # left while waiting: no service at all
+                closed(now, now)  # left while waiting: no service at all
 
         request.notifyFinish().addErrback(aborted)
         if workers is None:
