@@ -336,11 +336,11 @@ local function deactivate(host)
 end
 
 -- A lease of a host (member: its connection) ended and nothing is queued: with another
--- lease out, a connection of a host of several waits as a spare one, resting until at;
--- else the host gives up its back queue. Returns whether it kept it.
+-- lease out, a connection of a host of several waits as a spare one, resting until at
+-- (or its host's block); else the host gives up its back queue. Returns whether it kept it.
 local function idle_or_deactivate(host, member, at)
   if member ~= host and leased_besides(host, conns_of(host), member) then
-    redis.call('ZADD', K_SPARE, fmt(at), member)
+    redis.call('ZADD', K_SPARE, fmt(unblocked_at(host, at)), member)
     return true
   end
   deactivate(host)
@@ -384,7 +384,7 @@ local function release(member, fetch, pace, rest, not_before)
     redis.call('ZADD', K_READY, fmt(unblocked_at(host, nc)), member)
     -- The rest kept before the host's next URL (the core's politeness_hold_seconds).
     stat('hold_us', math.floor((nc - now) * 1000000))
-  elseif idle_or_deactivate(host, member, unblocked_at(host, nc)) and fetch then
+  elseif idle_or_deactivate(host, member, nc) and fetch then
     redis.call('HSET', K_FETCH, host, fmt(math.max(0, fetch)) .. ' ' .. fmt(pace))
   end
   return nc
@@ -418,7 +418,7 @@ local function hand_back(member, lv, ready, item)
   if tonumber(redis.call('HGET', K_ACTIVE, host) or '0') > 0 then
     redis.call('ZADD', K_READY, fmt(unblocked_at(host, nc)), member)
   else
-    idle_or_deactivate(host, member, unblocked_at(host, nc))
+    idle_or_deactivate(host, member, nc)
   end
   return nc
 end
