@@ -119,7 +119,8 @@ UNSENT = -3
 
 @dataclass(frozen=True, slots=True)
 class RedisLease:
-    """One claimed item: its host is busy for every worker until completed or expired."""
+    """One claimed item: its host (its connection, for a host of several) is busy for every
+    worker until completed or expired."""
 
     ticket: int
     host: str
