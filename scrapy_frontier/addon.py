@@ -36,8 +36,10 @@ class Addon:
     def update_settings(self, settings: Settings) -> None:
         check_startup(settings)
         _warn_about_overrides(settings)
+        _take_over_scrapy_pacing(settings)
         for name, value in ADDON_SETTINGS.items():
             settings.set(name, value, "addon")
+        _open_connections(settings)
         _add_component(settings, "DOWNLOADER_MIDDLEWARES", MIDDLEWARE_PATH, MIDDLEWARE_ORDER)
         robots = _robots_step(settings)
         if robots is not None:  # just after it, before the middlewares that come next
@@ -180,6 +182,49 @@ def _warn_about_overrides(settings: Settings) -> None:
             "signals, and fetch times measured less precisely.",
             MIDDLEWARE_PATH,
         )
+
+
+def _take_over_scrapy_pacing(settings: Settings) -> None:
+    """The project's DOWNLOAD_DELAY and DOWNLOAD_SLOTS become the frontier's settings
+    (:func:`scrapy_frontier.settings.scrapy_pacing`), and Scrapy's own per-slot delays are
+    turned off, so that no host waits twice. One INFO line per translation."""
+    from scrapy_frontier.settings import FrontierConfig, scrapy_pacing
+
+    pacing = scrapy_pacing(settings)
+    if not pacing.any:
+        return
+    if pacing.min_delay:
+        config = FrontierConfig.from_settings(settings)  # the rests with the translation
+        priority = max(settings.getpriority(name) or 0 for name in (
+            "DOWNLOAD_DELAY", "FRONTIER_MIN_DELAY", "FRONTIER_MAX_DELAY"))
+        settings.set("FRONTIER_MIN_DELAY", config.min_delay, priority)
+        settings.set("FRONTIER_MAX_DELAY", config.max_delay, priority)
+        settings.set("DOWNLOAD_DELAY", 0, priority)
+    if pacing.entries:
+        own = settings.getdict("FRONTIER_HOST_POLICY")
+        priority = max(settings.getpriority("DOWNLOAD_SLOTS") or 0,
+                       settings.getpriority("FRONTIER_HOST_POLICY") or 0)
+        settings.set("FRONTIER_HOST_POLICY", {**pacing.entries, **own}, priority)
+        slots = settings.getdict("DOWNLOAD_SLOTS")
+        settings.set("DOWNLOAD_SLOTS", {slot: {**values, "delay": 0}
+                                        for slot, values in slots.items()},
+                     settings.getpriority("DOWNLOAD_SLOTS") or 0)
+    for line in pacing.lines:
+        logger.info("%s; Scrapy's own delay for it is off", line)
+
+
+def _open_connections(settings: Settings) -> None:
+    """Scrapy's downloader lets each host have as many requests at once as the most
+    connections a FRONTIER_HOST_POLICY entry gives (the frontier keeps every other host to
+    its own); a project's own CONCURRENT_REQUESTS_PER_DOMAIN wins, and caps the entries."""
+    from scrapy_frontier.core.host_policy import HostPolicy, parse_entries
+
+    try:
+        entries = parse_entries(settings.getdict("FRONTIER_HOST_POLICY"), HostPolicy())
+    except (TypeError, ValueError):
+        return  # check_startup has stopped the crawl
+    most = max([1, *(policy.connections for policy in entries.values())])
+    settings.set("CONCURRENT_REQUESTS_PER_DOMAIN", most, "addon")
 
 
 def _addon_level() -> int:

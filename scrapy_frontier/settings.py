@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scrapy.settings import BaseSettings
 
+from scrapy_frontier.core.host_policy import HostPolicies, HostPolicy, parse_entries
 from scrapy_frontier.core.politeness import (
     DEFAULT_FACTOR,
     DEFAULT_MAX_DELAY,
@@ -91,6 +92,7 @@ DEFAULTS: dict[str, Any] = {
     "FRONTIER_METRICS_HOST": "127.0.0.1",
     "FRONTIER_HOST_BUDGET": 0,
     "FRONTIER_HOST_BUDGETS": {},
+    "FRONTIER_HOST_POLICY": {},
 }
 
 #: More front queues than this is surely a typo (each is scanned when choosing a level).
@@ -218,9 +220,17 @@ class FrontierConfig:
     sitemaps: tuple[str, ...] = ()
     """FRONTIER_SITEMAPS: sitemap and feed URLs the frontier reads itself; "robots" among
     them: also those robots.txt files name (see docs/signals.rst)."""
+    host_policies: HostPolicies = field(default_factory=lambda: HostPolicies(HostPolicy()))
+    """FRONTIER_HOST_POLICY: each host's delay rule, connections and budget."""
 
     def budget_for(self, host: str) -> int:
-        return self.host_budgets.get(host, self.host_budget)
+        """FRONTIER_HOST_BUDGETS' entry for ``host``, else its per-host policy's budget,
+        else FRONTIER_HOST_BUDGET."""
+        own = self.host_budgets.get(host)
+        if own is not None:
+            return own
+        policy = self.host_policies.budget_of(host) if self.host_policies.entries else None
+        return self.host_budget if policy is None else policy
 
     @property
     def policy(self) -> DelayPolicy:
@@ -241,6 +251,9 @@ class FrontierConfig:
             raise FrontierConfigError(
                 f"FRONTIER_MAX_DELAY ({max_delay}) must be >= FRONTIER_MIN_DELAY ({min_delay})"
             )
+        pacing = scrapy_pacing(settings)
+        min_delay = max(min_delay, pacing.min_delay)
+        max_delay = max(max_delay, min_delay)
         # Mercator's rule of thumb is 3 back queues per fetching thread, but a
         # host rests about `factor` fetch times per fetch, so keeping every
         # download slot busy needs about (factor + 1) x CONCURRENT_REQUESTS hosts
@@ -317,6 +330,8 @@ class FrontierConfig:
             host_budget=_int(settings, "FRONTIER_HOST_BUDGET", minimum=0),
             host_budgets=_host_budgets(settings),
             sitemaps=_sitemaps(settings),
+            host_policies=_host_policies(settings, DelayPolicy(factor, min_delay, max_delay),
+                                         pacing),
         )
 
 
@@ -599,6 +614,109 @@ def _host_budgets(settings: BaseSettings) -> dict[str, int]:
     if any(n < 0 for n in out.values()):
         raise FrontierConfigError(f"FRONTIER_HOST_BUDGETS budgets must be >= 0: {raw!r}")
     return out
+
+
+@dataclass(frozen=True)
+class ScrapyPacing:
+    """What a project's own Scrapy settings ask of each host's pace, as the frontier's
+    settings: ``DOWNLOAD_DELAY`` a minimum rest for every host, ``DOWNLOAD_SLOTS`` an exact
+    per-host policy entry each (its ``delay`` a minimum rest, its ``concurrency`` the host's
+    connections). ``lines``: one sentence per translation, for the log."""
+
+    min_delay: float = 0.0
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lines: tuple[str, ...] = ()
+
+    @property
+    def any(self) -> bool:
+        return bool(self.min_delay or self.entries)
+
+
+def scrapy_pacing(settings: BaseSettings) -> ScrapyPacing:
+    """The translation of ``DOWNLOAD_DELAY`` (set by the project or a spider) and
+    ``DOWNLOAD_SLOTS`` into the frontier's terms (see :class:`ScrapyPacing`)."""
+    lines = []
+    min_delay = 0.0
+    if (settings.getpriority("DOWNLOAD_DELAY") or 0) > 0:
+        delay = _float(settings, "DOWNLOAD_DELAY", 0.0, minimum=0.0)
+        if delay > 0:
+            min_delay = delay
+            lines.append(f"DOWNLOAD_DELAY={delay:g} is every host's minimum rest "
+                         "(FRONTIER_MIN_DELAY at least that)")
+    entries: dict[str, dict[str, Any]] = {}
+    try:
+        slots = settings.getdict("DOWNLOAD_SLOTS")
+    except (TypeError, ValueError):
+        raise FrontierConfigError(
+            f"DOWNLOAD_SLOTS must be a dict of slot -> {{concurrency, delay}}, got "
+            f"{settings.get('DOWNLOAD_SLOTS')!r}") from None
+    for slot, values in sorted(slots.items()):
+        if not isinstance(values, dict):
+            raise FrontierConfigError(f"DOWNLOAD_SLOTS[{slot!r}] must be a dict such as "
+                                      f'{{"concurrency": 2, "delay": 1}}, got {values!r}')
+        entry: dict[str, Any] = {}
+        said = []
+        if values.get("delay"):
+            entry["min_delay"] = values["delay"]
+            # A delay longer than the longest rest raises that host's longest.
+            longest = _float(settings, "FRONTIER_MAX_DELAY", minimum=0.0)
+            if isinstance(values["delay"], int | float) and values["delay"] > longest:
+                entry["max_delay"] = values["delay"]
+            said.append(f"a minimum rest of {values['delay']} s")
+        if "concurrency" in values:
+            entry["concurrency"] = values["concurrency"]
+            said.append(f"{values['concurrency']} connection(s)")
+        if entry:
+            entries[f"={slot}"] = entry
+            lines.append(f"DOWNLOAD_SLOTS[{slot!r}] gives host {slot!r} {' and '.join(said)}")
+    return ScrapyPacing(min_delay, entries, tuple(lines))
+
+
+def _host_policies(settings: BaseSettings, delay: DelayPolicy,
+                   pacing: ScrapyPacing) -> HostPolicies:
+    raw = _raw(settings, "FRONTIER_HOST_POLICY", {})
+    default = HostPolicy(delay)
+    try:
+        table = settings.getdict("FRONTIER_HOST_POLICY") if raw else {}
+    except (TypeError, ValueError):
+        raise FrontierConfigError(
+            "FRONTIER_HOST_POLICY must be a dict of host suffix -> {delay_factor, min_delay, "
+            f'max_delay, concurrency, budget}}, e.g. {{"example.com": {{"concurrency": 2}}}}, '
+            f"got {raw!r}") from None
+    try:
+        entries = parse_entries(pacing.entries, default, "DOWNLOAD_SLOTS")
+        entries.update(parse_entries(table, default))  # the frontier's own entries win
+    except ValueError as exc:
+        raise FrontierConfigError(str(exc)) from None
+    return HostPolicies(default, entries, _capped_connections(settings, entries))
+
+
+def _capped_connections(settings: BaseSettings, entries: dict[str, HostPolicy]) -> list[str]:
+    """Caps each entry's connections at what Scrapy's downloader lets the host have at once
+    (its DOWNLOAD_SLOTS concurrency, else CONCURRENT_REQUESTS_PER_DOMAIN): a lease beyond
+    that would wait in the downloader, and its wait would count as fetch time. Returns one
+    warning per entry capped."""
+    per_domain = max(1, settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN", 8))
+    try:
+        slots = settings.getdict("DOWNLOAD_SLOTS")
+    except (TypeError, ValueError):
+        slots = {}
+    warnings = []
+    for key, policy in entries.items():
+        slot = slots.get(key[1:]) if key.startswith("=") else None
+        if isinstance(slot, dict) and "concurrency" in slot:
+            try:
+                cap, name = max(1, int(slot["concurrency"])), f"DOWNLOAD_SLOTS[{key[1:]!r}]"
+            except (TypeError, ValueError):
+                continue  # parse_entries has refused a bad one already
+        else:
+            cap, name = per_domain, "CONCURRENT_REQUESTS_PER_DOMAIN"
+        if policy.connections > cap:
+            entries[key] = replace(policy, connections=cap)
+            warnings.append(f"FRONTIER_HOST_POLICY[{key!r}] asks for {policy.connections} "
+                            f"connections; {name} lets Scrapy's downloader open {cap}, so "
+                            f"the host gets {cap} (raise {name} to give it more)")
+    return warnings
 
 
 def _raw(settings: BaseSettings, name: str, default: Any) -> Any:

@@ -33,6 +33,7 @@ def check_frontier(frontier: Frontier) -> None:
         assert 0 <= hs.busy <= hs.conns, f"{hs.key}: {hs.busy} leases on {hs.conns} connections"
         if not hs.active:
             assert not hs.busy, f"{hs.key} in flight without a back queue"
+            assert not hs.gather and not hs.shrink, f"{hs.key} gathers without a back queue"
             assert hs.spare is None, f"{hs.key} keeps connections without a back queue"
         elif hs.key in frontier._retired:
             assert hs.busy and not hs.queued, f"retired {hs.key} still queued"
@@ -59,8 +60,15 @@ def check_frontier(frontier: Frontier) -> None:
         # Several connections: each is leased, in the heap, or spare (only while the host
         # has no URL queued).
         ts = times.get(hs.key, [])
-        assert hs.conns > 1, f"{hs.key}: spare connections on a host with one"
+        # (One connection on this path only after set_connections lowered it.)
+        assert hs.conns > 1 or frontier.connections is not None, \
+            f"{hs.key}: spare connections on a host with one"
         assert len(ts) + len(hs.spare) + hs.busy == hs.conns, f"{hs.key}: connections lost"
+        assert hs.shrink <= hs.busy, f"{hs.key}: more connections to drop than busy ones"
+        if hs.gather:
+            # Gathering: every idle connection waits, spare, for the busy ones.
+            assert hs.busy and not ts, f"{hs.key}: gathering with {hs.busy} busy, {ts}"
+            continue
         assert not (hs.queued and hs.spare), f"{hs.key}: spare connections while URLs wait"
         if hs.queued and hs.busy < hs.conns:
             assert ts, f"{hs.key}: URLs and a free connection, but no heap entry"

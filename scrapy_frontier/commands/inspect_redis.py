@@ -266,11 +266,17 @@ class RedisInspector:
         for host, v in views.items():
             budget = snap["budgets"].get(host, self.config.budget_for(host))
             fetched = snap["fetched"].get(host, 0)
+            parts = []
             if v.retired == "budget":
-                notes[host] = (f"budget {fetched}/{budget}" if budget
+                parts.append(f"budget {fetched}/{budget}" if budget
                              else f"budget reached at {fetched}")
             elif budget:
-                notes[host] = f"{fetched}/{budget} of budget"
+                parts.append(f"{fetched}/{budget} of budget")
+            policy = self.config.host_policies.note(host)
+            if policy is not None:
+                parts.append(policy)
+            if parts:
+                notes[host] = ", ".join(parts)
         return notes
 
     # -- seen set and history ----------------------------------------------------------

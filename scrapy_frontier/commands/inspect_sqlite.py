@@ -204,6 +204,9 @@ class SQLiteInspector:
                 parts.append(shapes.RETIRED_WHY.get(v.retired, v.retired))
             elif budget:
                 parts.append(f"{fetched}/{budget} of budget")
+            policy = self.config.host_policies.note(host)
+            if policy is not None:
+                parts.append(policy)
             if parts:
                 notes[host] = ", ".join(parts)
         return notes

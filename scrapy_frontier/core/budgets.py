@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class Budgets:
     def __init__(self, default: int = 0) -> None:
         self._default = default
         self._own: dict[str, int] = {}
         self._fetched: dict[str, int] = {}
+        self._by_policy: Callable[[str], int | None] | None = None
         #: Whether any host has a budget (fetches are counted only then): a plain attribute,
         #: since every fetch's end tests it.
         self.active = bool(default)
@@ -22,6 +25,17 @@ class Budgets:
         self._default = fetches
         self._refresh()
 
+    @property
+    def by_policy(self) -> Callable[[str], int | None] | None:
+        """A host's budget from its per-host policy (None: none there), below the host's
+        own budget and above the default."""
+        return self._by_policy
+
+    @by_policy.setter
+    def by_policy(self, lookup: Callable[[str], int | None] | None) -> None:
+        self._by_policy = lookup
+        self._refresh()
+
     def set(self, host: str, fetches: int | None) -> None:
         """``host`` may be fetched ``fetches`` times in all (None: the default; 0:
         unlimited)."""
@@ -34,10 +48,17 @@ class Budgets:
         self._refresh()
 
     def _refresh(self) -> None:
-        self.active = bool(self._default or self._own)
+        self.active = bool(self._default or self._own or self._by_policy)
 
     def of(self, host: str) -> int:
-        return self._own.get(host, self._default)
+        own = self._own.get(host)
+        if own is not None:
+            return own
+        if self._by_policy is not None:
+            found = self._by_policy(host)
+            if found is not None:
+                return found
+        return self._default
 
     def fetched(self, host: str) -> int:
         """Fetches of ``host`` completed so far (counted while a budget is in force)."""
@@ -56,5 +77,5 @@ class Budgets:
         return self.spent(host)
 
     def spent(self, host: str) -> bool:
-        cap = self._own.get(host, self._default)
+        cap = self.of(host)
         return cap > 0 and self._fetched.get(host, 0) >= cap

@@ -30,7 +30,9 @@ when the host gets a back queue again.
 
 Site owners' wishes: a per-host **minimum rest** (robots.txt Crawl-delay,
 ``set_min_rest``) and a one-off ``rest_at_least`` on ``complete`` (Retry-After,
-back-off) only ever lengthen the rest the delay policy gives. A **retired** host
+back-off) only ever lengthen the rest the delay policy gives. A host may have a
+**delay rule** of its own (``policy_of``, per-host policy): it replaces ``policy`` for
+that host's rests and slack. A **retired** host
 (``retire``) loses its queued URLs; later ones are refused or dropped.
 
 Operators' wishes (``scrapy frontier``): a **blocked** host (``block``) keeps its
@@ -153,7 +155,13 @@ class _Host(Generic[T]):
     """Connections the host may use, read when it gets a back queue."""
     spare: list[float] | None = None
     """With several connections: the rest ends of the idle connections that have no
-    heap entry (only while no URL is queued). None for a host with one connection."""
+    heap entry (only while no URL is queued, or while they gather). None for a host with
+    one connection."""
+    gather: bool = False
+    """Its idle connections wait, spare, for the busy ones, and all go at once at the
+    latest of their rest ends (``set_connections(..., together=True)``)."""
+    shrink: int = 0
+    """Busy connections that end with their lease (``set_connections`` to fewer)."""
 
 
 def check_shape(
@@ -186,6 +194,7 @@ class Frontier(Generic[T]):
         back_queues: int = 48,
         back_queues_max: int | None = None,
         policy: DelayPolicy | None = None,
+        policy_of: Callable[[str], DelayPolicy] | None = None,
         lease_timeout: float = 240.0,
         clock: Clock,
         rng: random.Random | None = None,
@@ -198,6 +207,8 @@ class Frontier(Generic[T]):
         self.back_queues = back_queues
         self.back_queues_max = back_queues_max
         self.policy = policy or DelayPolicy()
+        #: Each host's own delay rule; None: ``policy`` for every host.
+        self.policy_of = policy_of
         self.lease_timeout = lease_timeout
         self.clock = clock
         self.chooser = FrontQueueChooser(front_queues, priority_bias, rng or random.Random(0))
@@ -343,6 +354,7 @@ class Frontier(Generic[T]):
         if hs.active and not hs.busy:
             hs.active = False
             hs.spare = None
+            hs.gather = False
             self.store.back_close(host)
             self._active -= 1
             self.stats.releases += 1
@@ -399,6 +411,40 @@ class Frontier(Generic[T]):
             self._schedule(hs, held=False)
         elif not hs.active and not math.isinf(hs.next_contact):
             heapq.heappush(self._cooling, (hs.next_contact, hs.key))
+
+    def set_connections(self, host: str, connections: int, *, together: bool = False) -> None:
+        """``host`` uses ``connections`` from now (a measured capacity): more are idle from
+        the host's next contact; fewer drop idle ones first (the latest to rest end), then
+        busy ones as their leases end. ``together``: the idle connections wait for the busy
+        ones, and all go at once, at the latest of their rest ends (each has rested its own
+        rest): the burst that tests whether the host serves that many at once.
+
+        A host without a back queue reads ``connections(host)`` when it gets one; the caller
+        answers the new count there too."""
+        if self.connections is None:
+            raise ValueError("set_connections needs a frontier made with connections=")
+        if connections < 1:
+            raise ValueError(f"connections must be >= 1, got {connections}")
+        hs = self._hosts.get(host)
+        if hs is None or not hs.active:
+            return
+        if hs.spare is None:
+            hs.spare = []
+        self._unschedule(host)  # its heap entries become spare, their rest ends kept
+        spare = hs.spare
+        hs.shrink = 0
+        if connections >= hs.conns:
+            spare.extend([hs.next_contact] * (connections - hs.conns))
+            hs.conns = connections
+        else:
+            spare.sort()
+            idle = min(hs.conns - connections, len(spare))
+            del spare[len(spare) - idle:]
+            hs.conns -= idle
+            hs.shrink = hs.conns - connections
+        hs.gather = together and hs.conns > 1
+        if hs.queued:
+            self._wake_spare(hs, held=bool(spare) and max(spare) > self.clock())
 
     def set_budget(self, host: str, fetches: int | None) -> None:
         """``host`` may be fetched ``fetches`` times in all (None: the default
@@ -469,9 +515,16 @@ class Frontier(Generic[T]):
             self._unschedule(hs.key)
 
     def _wake_spare(self, hs: _Host[T], *, held: bool) -> None:
-        """URLs are queued: every spare connection of the host goes into the heap."""
+        """URLs are queued: every spare connection of the host goes into the heap (while
+        they gather: once none is busy, all at the latest of their rest ends)."""
         spare = hs.spare
         assert spare is not None
+        if hs.gather:
+            if hs.busy:
+                return
+            hs.gather = False
+            if spare:
+                spare[:] = [max(spare)] * len(spare)
         hs.held = held
         ready = self._ready
         for t in spare:
@@ -703,8 +756,11 @@ class Frontier(Generic[T]):
                 # crawl cannot end before it does). A host never fetched has an unknown
                 # site behind it: the longest, so that every host starts early.
                 fetch = hs.last_fetch
-                slack = (-math.inf if fetch is None
-                         else t_e - queued * (fetch + self.policy.delay(fetch)))
+                if fetch is None:
+                    slack = -math.inf
+                else:
+                    rule = self.policy if self.policy_of is None else self.policy_of(key)
+                    slack = t_e - queued * (fetch + rule.delay(fetch))
                 heapq.heappush(due, (-self.store.back_head_level(key), slack, seq, key, t_e))
             if due:
                 entry = heapq.heappop(due)
@@ -845,8 +901,9 @@ class Frontier(Generic[T]):
             self._complete_group(hs.key, fetch_seconds, now)
         controls = self.controls
         min_rests, delays = controls.min_rests, controls.delays
+        rule = self.policy if self.policy_of is None else self.policy_of(hs.key)
         rest = rest_after_fetch(
-            self.policy.delay(fetch_seconds), ended_ago,
+            rule.delay(fetch_seconds), ended_ago,
             min_rests.get(hs.key, 0.0) if min_rests else 0.0, rest_at_least,
             delays.get(hs.key, 0.0) if delays else 0.0)
         hs.next_contact = now + rest
@@ -897,8 +954,9 @@ class Frontier(Generic[T]):
         hs.last_fetch = fetch_seconds if fetch_seconds > 0.0 else 0.0
         controls = self.controls
         min_rests, delays = controls.min_rests, controls.delays
+        rule = self.policy if self.policy_of is None else self.policy_of(hs.key)
         rest = rest_after_fetch(
-            self.policy.delay(fetch_seconds), ended_ago,
+            rule.delay(fetch_seconds), ended_ago,
             min_rests.get(hs.key, 0.0) if min_rests else 0.0, rest_at_least,
             delays.get(hs.key, 0.0) if delays else 0.0)
         end = now + rest
@@ -915,19 +973,9 @@ class Frontier(Generic[T]):
             hs.next_contact = max(latest, controls.after_completion(hs.key, latest, now))
             if block[0] > now:
                 contact = max(end, block[0])
-        spare = hs.spare
-        assert spare is not None
         if hs.queued:
             self.stats.politeness_hold_seconds += rest
-            hs.held = True
-            self._seq += 1
-            heapq.heappush(self._ready, (contact, self._seq, hs.key))
-            return
-        if hs.busy:
-            spare.append(contact)
-            return
-        hs.spare = None  # each connection's rest ends with the host's (the latest)
-        self._close_back_queue(hs)
+        self._idle_again(hs, contact, held=True)
 
     def _unsent_connection(self, hs: _Host[T], lease: Lease[T], now: float, *,
                            ack: bool) -> None:
@@ -943,22 +991,38 @@ class Frontier(Generic[T]):
             if block[0] > now:
                 contact = max(contact, block[0])
         self.stats.unsent += 1
+        self._idle_again(hs, contact, held=False)
+
+    def _idle_again(self, hs: _Host[T], contact: float, *, held: bool) -> None:
+        """A connection of a host with several is free from ``contact``: into the heap if
+        URLs wait, else spare; gone if the host is shrinking; the back queue closes once
+        nothing is queued or in flight (each rest ends with the host's, the latest)."""
         spare = hs.spare
         assert spare is not None
-        if hs.queued:
-            hs.held = False
+        if hs.shrink:
+            hs.shrink -= 1
+            hs.conns -= 1
+        elif hs.queued and not hs.gather:
+            hs.held = held
             self._seq += 1
             heapq.heappush(self._ready, (contact, self._seq, hs.key))
             return
-        if hs.busy:
+        else:
             spare.append(contact)
+        if hs.queued:
+            if hs.gather and not hs.busy:
+                self._wake_spare(hs, held=held)
+            return
+        if hs.busy:
             return
         hs.spare = None
+        hs.gather = False
         self._close_back_queue(hs)
 
     def _close_back_queue(self, hs: _Host[T]) -> None:
         """Back queue empty: the host gives up its back queue (Mercator refill)."""
         hs.active = False
+        hs.gather = False
         hs.last_fetch = None
         self.store.back_close(hs.key)
         self._active -= 1

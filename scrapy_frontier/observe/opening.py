@@ -25,6 +25,11 @@ logger = logging.getLogger("scrapy_frontier.scheduler")
 def log_opening(config: FrontierConfig, backend: Backend, recrawler: Recrawler | None) -> None:
     """What this run is: the frontier in force, then what the history will recrawl."""
     logger.info("%s", frontier_line(config, backend.location))
+    policies = config.host_policies.summary()
+    if policies is not None:
+        logger.info("%s", policies)
+    for warning in config.host_policies.warnings:
+        logger.warning("%s", warning)
     try:
         requests = backend.inspection.quarantine_size()
         records = recrawler.store.quarantine_size() if recrawler is not None else 0

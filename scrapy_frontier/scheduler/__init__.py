@@ -17,6 +17,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from scrapy import Request, signals
+from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_frontier.backends.ports import BackendContext, build_backend, load_backend
@@ -374,10 +375,18 @@ def _warn_about_stacked_delays(crawler: Crawler) -> None:
         )
     if settings.getfloat("DOWNLOAD_DELAY") > 0:
         logger.warning(
-            "DOWNLOAD_DELAY=%s adds Scrapy's own per-slot delay on top of the frontier's "
-            "politeness; set FRONTIER_MIN_DELAY instead and DOWNLOAD_DELAY=0.",
+            "DOWNLOAD_DELAY=%s is every host's minimum rest, and Scrapy's downloader waits it "
+            "again between requests: set FRONTIER_MIN_DELAY instead and DOWNLOAD_DELAY=0, or "
+            "use the add-on, which does that.",
             settings.get("DOWNLOAD_DELAY"),
         )
+    per_domain = settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN")
+    project_set = ((settings.getpriority("CONCURRENT_REQUESTS_PER_DOMAIN") or 0)
+                   > SETTINGS_PRIORITIES["addon"])
+    if per_domain > 1 and project_set:
+        logger.info(
+            "CONCURRENT_REQUESTS_PER_DOMAIN=%d caps a host's connections; each host has one "
+            "unless FRONTIER_HOST_POLICY or DOWNLOAD_SLOTS gives it more.", per_domain)
     if settings.getbool("AUTOTHROTTLE_ENABLED"):
         logger.warning(
             "AUTOTHROTTLE_ENABLED adds AutoThrottle's delays on top of the frontier's "

@@ -34,7 +34,7 @@ class SiteRules:
         self, config: FrontierConfig, stats: StatsCollector, clock: Callable[[], float]
     ) -> None:
         self.limits = config.site_limits
-        self.policy = config.policy
+        self.policies = config.host_policies
         self.stats = stats
         self.clock = clock
         # Consecutive failed fetches per host (only hosts currently failing).
@@ -129,4 +129,5 @@ class SiteRules:
         if robots is None:
             return None
         end, seconds = robots
-        return end + max(self.policy.delay(seconds), self.crawl_delays.get(host, 0.0))
+        delay = self.policies.of(host).delay.delay(seconds)
+        return end + max(delay, self.crawl_delays.get(host, 0.0))

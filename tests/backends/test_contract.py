@@ -497,3 +497,25 @@ def test_state_survives_reconnect(make: Any) -> None:
     assert b.complete(held, 0.0) is not None
     got = drain(b)
     assert sorted([held.item] + [c.item for c in got]) == sorted(b"x%d" % i for i in range(6))
+
+
+def test_a_host_rests_by_its_own_delay_rule(make: Any) -> None:
+    """A host with a rule of its own (per-host policy) rests by it; the others by the
+    crawl's rule."""
+    own = DelayPolicy(factor=4.0, min_delay=0.0, max_delay=10.0)
+    crawl = DelayPolicy(factor=0.0, min_delay=0.0, max_delay=10.0)
+    b = make(crawl, policy_of=lambda host: own if host == "slow" else crawl)
+    for host in ("slow", "fast"):
+        b.push(host, 1, f"{host}1".encode())
+        b.push(host, 1, f"{host}2".encode())
+    ends = {}
+    for claim in (pop_soon(b), pop_soon(b)):
+        end = b.complete(claim, 0.1)
+        assert end is not None
+        ends[claim.host] = end
+    again = pop_soon(b)
+    assert again.host == "fast" and again.handed_at < ends["slow"] + 0.4 - EPS
+    assert b.complete(again, 0.0) is not None
+    last = pop_soon(b)
+    assert last.host == "slow" and last.handed_at >= ends["slow"] + 0.4 - EPS
+    b.check()

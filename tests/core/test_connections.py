@@ -403,3 +403,46 @@ def test_never_more_leases_than_connections_in_a_random_crawl() -> None:
             check_frontier(f)
     assert max(per_host(out).values(), default=0) <= 3
     assert not math.isnan(clock.now)
+
+
+def test_set_connections_raises_and_lowers_a_running_host() -> None:
+    f, clock = make(connections=lambda host: 1)
+    for i in range(8):
+        f.push("a", 1, f"a{i}")
+    first = f.pop()
+    assert first is not None and f.pop() is None
+    f.set_connections("a", 3)
+    check_frontier(f)
+    assert per_host(pop_all(f)) == {"a": 2}, "two more connections, idle at once"
+    f.set_connections("a", 1)
+    check_frontier(f)
+    assert f.connections_of("a") == 3, "the busy ones end with their leases"
+    assert f.complete(first.ticket, 0.0) is not None
+    check_frontier(f)
+    assert f.pop() is None, "two leases still out on a host of one connection"
+
+
+def test_together_the_connections_go_at_once_at_the_latest_rest() -> None:
+    f, clock = make(connections=lambda host: 1)
+    for i in range(8):
+        f.push("a", 1, f"a{i}")
+    lease = f.pop()
+    assert lease is not None
+    f.set_connections("a", 3, together=True)
+    assert f.pop() is None, "the idle connections wait for the busy one"
+    check_frontier(f)
+    f.complete(lease.ticket, 0.5)  # this connection rests 5 s
+    check_frontier(f)
+    assert f.pop() is None
+    clock.advance(5.0)
+    burst = pop_all(f)
+    assert len(burst) == 3 and {b.handed_at for b in burst} == {clock()}
+
+
+def test_set_connections_needs_the_argument_and_a_count() -> None:
+    plain: Frontier[Any] = Frontier(clock=FakeClock(0.0))
+    with pytest.raises(ValueError, match="connections="):
+        plain.set_connections("a", 2)
+    f, _ = make()
+    with pytest.raises(ValueError, match=">= 1"):
+        f.set_connections("a", 0)

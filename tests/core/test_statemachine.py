@@ -46,6 +46,10 @@ class FrontierMachine(RuleBasedStateMachine):
     def conns(self, host: str) -> int:
         return 1 if self.connections is None else self.connections.get(host, 1)
 
+    def _allowed(self, host: str) -> int:
+        """Leases the host may have at once."""
+        return self.conns(host)
+
     def __init__(self) -> None:
         super().__init__()
         self.frontier: Frontier[int] | None = None
@@ -316,7 +320,7 @@ class FrontierMachine(RuleBasedStateMachine):
             return
         hosts = Counter(lease.host for lease in self.outstanding.values())
         for host in HOSTS:
-            assert hosts[host] <= self.conns(host)
+            assert hosts[host] <= self._allowed(host)
             if hosts[host] > 1:
                 event(f"{hosts[host]} leases on one host")
             assert self.frontier.host_busy(host) == (host in hosts)
@@ -394,6 +398,8 @@ class ConnectionsMachine(FrontierMachine):
     def __init__(self) -> None:
         super().__init__()
         self.blocked: dict[str, float] = {}
+        #: Leases above a host's lowered connections, which end with their leases.
+        self.leaving: dict[str, int] = {}
 
     @rule(host=st.sampled_from("ab"))
     def retire_shared(self, host):
@@ -424,10 +430,45 @@ class ConnectionsMachine(FrontierMachine):
         assert self.frontier.complete(ticket, 0.0, sent=False) is lease
         now = self.clock.now
         self.free[lease.host].append(now)
+        self._left(lease.host)
+        self._trim_free(lease.host)
         if self.conns(lease.host) == 1:
             self.rest_until[lease.host] = max(lease.ready_at, now)
         self.finished_tickets.append(ticket)
         self._collect_dropped()
+
+    @precondition(lambda self: self.frontier is not None)
+    @rule(host=st.sampled_from(HOSTS), k=st.integers(1, 4), together=st.booleans())
+    def set_connections(self, host, k, together):
+        """A measured capacity changes a host's connections while it runs: never more
+        leases than the new count (busy ones beyond it end with their leases)."""
+        self.connections = {**(self.connections or {}), host: k}
+        self.frontier.set_connections(host, k, together=together)
+        busy = sum(1 for held in self.outstanding.values() if held.host == host)
+        self.leaving[host] = max(0, busy - k)
+        self._trim_free(host)
+
+    def _trim_free(self, host: str, leaving: int | None = None) -> None:
+        busy = sum(1 for t, held in self.outstanding.items()
+                   if held.host == host and t != leaving)
+        free = self.free[host]
+        free.sort()
+        while free and len(free) + busy > self.conns(host):
+            free.pop()
+        while len(free) + busy < self.conns(host):
+            free.append(self.rest_until.get(host, float("-inf")))
+
+    def _record_completion(self, lease: Lease[int], fetch: float, at_least: float = 0.0) -> None:
+        super()._record_completion(lease, fetch, at_least)
+        self._left(lease.host)
+        self._trim_free(lease.host, leaving=lease.ticket)
+
+    def _left(self, host: str) -> None:
+        if self.leaving.get(host):
+            self.leaving[host] -= 1
+
+    def _allowed(self, host: str) -> int:
+        return self.conns(host) + self.leaving.get(host, 0)
 
     @rule(host=st.sampled_from(HOSTS), dt=st.sampled_from([0.0, 0.5, 3.0, 20.0]))
     def restore_rest(self, host, dt):

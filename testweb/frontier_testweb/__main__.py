@@ -90,6 +90,8 @@ def build_spec(args: argparse.Namespace) -> WebSpec:
     elif args.docs:
         spec = spec.with_hosts(doc_tree_hosts(max_hosts=args.docs_max,
                                               max_pages=args.docs_max_pages))
+    if args.workers is not None:
+        spec = spec.with_workers(args.workers)
     return spec
 
 
@@ -141,7 +143,8 @@ def serve(args: argparse.Namespace) -> int:
         "changes": None if changes is None else changes.as_dict(),
         "hosts": [
             {"address": h.address, "pages": h.pages, "latency": h.latency, "doc_root": h.doc_root,
-             **({"signals": host_kind(i)} if args.signals and not h.doc_root else {})}
+             **({"signals": host_kind(i)} if args.signals and not h.doc_root else {}),
+             **({"workers": h.workers} if h.workers is not None else {})}
             for i, h in enumerate(spec.hosts)
         ],
     }
@@ -179,6 +182,7 @@ def run_audit(args: argparse.Namespace) -> int:
         min_delay=args.min_delay,
         max_delay=args.max_delay,
         concurrency=args.concurrency,
+        connections=lambda host: int(args.connections),
         tolerance=args.tolerance,
         include_robots=args.include_robots,
     )
@@ -199,6 +203,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--latency", type=float, nargs=2, metavar=("LO", "HI"))
     s.add_argument("--seed", type=int, default=1)
     s.add_argument("--cross-links", type=int, default=2)
+    s.add_argument(
+        "--workers", type=int, metavar="C",
+        help="every host serves at most C requests at once, the others wait in line "
+        "(default: all on arrival)",
+    )
     s.add_argument("--port", type=int, default=0, help="0 picks a free port")
     s.add_argument("--log", help="append request log entries (JSON lines) to this file")
     s.add_argument("--robots-txt", help="file whose content every host serves as robots.txt")
@@ -290,6 +299,10 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--min-delay", type=float, default=0.0)
     a.add_argument("--max-delay", type=float, default=60.0)
     a.add_argument("--concurrency", type=int, default=16)
+    a.add_argument(
+        "--connections", type=int, default=1, metavar="K",
+        help="connections every host may use at once, each resting after its own fetches",
+    )
     a.add_argument("--tolerance", type=float, default=0.002)
     a.add_argument("--include-robots", action="store_true")
     a.add_argument("--expected", help="the JSON line printed by serve (or a JSON list of pairs)")

@@ -9,19 +9,65 @@ request reaches the server no earlier than server_end + delay(d_s). Hence a poli
 satisfies the rule checked here (up to ``tolerance`` for clock-reading jitter), and a log that
 breaks it proves a real politeness violation. The same containment argument shows that one
 request at a time per host at the client means no overlapping intervals at the server.
+
+A host of k connections (``connections``): the client has at most k requests to it in flight,
+and each connection, after a fetch of duration d ending at e, sends its next request no earlier
+than e + delay(d). Containment again: at most k client intervals are open at any moment, and
+each server interval lies inside its client interval, so at most k server intervals are open at
+once; only a request that arrives while k others are open counts as an overlap. On a host with
+server workers the server's duration runs from arrival, queueing included, to the end: it is
+still inside the client's, so the argument holds unchanged (and the client, which waits
+through the queue too, rests longer for it).
+
+The server does not see which client connection sent a request, so the gaps are judged by
+feasibility: the host's requests, in start order, go to k virtual connections, each to the one
+whose rest (end + delay(duration) of its last request) ends first, an unused connection first
+of all. The request is polite if that rest ended by its start (up to ``tolerance``), and a
+short gap otherwise. This never flags a polite client. By containment, the client's real
+assignment of these requests to its connections, with the server's ends and durations, is
+polite: each request starts after the rest of the one before it on its connection. Compare
+the two assignments, request by request, by counting for every time t from the current start
+on how many connections have rested by t. Before the first request both have k (all unused).
+If the virtual count is at least the real one for every such t, then at the current request
+(start s) the real connection that sends it has rested by s, so the virtual count at s is at
+least 1 and the virtual connections have a rested one too; the earliest rest is among them.
+Both assignments then replace a connection rested by s with the same new rest end, so every
+count for t >= s changes by the same amount, and the next request starts no earlier than s.
+Hence the virtual assignment finds a rested connection wherever the real one does: no short
+gap. With k = 1 this is the single-connection rule above, each request against the one before.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter, defaultdict
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TypeAlias
 
 from frontier_testweb.log import LogEntry
 from scrapy_frontier.core.politeness import DelayPolicy
 
 ROBOTS_PATH = "/robots.txt"
+
+#: How many connections each host may use: one number for all, a mapping (hosts it leaves out
+#: use one) or a function of the host (the log's host address, which is the frontier's host
+#: key for the test web's IP URLs); None: one each.
+Connections: TypeAlias = int | Mapping[str, int] | Callable[[str], int] | None
+
+
+def connections_of(connections: Connections) -> Callable[[str], int]:
+    """``connections`` as a function of the host."""
+    if connections is None:
+        return lambda host: 1
+    if isinstance(connections, int):
+        every = connections
+        return lambda host: every
+    if isinstance(connections, Mapping):
+        table = connections
+        return lambda host: table.get(host, 1)
+    return connections
 
 
 @dataclass
@@ -43,6 +89,13 @@ class AuditReport:
     concurrency_bound: float
     hosts: int = 0
     errors: int = 0
+    #: Host -> the most of its requests the server had open at once.
+    max_in_flight: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def most_in_flight(self) -> int:
+        """The most requests one host had open at once (0 without requests)."""
+        return max(self.max_in_flight.values(), default=0)
 
     def floor(self, impolite_makespan: float | None = None) -> float:
         """The best makespan any crawl of this log's fetches could reach under the same rules."""
@@ -59,6 +112,7 @@ class AuditReport:
             d["worst_gap_ratio"] = None
         d["floor"] = self.floor()
         d["polite"] = self.polite
+        d["most_in_flight"] = self.most_in_flight
         return d
 
     def summary(self) -> str:
@@ -67,7 +121,8 @@ class AuditReport:
         return (
             f"{verdict}: {self.requests} requests to {self.hosts} hosts, "
             f"{self.overlaps} overlaps, {self.short_gaps} short gaps "
-            f"(worst gap ratio {ratio}), {self.errors} error responses\n"
+            f"(worst gap ratio {ratio}), at most {self.most_in_flight} in flight at a host, "
+            f"{self.errors} error responses\n"
             f"coverage {self.coverage:.4f} ({self.missing} missing, "
             f"{self.duplicates} duplicates); makespan {self.makespan:.3f}s, "
             f"floor {self.floor():.3f}s (host {self.host_bound:.3f}s, "
@@ -85,6 +140,7 @@ def audit(
     concurrency: int = 16,
     tolerance: float = 0.002,
     include_robots: bool = False,
+    connections: Connections = None,
 ) -> AuditReport:
     """Audit a server log against the rule "next start >= previous end + clamp(factor x d)".
 
@@ -92,10 +148,15 @@ def audit(
     docstring for why that is conservative). robots.txt fetches are left out unless
     ``include_robots``: Scrapy fetches them outside the scheduler, so the frontier does not
     pace them. Coverage counts expected (host, path) pairs answered with a 2xx/3xx status.
+
+    ``connections`` gives each host its k (see :data:`Connections`; default one each): a host
+    may have k requests in flight, and the rule holds per connection, judged as the module
+    docstring says.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     policy = DelayPolicy(factor=factor, min_delay=min_delay, max_delay=max_delay)
+    conns = connections_of(connections)
     used = [e for e in entries if include_robots or e.path != ROBOTS_PATH]
 
     by_host: dict[str, list[LogEntry]] = defaultdict(list)
@@ -106,29 +167,19 @@ def audit(
     short_gaps = 0
     worst = math.inf
     host_bound = 0.0
-    for host_entries in by_host.values():
+    max_in_flight: dict[str, int] = {}
+    for host, host_entries in by_host.items():
+        k = conns(host)
+        if k < 1:
+            raise ValueError(f"connections must be >= 1, got {k} for {host}")
         host_entries.sort(key=lambda e: (e.start, e.end))
-        open_until = -math.inf
-        span = 0.0
-        for i, e in enumerate(host_entries):
-            if e.start < open_until:
-                overlaps += 1
-            open_until = max(open_until, e.end)
-            span += e.duration
-            if i + 1 < len(host_entries):
-                span += policy.delay(e.duration)
-            if i == 0:
-                continue
-            prev = host_entries[i - 1]
-            required = policy.delay(prev.duration)
-            gap = e.start - prev.end
-            if gap < required - tolerance:
-                short_gaps += 1
-            if required > 0:
-                worst = min(worst, gap / required)
-            elif gap < 0:
-                worst = min(worst, 0.0)
-        host_bound = max(host_bound, span)
+        flight = _in_flight(host_entries, k)
+        overlaps += flight.overlaps
+        max_in_flight[host] = flight.most
+        gaps = _gaps(host_entries, k, policy, tolerance)
+        short_gaps += gaps.short
+        worst = min(worst, gaps.worst)
+        host_bound = max(host_bound, gaps.span)
 
     counts = Counter((e.host, e.path) for e in used)
     duplicates = sum(c - 1 for c in counts.values())
@@ -154,7 +205,78 @@ def audit(
         concurrency_bound=sum(e.duration for e in used) / concurrency,
         hosts=len(by_host),
         errors=sum(1 for e in used if e.status >= 400),
+        max_in_flight=max_in_flight,
     )
+
+
+@dataclass
+class _InFlight:
+    #: Requests that arrived while k others to the host were open.
+    overlaps: int
+    #: The most requests open at once.
+    most: int
+
+
+def _in_flight(entries: Sequence[LogEntry], k: int) -> _InFlight:
+    """Sweep one host's requests (in (start, end) order) over time; a request that ends when
+    another arrives does not overlap it."""
+    open_ends: list[float] = []  # heap of the ends of the requests still open
+    overlaps = most = 0
+    for e in entries:
+        while open_ends and open_ends[0] <= e.start:
+            heapq.heappop(open_ends)
+        if len(open_ends) >= k:
+            overlaps += 1
+        heapq.heappush(open_ends, e.end)
+        most = max(most, len(open_ends))
+    return _InFlight(overlaps, most)
+
+
+@dataclass
+class _Gaps:
+    #: Requests that found no connection rested (less tolerance).
+    short: int
+    #: Smallest gap / required rest on the connection each request took; inf if none.
+    worst: float
+    #: The host's fetches and the rests between them, per connection (see :func:`_gaps`).
+    span: float
+
+
+def _gaps(entries: Sequence[LogEntry], k: int, policy: DelayPolicy, tolerance: float) -> _Gaps:
+    """Give one host's requests (in (start, end) order) to k virtual connections, each to the
+    one whose rest ends first, and judge each request's gap on it (module docstring).
+
+    ``span``: the host's fetch times plus the rests after every request but the last of each
+    connection, divided by k, and at least the longest fetch: no polite crawl over k
+    connections fetches this host faster (with k = 1 it is the sum along the log's order).
+    """
+    # (rest end, connection, index of its last request or -1); an unused one rests until -inf.
+    idle: list[tuple[float, int, int]] = [(-math.inf, c, -1) for c in range(k)]
+    followed = [False] * len(entries)  # a later request on its connection waited out its rest
+    short = 0
+    worst = math.inf
+    for i, e in enumerate(entries):
+        _, c, last = heapq.heappop(idle)
+        if last >= 0:
+            prev = entries[last]
+            followed[last] = True
+            required = policy.delay(prev.duration)
+            gap = e.start - prev.end
+            if gap < required - tolerance:
+                short += 1
+            if required > 0:
+                worst = min(worst, gap / required)
+            elif gap < 0:
+                worst = min(worst, 0.0)
+        heapq.heappush(idle, (e.end + policy.delay(e.duration), c, i))
+    span = 0.0
+    longest = 0.0
+    for e, rested in zip(entries, followed, strict=True):
+        span += e.duration
+        longest = max(longest, e.duration)
+        if rested:
+            span += policy.delay(e.duration)
+    return _Gaps(short, worst, max(span / k, longest))
 
 
 @dataclass

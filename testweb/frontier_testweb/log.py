@@ -18,8 +18,9 @@ class LogEntry:
     """One request as the server saw it.
 
     ``start`` is ``time.monotonic()`` when the request had arrived (fully parsed) and ``end``
-    when the response was handed to the transport. The fields after ``vhost`` were added later:
-    logs without them read with their defaults. On Linux the monotonic clock is system-wide,
+    when the response was handed to the transport; ``begin``, when its service began, lies
+    between them. The fields after ``vhost`` were added later: logs without them read with
+    their defaults. On Linux the monotonic clock is system-wide,
     so a crawler in another process can compare its own timestamps with these.
     """
 
@@ -37,13 +38,34 @@ class LogEntry:
     as of ``start`` (always 0 without a change model); -1 for anything else."""
     conditional: bool = False
     """Whether the request carried If-None-Match or If-Modified-Since."""
+    begin: float | None = None
+    """When a worker took the request up, on a host with ``workers`` (the request waited at
+    the server from ``start`` until then); None: its service began on arrival."""
 
     @property
     def duration(self) -> float:
+        """Arrival to end: what the client's own fetch time contains."""
         return self.end - self.start
 
+    @property
+    def service_begin(self) -> float:
+        return self.start if self.begin is None else self.begin
+
+    @property
+    def service(self) -> float:
+        """Service time: from when a worker took the request up to the end."""
+        return self.end - self.service_begin
+
+    @property
+    def queued(self) -> float:
+        """Queueing time: from arrival to when a worker took the request up."""
+        return self.service_begin - self.start
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
+        d = asdict(self)
+        if self.begin is None:  # hosts without workers write the lines they always wrote
+            del d["begin"]
+        return json.dumps(d, separators=(",", ":"))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LogEntry:
@@ -57,6 +79,7 @@ class LogEntry:
             bytes=int(d.get("bytes", 0)),
             version=int(d.get("version", -1)),
             conditional=bool(d.get("conditional", False)),
+            begin=None if d.get("begin") is None else float(d["begin"]),
         )
 
 

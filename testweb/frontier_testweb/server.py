@@ -1,7 +1,9 @@
 """A Twisted HTTP server that plays many hosts at once, one loopback address per host.
 
 Latency is simulated with ``callLater`` so one reactor thread can keep hundreds of slow requests
-open at the same time, as hundreds of real hosts would.
+open at the same time, as hundreds of real hosts would. A host with ``workers``
+(:class:`~frontier_testweb.spec.HostSpec`) serves at most that many requests at once and keeps
+the others waiting, first come first served; its log entries say when each one's service began.
 
 With a change model (``changes=ChangeOptions(...)``; see :mod:`frontier_testweb.changes`)
 the generated pages are long pages whose content changes over time, some pages carry a noise
@@ -19,6 +21,7 @@ import re
 import resource
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from email.utils import formatdate
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -141,6 +144,43 @@ class _QuietSite(Site):
         return proto
 
 
+class _Workers:
+    """A host's c workers: at most c requests in service, the others wait first come first
+    served."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.busy = 0
+        self._waiting: deque[Callable[[], None]] = deque()
+
+    def admit(self, serve: Callable[[], None]) -> None:
+        """Call ``serve`` now if a worker is free, else when one is (after those waiting)."""
+        if self.busy < self.count:
+            self.busy += 1
+            serve()
+        else:
+            self._waiting.append(serve)
+
+    def withdraw(self, serve: Callable[[], None]) -> bool:
+        """Drop a waiting request whose client went away; False if it is not waiting."""
+        try:
+            self._waiting.remove(serve)
+        except ValueError:
+            return False
+        return True
+
+    def release(self) -> None:
+        """A service ended: its worker takes the longest-waiting request, if any."""
+        if self._waiting:
+            self._waiting.popleft()()
+        else:
+            self.busy -= 1
+
+    def clear(self) -> None:
+        self._waiting.clear()
+        self.busy = 0
+
+
 class _HostResource(Resource):
     isLeaf = True
 
@@ -212,6 +252,9 @@ class TestWebServer:
         self.port_of: dict[str, int] = {}
         self._ports: list[_ListeningPort] = []
         self._pending: dict[Request, _DelayedCall] = {}
+        self._workers = {
+            i: _Workers(h.workers) for i, h in enumerate(spec.hosts) if h.workers is not None
+        }
         self._flaky_hits: dict[tuple[int, str], int] = {}
         self._channels: weakref.WeakSet[TwistedProtocol] = weakref.WeakSet()
         self._writer: LogWriter | None = None
@@ -272,6 +315,8 @@ class TestWebServer:
             if call.active():
                 call.cancel()
         self._pending.clear()
+        for workers in self._workers.values():
+            workers.clear()
         for proto in list(self._channels):
             transport = cast("_Closable | None", getattr(proto, "transport", None))
             if transport is not None:
@@ -390,16 +435,31 @@ class TestWebServer:
                 index, raw_path, query, start, request
             )
         sent = 0 if method == b"HEAD" or status in (204, 304) else len(body)
+        workers = self._workers.get(index)
+        begun = start  # when the service began: later than the arrival only while queued
+        serving = False  # holds one of the host's workers
+
+        def serve() -> None:
+            nonlocal begun, serving
+            begun, serving = time.monotonic(), True
+            self._pending[request] = _reactor().callLater(host.latency, respond)
+
+        def release() -> None:
+            nonlocal serving
+            if workers is not None and serving:
+                serving = False
+                workers.release()
 
         def respond() -> None:
             self._pending.pop(request, None)
             # callLater runs on the reactor's wall clock; re-arm if the monotonic clock says the
-            # latency has not fully passed, so the logged duration is never below it.
-            left = host.latency - (time.monotonic() - start)
+            # latency has not fully passed, so the logged service time is never below it.
+            left = host.latency - (time.monotonic() - begun)
             if left > 0.0005:
                 self._pending[request] = _reactor().callLater(left, respond)
                 return
             if getattr(request, "_disconnected", False):
+                release()
                 return
             request.setResponseCode(status)
             for name, value in headers:
@@ -426,29 +486,42 @@ class TestWebServer:
                     bytes=sent,
                     version=version,
                     conditional=conditional,
+                    begin=None if workers is None else begun,
+                )
+            )
+            release()  # after the record: the next service begins no earlier than this end
+
+        def closed(ended: float, began: float | None) -> None:
+            self._record(
+                LogEntry(
+                    host.address,
+                    logged_path,
+                    start,
+                    ended,
+                    CLIENT_CLOSED,
+                    vhost,
+                    version=version,
+                    conditional=conditional,
+                    begin=began,
                 )
             )
 
         def aborted(failure: Failure) -> None:
             del failure  # any failure here means the client went away
             call = self._pending.pop(request, None)
+            now = time.monotonic()
             if call is not None and call.active():
                 call.cancel()
-                self._record(
-                    LogEntry(
-                        host.address,
-                        logged_path,
-                        start,
-                        time.monotonic(),
-                        CLIENT_CLOSED,
-                        vhost,
-                        version=version,
-                        conditional=conditional,
-                    )
-                )
+                closed(now, None if workers is None else begun)
+                release()
+            elif workers is not None and workers.withdraw(serve):
+                closed(now, now)  # left while waiting: no service at all
 
         request.notifyFinish().addErrback(aborted)
-        self._pending[request] = _reactor().callLater(host.latency, respond)
+        if workers is None:
+            self._pending[request] = _reactor().callLater(host.latency, respond)
+        else:
+            workers.admit(serve)
         return cast(int, NOT_DONE_YET)
 
     def _robots(self, index: int) -> str:

@@ -10,7 +10,7 @@ import html
 import ipaddress
 import random
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 #: The generated pages live under this prefix; /p/0 is each host's root.
 PAGE_PREFIX = "/p/"
@@ -65,12 +65,17 @@ class HostSpec:
     ``address`` is both the listening address and the host key Scrapy sees (URLs use the IP).
     A generated host serves /p/0 .. /p/{pages-1}. A host with ``doc_root`` serves the static files
     of that directory instead; ``pages`` is then only informative (its number of .html files).
+
+    ``workers``: None serves every request on arrival, however many are open at once. A number
+    c serves at most c requests at once; the others wait at the server, first come first
+    served, for a worker to be free. Either way a request's service takes ``latency``.
     """
 
     address: str
     pages: int
     latency: float
     doc_root: str | None = None
+    workers: int | None = None
 
     def __post_init__(self) -> None:
         check_loopback(self.address)
@@ -78,6 +83,8 @@ class HostSpec:
             raise ValueError(f"pages must be in 1..{MAX_PAGES_PER_HOST}, got {self.pages}")
         if not 0.0 <= self.latency <= 60.0:
             raise ValueError(f"latency must be in [0, 60] seconds, got {self.latency}")
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(f"workers must be None or >= 1, got {self.workers}")
 
 
 def _rng(*parts: object) -> random.Random:
@@ -193,6 +200,14 @@ class WebSpec:
         """A copy with ``extra`` hosts appended (e.g. documentation hosts)."""
         return WebSpec(
             hosts=self.hosts + tuple(extra), seed=self.seed, cross_links=self.cross_links
+        )
+
+    def with_workers(self, workers: int | None) -> WebSpec:
+        """A copy in which every host has ``workers`` (see :class:`HostSpec`)."""
+        return WebSpec(
+            hosts=tuple(replace(h, workers=workers) for h in self.hosts),
+            seed=self.seed,
+            cross_links=self.cross_links,
         )
 
     # -- content -----------------------------------------------------------------------------

@@ -58,13 +58,17 @@ class MemoryBackend(Backend):
             back_queues=config.back_queues,
             back_queues_max=config.back_queues_max,
             policy=config.policy,
+            policy_of=config.host_policies.delays,
             lease_timeout=config.lease_timeout,
             clock=self.ctx.clock,
             rng=random.Random(config.seed),
             store=store,
             group_hosts=config.ip_politeness,
+            connections=config.host_policies.connections,
         )
         frontier.budgets.default = config.host_budget
+        if config.host_policies.has_budgets:
+            frontier.budgets.by_policy = config.host_policies.budget_of
         for host, budget in config.host_budgets.items():
             frontier.set_budget(host, budget)
         return frontier

@@ -291,6 +291,7 @@ class RedisFrontier:
         back_queues: int = 48,
         back_queues_max: int | None = None,
         policy: DelayPolicy | None = None,
+        policy_of: Callable[[str], DelayPolicy] | None = None,
         lease_timeout: float = 240.0,
         refill_budget: int = 10_000,
         due_window: int = 16,
@@ -329,6 +330,8 @@ class RedisFrontier:
         self.back_queues = back_queues
         self.back_queues_max = back_queues_max
         self.policy = policy or DelayPolicy()
+        #: Each host's own delay rule (FRONTIER_HOST_POLICY); None: ``policy`` for all.
+        self.policy_of = policy_of
         #: How many connections (leases at once) a host may use, sent with its pushes and
         #: read by the scripts when it gets a back queue (None: one for every host).
         self.connections = connections
@@ -407,8 +410,9 @@ class RedisFrontier:
         scripts raise the rest to the host's floors kept in Redis."""
         _check_fetch(fetch_seconds, rest_at_least)
         fetch = float(fetch_seconds)
-        pace = self.policy.delay(fetch)
-        rest = rest_before_floors(self.policy, fetch, max(0.0, float(ended_ago)),
+        policy = self.policy if self.policy_of is None else self.policy_of(lease.host)
+        pace = policy.delay(fetch)
+        rest = rest_before_floors(policy, fetch, max(0.0, float(ended_ago)),
                                   float(rest_at_least))
         return [lease.host, lease.ticket, repr(fetch), repr(pace), repr(rest), int(budget)]
 

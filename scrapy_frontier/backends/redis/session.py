@@ -58,7 +58,9 @@ class RedisSession:
             client, layout,
             front_queues=config.front_queues, priority_bias=config.priority_bias,
             back_queues=config.back_queues, back_queues_max=config.back_queues_max,
-            policy=config.policy, lease_timeout=config.lease_timeout, spider=spider.name,
+            policy=config.policy, policy_of=config.host_policies.delays,
+            connections=config.host_policies.connections,
+            lease_timeout=config.lease_timeout, spider=spider.name,
             rng=random.Random(config.seed), liveness=config.redis.liveness,
         )
         self.remote.save_delay_rule()

@@ -247,8 +247,9 @@ class SQLiteBackend(MemoryBackend):
         # A fetch was in flight when the crawl stopped: its end (and the rest it
         # set) may not have been saved, so rest from the restart as if it had
         # just ended, taking as long as the host's last known fetch.
+        rule = config.host_policies.delay_of
         for host, last_fetch in store.interrupted.items():
-            frontier.rest_until(host, now + config.policy.delay(last_fetch or 0.0))
+            frontier.rest_until(host, now + rule(host).delay(last_fetch or 0.0))
         for host, queued in hosts.items():
             store.adopt(host, queued)
         frontier.resume(store.front_count(), hosts)
