@@ -198,8 +198,11 @@ def check_redis_frontier(frontier: RedisFrontier) -> None:
         assert sorted(mine) == sorted(members), \
             f"{host}: connections {sorted(mine)} != {sorted(members)} (each in one place)"
         if active[host]:
-            want_ready |= members - set(leases)
-            assert not members & set(spare), f"{host}: spare connections with URLs queued"
+            # URLs that came while leases were out leave the spare connections spare until
+            # a lease ends (see lease_ended in lua/prelude.lua).
+            want_ready |= members - set(leases) - set(spare)
+            assert not members & set(spare) or members & set(leases), \
+                f"{host}: spare connections with URLs queued and no lease out"
     assert {host_of(m) for m in spare} <= several, "spare connections of a host of one"
     assert set(ready) == want_ready, f"ready {sorted(ready)} != {sorted(want_ready)}"
     blocked = z("blocked")

@@ -83,7 +83,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
@@ -562,8 +562,10 @@ class RedisFrontier:
 
     def _push_args(
         self, entries: Iterable[tuple[str, int, bytes, tuple[str, int, bool] | None]],
+        ending: Collection[str] = (),
     ) -> list[Any]:
-        """Seven script arguments per push (see push_one in lua/prelude.lua)."""
+        """Eight script arguments per push (see push_one in lua/prelude.lua); ``ending``: the
+        hosts whose leases end in the same round."""
         args: list[Any] = []
         conns = self._connections_of
         for host, level, item, seen in entries:
@@ -572,11 +574,13 @@ class RedisFrontier:
                 raise ValueError(f"level must be in 1..{self.levels}, got {level}")
             if not isinstance(item, bytes | bytearray | memoryview):
                 raise TypeError(f"items must be bytes, got {type(item).__name__}")
+            end = 1 if host in ending else 0
             if seen is None:
-                args += [host, level, bytes(item), "", 0, 0, conns(host)]
+                args += [host, level, bytes(item), "", 0, 0, conns(host), end]
             else:
                 key, member, test = seen
-                args += [host, level, bytes(item), key, member, 2 if test else 1, conns(host)]
+                args += [host, level, bytes(item), key, member, 2 if test else 1, conns(host),
+                         end]
         return args
 
     def _connections_of(self, host: str) -> int:
@@ -651,7 +655,7 @@ class RedisFrontier:
 
     def round(self, pushes: Iterable[tuple[str, int, bytes, tuple[str, int, bool] | None]],
               finished: Iterable[Finished], want: int, *, count_ready: bool = False,
-              ahead: float = 0.0) -> RoundReply:
+              ahead: float = 0.0, ending: Collection[str] = ()) -> RoundReply:
         """One worker's round in one atomic script call: the pushes (as
         :meth:`push_unseen`), then the completions (as :meth:`complete`), then up to
         ``want`` claims (as :meth:`pop`), then the sizes (as :meth:`sizes`) and, if fewer
@@ -662,16 +666,22 @@ class RedisFrontier:
         ``ahead``: when no host is ready now, a claim takes the host that is ready first
         within that many seconds. Its lease's ``ready_at`` is then later than its
         ``handed_at``: the worker must not fetch before ``ready_at - handed_at`` seconds
-        after the reply (see :meth:`RedisLease.wait`)."""
-        push_args = self._push_args(pushes)
+        after the reply (see :meth:`RedisLease.wait`).
+
+        ``ending``: hosts whose leases end in this worker's round though not in this call
+        (a partitioned round completes after every partition's pushes); the hosts of
+        ``finished`` are counted too. A host of several connections that had nothing queued
+        wakes its spare connections at the end of a lease, not at the push of its page's
+        links (see lease_ended in lua/prelude.lua)."""
         done = list(finished)
+        push_args = self._push_args(pushes, {f.lease.host for f in done}.union(ending))
         done_args: list[Any] = []
         for f in done:
             done_args += self._completion_args(f.lease, f.fetch_seconds, f.rest_at_least,
                                                f.budget, f.ended_ago)
         reply = self._run(
             self._round, "running a round", self.expire_batch, repr(float(self.liveness)),
-            int(want), len(push_args) // 7, len(done), int(count_ready),
+            int(want), len(push_args) // 8, len(done), int(count_ready),
             repr(max(0.0, float(ahead))), *push_args, *done_args)
         at = float(reply[0])
         reclaimed = int(reply[1])

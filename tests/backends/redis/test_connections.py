@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from scrapy_frontier.backends.redis.frontier import RedisFrontier, RedisLease
+from scrapy_frontier.backends.redis.frontier import Finished, RedisFrontier, RedisLease
 from scrapy_frontier.core import DelayPolicy
 from tests.invariants import check_redis_frontier
 from tests.redis_server import RedisServer
@@ -242,6 +242,55 @@ def test_the_spare_connections_wake_with_the_hosts_next_url(
     check_redis_frontier(f)
 
 
+def test_a_pages_links_wake_the_spare_connections_at_its_end_as_in_the_core(
+        redis_client: redis.Redis, redis_prefix: str) -> None:
+    """A round pushes a page's links before it sends its fetch's end. The core, told of the
+    end first, gives the host's back queue up with its last lease and gets it again with
+    the links: every connection then waits for the host's rest. So do these."""
+    f = open_frontier(redis_client, redis_prefix, factor=1.0)
+    f.push("b", 1, b"b0")
+    lease = pop_wait(f)
+    reply = f.round([("b", 1, b"b1", None), ("b", 1, b"b2", None)], [Finished(lease, 0.2)], 0)
+    done = reply.completed[0]
+    assert done is not None
+    check_redis_frontier(f)
+    got = [pop_wait(f), pop_wait(f)]
+    assert {g.item for g in got} == {b"b1", b"b2"}
+    assert min(g.handed_at for g in got) >= done.next_contact - 1e-5
+    assert f.pop() is None
+    check_redis_frontier(f)
+    # In a partitioned round the pushes come in an earlier call: the round says whose
+    # leases end in it.
+    for g in got:
+        f.complete(g, 0.0)
+    f.push("b", 1, b"b3")
+    page = pop_wait(f)
+    f.round([("b", 1, b"b4", None)], [], 0, ending={"b"})
+    assert f.pop() is None, "the links wait for their page's end"
+    check_redis_frontier(f)
+    f.round([], [Finished(page, 0.0)], 0)
+    assert pop_wait(f).item == b"b4"
+    check_redis_frontier(f)
+
+
+def test_a_lease_end_with_another_out_wakes_the_spare_connections_at_their_own_rests(
+        redis_client: redis.Redis, redis_prefix: str) -> None:
+    f = open_frontier(redis_client, redis_prefix, factor=1.0)
+    f.push_many([("a", 1, b"a0"), ("a", 1, b"a1")])
+    one, two = pop_wait(f), pop_wait(f)
+    done = f.complete(one, 0.3)  # nothing queued, another lease out: spare, resting 0.3
+    assert done is not None
+    f.push_many([("a", 1, b"a2"), ("a", 1, b"a3")])
+    assert f.pop() is None
+    f.complete(two, 0.0, sent=False)  # the other ends: its connection goes at once
+    first = f.pop()
+    assert first is not None and first.item == b"a2"
+    assert f.pop() is None, "the connection that fetched rests its own rest"
+    second = pop_wait(f)
+    assert second.item == b"a3" and second.handed_at >= done.next_contact - 1e-5
+    check_redis_frontier(f)
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_random_steps_keep_the_invariants(redis_client: redis.Redis, redis_prefix: str,
                                           seed: int) -> None:
@@ -271,6 +320,11 @@ def test_random_steps_keep_the_invariants(redis_client: redis.Redis, redis_prefi
                 f.complete(lease, 0.0, sent=False)
             elif how < 0.3:
                 f.complete(lease, 0.0, budget=-2)  # handed back
+            elif how < 0.6:  # its page's links first, then its end, in one round
+                links = [(lease.host, 1, b"%s%d" % (lease.host.encode(), n + i), None)
+                         for i in range(rng.randint(1, 3))]
+                n += len(links)
+                f.round(links, [Finished(lease, rng.uniform(0.0, 0.02))], 0)
             else:
                 f.complete(lease, rng.uniform(0.0, 0.02))
         elif op < 0.85:

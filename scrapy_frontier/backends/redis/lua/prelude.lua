@@ -211,20 +211,28 @@ local function schedule(host, k)
   redis.call('ZADD', K_READY, unpack(args))
 end
 
--- A host of several connections got a URL: its spare connections go into the ready set,
--- each at its own rest end.
-local function wake_spare(host)
-  local k = conns_of(host)
-  if k == 1 then
-    schedule(host)
-    return
-  end
+-- A host of several connections has URLs again: its spare connections go into the ready
+-- set, each at its own rest end; gathered (all: spare or ready but the leased), every idle
+-- one waits for the host's one rest, the latest of theirs.
+local function wake_spare(host, k, gathered)
+  local spare = {}
   for _, m in ipairs(members_of(host, k)) do
     local t = redis.call('ZSCORE', K_SPARE, m)
-    if t then
-      redis.call('ZREM', K_SPARE, m)
-      redis.call('ZADD', K_READY, fmt(unblocked_at(host, tonumber(t))), m)
+    if t then spare[#spare + 1] = {m, tonumber(t)} end
+  end
+  if #spare == 0 then return end
+  local at
+  if gathered then
+    at = math.max(now, tonumber(redis.call('ZSCORE', K_REST, host) or '0'))
+    for _, m in ipairs(members_of(host, k)) do
+      if redis.call('ZSCORE', K_READY, m) then
+        redis.call('ZADD', K_READY, fmt(unblocked_at(host, at)), m)
+      end
     end
+  end
+  for _, e in ipairs(spare) do
+    redis.call('ZREM', K_SPARE, e[1])
+    redis.call('ZADD', K_READY, fmt(unblocked_at(host, at or e[2])), e[1])
   end
 end
 
@@ -241,7 +249,8 @@ local function spare_idle(host, k)
 end
 
 -- k: the host's connections when it gets its back queue with this URL (nil otherwise).
-local function add_to_back(host, lv, item, at_head, k)
+-- wake: a push whose host's lease does not end in the same round (see lease_ended).
+local function add_to_back(host, lv, item, at_head, k, wake)
   if at_head then
     redis.call('LPUSH', bkey(lv, host), item)
   else
@@ -257,8 +266,12 @@ local function add_to_back(host, lv, item, at_head, k)
       schedule(host, k)
     elseif redis.call('HEXISTS', K_LEASES, host) == 0 then
       -- An active host of one connection with nothing queued holds its lease: this one
-      -- gets its back queue, or has several connections.
-      if k or not MULTI then schedule(host) else wake_spare(host) end
+      -- gets its back queue, or has several connections (see lease_ended).
+      if k or not MULTI then
+        schedule(host)
+      elseif wake then
+        wake_spare(host, conns_of(host), false)
+      end
     end
   end
 end
@@ -348,6 +361,20 @@ local function idle_or_deactivate(host, member, at)
   return false
 end
 
+-- A lease of a host of several connections ended (member: its connection, ready again)
+-- with URLs queued. A URL that reaches a host of several connections with nothing queued
+-- wakes its spare connections at their own rest ends (wake_spare), unless the push comes
+-- in the round that ends one of the host's leases: the links of a page, pushed before
+-- their fetch's end is sent (so that no completed lease is without them). The core, told
+-- of the end first, wakes the spare connections only after it; so do these, here: at their
+-- own rest ends while another lease is out; else, as in the core when the host gave its
+-- back queue up with its last lease and got it again with those links, all at the host's
+-- one rest.
+local function lease_ended(host, member)
+  local k = conns_of(host)
+  wake_spare(host, k, not leased_besides(host, k, member))
+end
+
 -- End of a fetch (complete or expiry) on member (the host, or a connection of a host of
 -- several): it rests rest seconds (or more: the floors kept here, robots.txt's minimum
 -- rest and an operator's delay), then is ready again or gives up its back queue. fetch,
@@ -382,6 +409,7 @@ local function release(member, fetch, pace, rest, not_before)
       redis.call('HSET', K_FETCH, host, fmt(math.max(0, fetch)) .. ' ' .. fmt(pace))
     end
     redis.call('ZADD', K_READY, fmt(unblocked_at(host, nc)), member)
+    if member ~= host then lease_ended(host, member) end
     -- The rest kept before the host's next URL (the core's politeness_hold_seconds).
     stat('hold_us', math.floor((nc - now) * 1000000))
   elseif idle_or_deactivate(host, member, nc) and fetch then
@@ -417,6 +445,7 @@ local function hand_back(member, lv, ready, item)
   local nc = math.max(now, ready or now)
   if tonumber(redis.call('HGET', K_ACTIVE, host) or '0') > 0 then
     redis.call('ZADD', K_READY, fmt(unblocked_at(host, nc)), member)
+    if member ~= host then lease_ended(host, member) end
   else
     idle_or_deactivate(host, member, nc)
   end
@@ -620,9 +649,10 @@ end
 -- Queue item for host at level lv, tested against and added to a seen set in the same
 -- step. mode 0: no seen set; 1: add member to seen_key once queued; 2: also drop the entry
 -- if the member is there already (two workers pushing one URL at once cannot both queue
--- it). k: the host's connections, kept for when it gets a back queue (K_CONNS). Returns 1
--- queued, 0 refused (retired host), 2 duplicate.
-local function push_one(host, lv, item, seen_key, member, mode, k)
+-- it). k: the host's connections, kept for when it gets a back queue (K_CONNS); ending 1:
+-- one of the host's leases ends in this round (see lease_ended). Returns 1 queued, 0
+-- refused (retired host), 2 duplicate.
+local function push_one(host, lv, item, seen_key, member, mode, k, ending)
   -- Test and mark in one command; a refused push takes its mark back.
   if mode == 2 and redis.call('SADD', seen_key, member) == 0 then return 2 end
   if is_retired(host) then
@@ -632,7 +662,7 @@ local function push_one(host, lv, item, seen_key, member, mode, k)
   end
   stat('pushed', 1)
   if redis.call('HEXISTS', K_ACTIVE, host) == 1 then
-    add_to_back(host, lv, item, false)
+    add_to_back(host, lv, item, false, nil, ending ~= 1)
   else
     if k > 1 then
       redis.call('HSET', K_CONNS, host, k)
