@@ -215,15 +215,20 @@ def _take_over_scrapy_pacing(settings: Settings) -> None:
 
 def _open_connections(settings: Settings) -> None:
     """Scrapy's downloader lets each host have as many requests at once as the most
-    connections a FRONTIER_HOST_POLICY entry gives (the frontier keeps every other host to
-    its own); a project's own CONCURRENT_REQUESTS_PER_DOMAIN wins, and caps the entries."""
+    connections a FRONTIER_HOST_POLICY entry or FRONTIER_CAPACITY gives (the frontier keeps
+    every host to its own); a project's own CONCURRENT_REQUESTS_PER_DOMAIN wins, and caps
+    them."""
     from scrapy_frontier.core.host_policy import HostPolicy, parse_entries
 
     try:
         entries = parse_entries(settings.getdict("FRONTIER_HOST_POLICY"), HostPolicy())
     except (TypeError, ValueError):
         return  # check_startup has stopped the crawl
-    most = max([1, *(policy.connections for policy in entries.values())])
+    try:
+        capacity = settings.getint("FRONTIER_CAPACITY")
+    except ValueError:
+        return  # check_startup has stopped the crawl
+    most = max([1, capacity, *(policy.connections for policy in entries.values())])
     settings.set("CONCURRENT_REQUESTS_PER_DOMAIN", most, "addon")
 
 

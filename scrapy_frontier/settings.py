@@ -93,6 +93,7 @@ DEFAULTS: dict[str, Any] = {
     "FRONTIER_HOST_BUDGET": 0,
     "FRONTIER_HOST_BUDGETS": {},
     "FRONTIER_HOST_POLICY": {},
+    "FRONTIER_CAPACITY": 0,
 }
 
 #: More front queues than this is surely a typo (each is scanned when choosing a level).
@@ -222,6 +223,9 @@ class FrontierConfig:
     them: also those robots.txt files name (see docs/signals.rst)."""
     host_policies: HostPolicies = field(default_factory=lambda: HostPolicies(HostPolicy()))
     """FRONTIER_HOST_POLICY: each host's delay rule, connections and budget."""
+    capacity: int = 0
+    """FRONTIER_CAPACITY: the most connections a host's measured capacity may give it
+    (0: off); each host's policy concurrency is then its cap."""
 
     def budget_for(self, host: str) -> int:
         """FRONTIER_HOST_BUDGETS' entry for ``host``, else its per-host policy's budget,
@@ -288,6 +292,15 @@ class FrontierConfig:
                 "claim due pages by their due time alone. Leave it unset there; pages come "
                 "due on their own schedule, and meta['frontier_force'] fetches a start page "
                 "whatever its schedule")
+        capacity = _int(settings, "FRONTIER_CAPACITY", minimum=0)
+        if capacity and backend == "redis":
+            raise FrontierConfigError(
+                "FRONTIER_CAPACITY is not supported by FRONTIER_BACKEND='redis' (a host's "
+                "connections are measured in one process): remove one of the two settings")
+        if capacity and ip_politeness:
+            raise FrontierConfigError(
+                "FRONTIER_CAPACITY cannot be combined with FRONTIER_IP_POLITENESS (hosts on "
+                "one IP address share one connection): remove one of the two settings")
         if backend == "redis" and ip_politeness:
             raise FrontierConfigError(
                 "FRONTIER_IP_POLITENESS is not supported by FRONTIER_BACKEND='redis' (hosts on "
@@ -331,7 +344,8 @@ class FrontierConfig:
             host_budgets=_host_budgets(settings),
             sitemaps=_sitemaps(settings),
             host_policies=_host_policies(settings, DelayPolicy(factor, min_delay, max_delay),
-                                         pacing),
+                                         pacing, max(1, capacity)),
+            capacity=capacity,
         )
 
 
@@ -673,9 +687,9 @@ def scrapy_pacing(settings: BaseSettings) -> ScrapyPacing:
 
 
 def _host_policies(settings: BaseSettings, delay: DelayPolicy,
-                   pacing: ScrapyPacing) -> HostPolicies:
+                   pacing: ScrapyPacing, connections: int = 1) -> HostPolicies:
     raw = _raw(settings, "FRONTIER_HOST_POLICY", {})
-    default = HostPolicy(delay)
+    default = HostPolicy(delay, connections)
     try:
         table = settings.getdict("FRONTIER_HOST_POLICY") if raw else {}
     except (TypeError, ValueError):
@@ -688,7 +702,15 @@ def _host_policies(settings: BaseSettings, delay: DelayPolicy,
         entries.update(parse_entries(table, default))  # the frontier's own entries win
     except ValueError as exc:
         raise FrontierConfigError(str(exc)) from None
-    return HostPolicies(default, entries, _capped_connections(settings, entries))
+    warnings = _capped_connections(settings, entries)
+    per_domain = max(1, settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN", 8))
+    if default.connections > per_domain:
+        warnings.append(f"FRONTIER_CAPACITY={default.connections} gives a host up to "
+                        f"{default.connections} connections; CONCURRENT_REQUESTS_PER_DOMAIN "
+                        f"lets Scrapy's downloader open {per_domain}, so hosts get at most "
+                        f"{per_domain} (raise CONCURRENT_REQUESTS_PER_DOMAIN to give them more)")
+        default = replace(default, connections=per_domain)
+    return HostPolicies(default, entries, warnings)
 
 
 def _capped_connections(settings: BaseSettings, entries: dict[str, HostPolicy]) -> list[str]:

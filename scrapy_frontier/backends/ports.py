@@ -219,6 +219,13 @@ class HostControlPort(ABC):
     def host_counts(self) -> dict[str, int]:
         """Hosts blocked, retired and over budget (cheap: no I/O)."""
 
+    def set_connections(self, host: str, connections: int, *, together: bool = False) -> None:
+        """``host`` uses ``connections`` from now, as its capacity was measured
+        (:meth:`Frontier.set_connections <scrapy_frontier.core.frontier.Frontier.set_connections>`).
+        Only called with ``FRONTIER_CAPACITY``, which a backend that cannot change a host's
+        connections refuses at startup."""
+        raise NotImplementedError(f"{type(self).__name__} keeps its hosts' connections")
+
 
 class InspectPort(ABC):
     """Sizes and stats, for the census and the stats collector."""

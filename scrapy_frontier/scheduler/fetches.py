@@ -19,6 +19,7 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy_frontier.backends.ports import QueuePort
 from scrapy_frontier.errors import StoreError
 from scrapy_frontier.meta import LAPSED_META, LEASE_META
+from scrapy_frontier.scheduler.capacity import CapacityFeed
 from scrapy_frontier.scheduler.feeds import FeedGuard
 from scrapy_frontier.scheduler.fetch_timing import FetchTiming
 from scrapy_frontier.scheduler.inflight import InFlight, LeaseKeeper
@@ -71,6 +72,9 @@ class Fetches:
         self.persistent = backend.persistent
         self.engine = engine
         self.unsent = 0
+        #: Each host's connections by measurement (FRONTIER_CAPACITY); None: off.
+        self.capacity = (CapacityFeed(config.host_policies.connections_of, backend.controls,
+                                      self.stats) if config.capacity else None)
         self.leases = LeaseKeeper(self.inflight, engine, self.queue, self.stats,
                                   config.lease_timeout, ended=self.completed,
                                   items_safe=self.feeds.flush)
@@ -119,6 +123,8 @@ class Fetches:
         if ticket is None or queue.holds(ticket) or self.inflight.complete(ticket) is None:
             return None
         queue.give_back(ticket)
+        if self.capacity is not None:
+            self.capacity.dropped(ticket)
         meta[LAPSED_META] = True
         return request
 
@@ -128,6 +134,8 @@ class Fetches:
         fetch = self.inflight.get(request.meta.get(LEASE_META))
         if fetch is not None:
             self.timing.sent(fetch)
+            if self.capacity is not None:
+                self.capacity.sent(fetch.ticket, fetch.host, fetch.sent_at or 0.0)
 
     def completed(
         self,
@@ -180,6 +188,9 @@ class Fetches:
         token = self.queue.complete(ticket, timed.duration, rest, timed.ended_at)
         if token is not None:  # (tested here too: a call saved per fetch without one)
             self.inflight.await_ack(fetch, token)
+        if self.capacity is not None:
+            self.capacity.ended(ticket, timed.duration, timed.ended_at or now,
+                                strained=CapacityFeed.strained(response, exception))
         if failures and rules.should_retire(failures):
             self._retire(host, failures, response, exception)
         if self.timing.log_each:
@@ -193,6 +204,8 @@ class Fetches:
         """The request never reached the downloader (robots.txt forbade it, a cache or a
         middleware answered it): its host rests nothing, and no site rule counts it."""
         self.unsent += 1
+        if self.capacity is not None:
+            self.capacity.dropped(fetch.ticket)
         token = self.queue.complete(fetch.ticket, 0.0, 0.0, None, sent=False)
         if token is not None:
             self.inflight.await_ack(fetch, token)
@@ -209,6 +222,8 @@ class Fetches:
                 exception: BaseException | None) -> None:
         dropped = self.controls.retire(host)
         self.rules.forget(host)
+        if self.capacity is not None:
+            self.capacity.forget(host)
         self.stats.inc_value("frontier/retired_hosts")
         if dropped:
             self.stats.inc_value("frontier/retired_requests", len(dropped))

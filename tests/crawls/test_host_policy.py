@@ -59,3 +59,47 @@ def test_download_slots_give_one_host_four_connections_and_the_others_one(
     single = audit(read_log(log), expected=web.expected, factor=10.0, min_delay=0.1,
                    max_delay=1.0)
     assert single.overlaps > 0
+
+
+def capacity_crawl(tmp_path: Path, backend: str, workers: int) -> tuple[Any, Any, Any]:
+    log = tmp_path / "server.jsonl"
+    web = ["--shape", "wide", "--hosts", "1", "--pages", "90", "--latency", "0.05", "0.05",
+           "--workers", str(workers)]
+    settings: dict[str, Any] = {"ADDONS": FRONTIER_ADDON, "FRONTIER_CAPACITY": 4,
+                                "FRONTIER_MIN_DELAY": 0.0, "FRONTIER_MAX_DELAY": 5.0}
+    if backend == "sqlite":
+        settings["JOBDIR"] = str(tmp_path / "job")
+    with ServerProcess(web, log_path=str(log)) as served:
+        result = run_crawl(served.start_urls, settings, allowed_domains=served.allowed_domains,
+                           workdir=tmp_path / "crawl", timeout=300)
+        expected = served.expected
+    assert result.returncode == 0, result.output[-3000:]
+    entries = read_log(log)
+    report = audit(entries, expected=expected, factor=10.0, min_delay=0.0, max_delay=5.0,
+                   connections=4)
+    assert report.coverage == 1.0 and report.duplicates == 0, report.summary()
+    assert report.polite, report.summary()  # every connection kept the rule
+    return result, report, entries
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_capacity_gives_a_host_of_four_workers_more_connections(
+        tmp_path: Path, backend: str) -> None:
+    result, report, entries = capacity_crawl(tmp_path, backend, 4)
+    assert result.stats.get("frontier/capacity/rises", 0) >= 1, result.stats
+    assert report.most_in_flight >= 2, report.summary()
+    # More connections never made a request wait for a server worker beyond the probes'.
+    waited = [e for e in entries if e.queued > 0.025]
+    assert len(waited) <= result.stats.get("frontier/capacity/falls", 0), waited
+
+
+@pytest.mark.slow  # 10 s or more: the newest leg runs it, the oldest leg leaves it out
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_capacity_keeps_a_host_of_one_worker_at_one_but_for_its_probes(
+        tmp_path: Path, backend: str) -> None:
+    result, report, entries = capacity_crawl(tmp_path, backend, 1)
+    rises = result.stats.get("frontier/capacity/rises", 0)
+    assert report.most_in_flight <= 2, report.summary()
+    # Each probe at two connections costs at most one request that waits for the worker.
+    waited = [e for e in entries if e.queued > 0.025]
+    assert len(waited) <= rises, (rises, waited)

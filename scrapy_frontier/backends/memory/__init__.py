@@ -34,13 +34,15 @@ class MemoryBackend(Backend):
 
     def __init__(self, context: BackendContext) -> None:
         self.ctx = context
+        #: Each host's measured connections (FRONTIER_CAPACITY), kept across a resume.
+        self.measured: dict[str, int] = {}
         frontier = self.frontier = self._new_frontier(None)
         self.ip_groups = (IPGroups(frontier, timeout=context.config.dns_timeout,
                                    wake=context.wake)
                           if context.config.ip_politeness else None)
         self.queue = self._new_queue()
         self.history = self._new_history()
-        self.controls = LocalControls(frontier)
+        self.controls = LocalControls(frontier, self.measured)
         self.inspection = LocalInspection(self.name, frontier, self.history,
                                           context.dupefilter, self.ip_groups)
 
@@ -64,7 +66,8 @@ class MemoryBackend(Backend):
             rng=random.Random(config.seed),
             store=store,
             group_hosts=config.ip_politeness,
-            connections=config.host_policies.connections,
+            connections=(self._measured_connections if config.capacity
+                         else config.host_policies.connections),
         )
         frontier.budgets.default = config.host_budget
         if config.host_policies.has_budgets:
@@ -72,6 +75,9 @@ class MemoryBackend(Backend):
         for host, budget in config.host_budgets.items():
             frontier.set_budget(host, budget)
         return frontier
+
+    def _measured_connections(self, host: str) -> int:
+        return self.measured.get(host, 1)
 
     def _use(self, frontier: Frontier[Request]) -> None:
         """Every port works on ``frontier`` from now on (a resumed one)."""

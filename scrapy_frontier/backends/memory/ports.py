@@ -128,10 +128,15 @@ class LocalHistory(HistoryPort):
 class LocalControls(HostControlPort):
     """Rests, retirements and budgets, on the frontier itself."""
 
-    def __init__(self, frontier: Frontier[Request]) -> None:
+    def __init__(self, frontier: Frontier[Request], measured: dict[str, int]) -> None:
         self.frontier = frontier
         #: Why hosts were closed: "failures", "retired" (by hand), "budget".
         self.closed_hosts: dict[str, str] = {}
+        self.measured = measured
+
+    def set_connections(self, host: str, connections: int, *, together: bool = False) -> None:
+        self.measured[host] = connections
+        self.frontier.set_connections(host, connections, together=together)
 
     def set_min_rest(self, host: str, seconds: float) -> None:
         self.frontier.set_min_rest(host, seconds)
