@@ -161,7 +161,6 @@ def check_redis_frontier(frontier: RedisFrontier) -> None:
     for host, q in active.items():
         assert q == back_keys.get(host, 0), f"{host}: active says {q}, lists hold none"
         assert q >= 0
-        assert q or host in leases, f"idle empty back queue for {host}"
         if host in retired:
             assert q == 0, f"retired {host} still queued"
     assert count.get("back", 0) == sum(active.values()), "back count drift"
@@ -169,22 +168,53 @@ def check_redis_frontier(frontier: RedisFrontier) -> None:
     if front:
         assert len(active) >= frontier.back_queues, "front queues wait while back queues are free"
     assert set(leases) == set(deadlines), "leases and deadlines disagree"
-    for host, rec in leases.items():
-        assert host in active, f"lease on {host} without a back queue"
-        assert host not in ready, f"leased {host} also ready"
+    # A host of k > 1 connections is k members "host NUL c" (see RedisFrontier's layout).
+    conns = {a: int(b) for a, b in h("conns").items()}
+    spare = z("spare")
+    several = {host for host in active if conns.get(host, 1) > 1}
+
+    def host_of(member: str) -> str:
+        return member.partition("\0")[0]
+
+    leased_hosts = {host_of(m) for m in leases}
+    for member, rec in leases.items():
+        host = host_of(member)
+        assert host in active, f"lease on {member!r} without a back queue"
+        assert member not in ready, f"leased {member!r} also ready"
         _, _, handed, _, _ = rec.split(b"|", 4)
         if frontier.liveness:  # the claim's window, renewed up to the lease timeout
-            assert float(handed) < deadlines[host] <= float(handed) + frontier.lease_timeout \
-                + 1e-3
+            assert float(handed) < deadlines[member] <= float(handed) \
+                + frontier.lease_timeout + 1e-3
         else:
-            assert abs(deadlines[host] - float(handed) - frontier.lease_timeout) < 1e-3
-    want_ready = {host for host, q in active.items() if q and host not in leases}
+            assert abs(deadlines[member] - float(handed) - frontier.lease_timeout) < 1e-3
+    for host, q in active.items():
+        assert q or host in leased_hosts, f"idle empty back queue for {host}"
+    want_ready = {host for host, q in active.items()
+                  if q and host not in leases and host not in several}
+    for host in several:
+        members = {f"{host}\0{c}" for c in range(1, conns[host] + 1)}
+        assert host not in leases and host not in ready, f"{host}: bare member of {conns[host]}"
+        mine = [m for m in [*leases, *ready, *spare] if host_of(m) == host]
+        assert sorted(mine) == sorted(members), \
+            f"{host}: connections {sorted(mine)} != {sorted(members)} (each in one place)"
+        if active[host]:
+            # URLs that came while leases were out leave the spare connections spare until
+            # a lease ends (see lease_ended in lua/prelude.lua).
+            want_ready |= members - set(leases) - set(spare)
+            assert not members & set(spare) or members & set(leases), \
+                f"{host}: spare connections with URLs queued and no lease out"
+    assert {host_of(m) for m in spare} <= several, "spare connections of a host of one"
     assert set(ready) == want_ready, f"ready {sorted(ready)} != {sorted(want_ready)}"
     blocked = z("blocked")
-    for host, t_e in ready.items():
+    for member, t_e in ready.items():
+        host = host_of(member)
         if blocked.get(host, -math.inf) > now and t_e >= blocked[host] - 1e-5:
             continue  # held by a block (scrapy frontier block)
-        if host in rest:
+        if host in several:
+            # Each connection rests by its own fetch; the host keeps the latest rest.
+            assert t_e <= max(rest.get(host, now), now) + 1e-3, \
+                f"{member!r}: ready {t_e} after the host's rest {rest.get(host)}"
+        elif rest.get(host, -math.inf) > now:  # (a rest that ended is no rest; purged later)
             assert abs(rest[host] - t_e) < 1e-5, f"{host}: ready {t_e} != rest {rest[host]}"
         else:
             assert t_e <= now + 1e-3, f"{host}: ready in the future without a rest"

@@ -31,6 +31,29 @@ def _floats(pairs: list[tuple[bytes, float]]) -> dict[str, float]:
     return {text(member): float(score) for member, score in pairs}
 
 
+def _host_of(member: bytes | str) -> str:
+    """The host of a member of ``ready`` or ``leases`` (a connection of a host of several
+    is "host NUL c")."""
+    return text(member).partition("\0")[0]
+
+
+def _leases_per_host(members: list[bytes]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for member in members:
+        host = _host_of(member)
+        out[host] = out.get(host, 0) + 1
+    return out
+
+
+def _first_ready(pairs: list[tuple[bytes, float]]) -> dict[str, float]:
+    """Each host's earliest ready connection."""
+    out: dict[str, float] = {}
+    for member, score in pairs:
+        host = _host_of(member)
+        out[host] = min(out.get(host, math.inf), float(score))
+    return out
+
+
 class RedisInspector:
     """A read-only look at one spider's frontier, seen set and page history in Redis, over
     all of its partitions (see backends/redis/partitions.py)."""
@@ -160,8 +183,8 @@ class RedisInspector:
             "now": sec + usec / 1e6,
             "count": {text(a): int(b) for a, b in count.items()},
             "active": {text(a): int(b) for a, b in active.items()},
-            "leases": {text(h) for h in leases},
-            "ready": _floats(ready), "rest": _floats(rest), "blocked": _floats(blocked),
+            "leases": _leases_per_host(leases),
+            "ready": _first_ready(ready), "rest": _floats(rest), "blocked": _floats(blocked),
             "fetch": {text(a): read_pace(b) for a, b in fetch.items()},
             "minrest": {text(a): float(b) for a, b in minrest.items()},
             "delay": {text(a): float(b) for a, b in delay.items()},
@@ -201,8 +224,8 @@ class RedisInspector:
             v = views[host]
             v.back_queue = True
             v.back = n
-        for host in snap["leases"]:
-            views[host].in_flight = 1
+        for host, n in snap["leases"].items():
+            views[host].in_flight = n
         # A rest that has ended stays in its sorted set until the next claim purges it:
         # its host is not resting any more.
         rests = {host: t for host, t in snap["rest"].items() if t > now}
@@ -303,7 +326,8 @@ class RedisInspector:
         views, known, snap = self.views()
         count = snap["count"]
         return shapes.status(
-            self.backend, count.get("front", 0) + count.get("back", 0), len(snap["leases"]),
+            self.backend, count.get("front", 0) + count.get("back", 0),
+            sum(snap["leases"].values()),
             shapes.host_counts(list(views.values()), known), seen, pages, due)
 
     def hosts(self, limit: int, sort: str) -> tuple[list[dict[str, Any]], dict[str, str]]:

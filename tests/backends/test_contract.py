@@ -370,11 +370,9 @@ def test_a_request_never_sent_rests_its_host_nothing(make: Any) -> None:
     b.check()
 
 
-def test_connections_per_host(make: Any, request: pytest.FixtureRequest) -> None:
+def test_connections_per_host(make: Any) -> None:
     """A host of two connections has two leases at once; each connection rests by the
     delay rule on its own fetch, and a host of one connection keeps one lease."""
-    if request.node.callspec.params["make"] == "redis":
-        pytest.skip("Redis: one connection per host (refused at startup)")
     b = make(DelayPolicy(factor=2.0, min_delay=0.0, max_delay=10.0),
              connections=lambda host: 2 if host == "a" else 1)
     for i in range(5):

@@ -24,9 +24,13 @@ def backend_settings(backend: str, tmp_path: Path, request: pytest.FixtureReques
         return {}
     server = request.getfixturevalue(
         "redis_cluster" if backend == "redis-cluster" else "redis_server")
+    # On a cluster each partition keeps its seen set under its own frontier keys.
+    keys = {"FRONTIER_REDIS_CLUSTER": True, "FRONTIER_REDIS_PARTITIONS": 3} \
+        if backend == "redis-cluster" else {"FRONTIER_REDIS_SEEN_KEY": f"{name}:seen:"}
     return {"FRONTIER_BACKEND": "redis", "REDIS_URL": server.url,
-            "FRONTIER_REDIS_KEY": f"{name}:frontier:", "FRONTIER_REDIS_SEEN_KEY": f"{name}:seen:",
-            "FRONTIER_REDIS_HISTORY_KEY": f"{name}:history:", "FRONTIER_REDIS_IDLE_GRACE": 0.5}
+            "FRONTIER_REDIS_KEY": f"{name}:frontier:",
+            "FRONTIER_REDIS_HISTORY_KEY": f"{name}:history:", "FRONTIER_REDIS_IDLE_GRACE": 0.5,
+            **keys}
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite", "redis", "redis-cluster"])

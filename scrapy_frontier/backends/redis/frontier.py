@@ -4,7 +4,8 @@
 :class:`~scrapy_frontier.core.frontier.Frontier` for items that are ``bytes``
 (the caller serializes its requests): F front queues, one back queue per active
 host, a ready set ordered by each host's next-contact time, one fetch per host
-at a time across *all* workers, and a rest after every fetch of
+at a time across *all* workers (``connections``: k at a time for a host of k
+connections, each resting by its own fetch), and a rest after every fetch of
 ``max(policy.delay(fetch), min_rest(host), rest_at_least)``.
 
 Every state change is one atomic Lua script (push, claim, complete, retire),
@@ -47,6 +48,11 @@ put the name in ``{...}`` to keep every key in one Redis Cluster slot)::
     P fetched         HASH   host -> fetches completed, while a budget is in force
     P leases          HASH   host -> "<id>|<level>|<handed_at>|<ready_at>|<item>" (one per host)
     P deadlines       ZSET   host -> lease deadline
+    P conns           HASH   host -> connections, for hosts pushed with more than one (as the
+                             last push while the host had no back queue said); absent while
+                             no host has more than one
+    P spare           ZSET   "host NUL c" -> rest end: idle connections of a host of several
+                             with nothing queued
     P dropped         LIST   host NUL item: URLs of retired hosts dropped from front queues
     P quarantine      LIST   host NUL level NUL at NUL error NUL item: claimed items that
                              cannot be rebuilt, set aside (scrapy frontier quarantine)
@@ -55,6 +61,12 @@ put the name in ``{...}`` to keep every key in one Redis Cluster slot)::
                              its heartbeat (RedisFrontier.renew)
     P stats           HASH   pushed, popped, completed, expired, handed_back, activations,
                              releases, ...
+
+A host of k > 1 connections (``connections``) is k members ``host NUL 1`` .. ``host NUL
+k`` of ``ready``, ``leases``, ``deadlines`` and ``spare``, one per connection: each in
+exactly one of ready, leases and spare while the host has a back queue. Its ``rest`` is
+the latest of its connections' rests. A host of one connection is its own member, as when
+no host has more (the scripts then read no key of connections at all).
 
 The seen set (:class:`RedisSeenSet`) lives under its own prefix (default
 ``P seen:``): ``S meta`` HASH (format, buckets) and ``S <bucket>`` SETs of 64-bit
@@ -71,7 +83,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
@@ -107,7 +119,8 @@ UNSENT = -3
 
 @dataclass(frozen=True, slots=True)
 class RedisLease:
-    """One claimed item: its host is busy for every worker until completed or expired."""
+    """One claimed item: its host (its connection, for a host of several) is busy for every
+    worker until completed or expired."""
 
     ticket: int
     host: str
@@ -230,6 +243,8 @@ _KEY_TYPES = {
     "budgets": "hash",
     "fetched": "hash",
     "workers": "zset",
+    "conns": "hash",
+    "spare": "zset",
 }
 
 
@@ -285,6 +300,7 @@ class RedisFrontier:
         spider: str | None = None,
         liveness: float = 0.0,
         partition: tuple[int, int] | None = None,
+        connections: Callable[[str], int] | None = None,
     ) -> None:
         back_queues_max = check_shape(front_queues, back_queues, back_queues_max, lease_timeout)
         if not priority_bias >= 1.0:
@@ -316,6 +332,9 @@ class RedisFrontier:
         self.policy = policy or DelayPolicy()
         #: Each host's own delay rule (FRONTIER_HOST_POLICY); None: ``policy`` for all.
         self.policy_of = policy_of
+        #: How many connections (leases at once) a host may use, sent with its pushes and
+        #: read by the scripts when it gets a back queue (None: one for every host).
+        self.connections = connections
         self.lease_timeout = lease_timeout
         if math.isnan(liveness) or liveness < 0:
             raise ValueError(f"liveness must be >= 0 seconds, got {liveness}")
@@ -543,21 +562,35 @@ class RedisFrontier:
 
     def _push_args(
         self, entries: Iterable[tuple[str, int, bytes, tuple[str, int, bool] | None]],
+        ending: Collection[str] = (),
     ) -> list[Any]:
-        """Six script arguments per push (see push_one in lua/prelude.lua)."""
+        """Eight script arguments per push (see push_one in lua/prelude.lua); ``ending``: the
+        hosts whose leases end in the same round."""
         args: list[Any] = []
+        conns = self._connections_of
         for host, level, item, seen in entries:
             self._check_host(host)
             if not 1 <= level <= self.levels:
                 raise ValueError(f"level must be in 1..{self.levels}, got {level}")
             if not isinstance(item, bytes | bytearray | memoryview):
                 raise TypeError(f"items must be bytes, got {type(item).__name__}")
+            end = 1 if host in ending else 0
             if seen is None:
-                args += [host, level, bytes(item), "", 0, 0]
+                args += [host, level, bytes(item), "", 0, 0, conns(host), end]
             else:
                 key, member, test = seen
-                args += [host, level, bytes(item), key, member, 2 if test else 1]
+                args += [host, level, bytes(item), key, member, 2 if test else 1, conns(host),
+                         end]
         return args
+
+    def _connections_of(self, host: str) -> int:
+        """The connections ``host`` may use (1 without ``connections``)."""
+        if self.connections is None:
+            return 1
+        conns = self.connections(host)
+        if isinstance(conns, bool) or not isinstance(conns, int) or conns < 1:
+            raise ValueError(f"connections({host!r}) must be an int >= 1, got {conns!r}")
+        return conns
 
     @staticmethod
     def _check_host(host: str) -> None:
@@ -622,7 +655,7 @@ class RedisFrontier:
 
     def round(self, pushes: Iterable[tuple[str, int, bytes, tuple[str, int, bool] | None]],
               finished: Iterable[Finished], want: int, *, count_ready: bool = False,
-              ahead: float = 0.0) -> RoundReply:
+              ahead: float = 0.0, ending: Collection[str] = ()) -> RoundReply:
         """One worker's round in one atomic script call: the pushes (as
         :meth:`push_unseen`), then the completions (as :meth:`complete`), then up to
         ``want`` claims (as :meth:`pop`), then the sizes (as :meth:`sizes`) and, if fewer
@@ -633,16 +666,22 @@ class RedisFrontier:
         ``ahead``: when no host is ready now, a claim takes the host that is ready first
         within that many seconds. Its lease's ``ready_at`` is then later than its
         ``handed_at``: the worker must not fetch before ``ready_at - handed_at`` seconds
-        after the reply (see :meth:`RedisLease.wait`)."""
-        push_args = self._push_args(pushes)
+        after the reply (see :meth:`RedisLease.wait`).
+
+        ``ending``: hosts whose leases end in this worker's round though not in this call
+        (a partitioned round completes after every partition's pushes); the hosts of
+        ``finished`` are counted too. A host of several connections that had nothing queued
+        wakes its spare connections at the end of a lease, not at the push of its page's
+        links (see lease_ended in lua/prelude.lua)."""
         done = list(finished)
+        push_args = self._push_args(pushes, {f.lease.host for f in done}.union(ending))
         done_args: list[Any] = []
         for f in done:
             done_args += self._completion_args(f.lease, f.fetch_seconds, f.rest_at_least,
                                                f.budget, f.ended_ago)
         reply = self._run(
             self._round, "running a round", self.expire_batch, repr(float(self.liveness)),
-            int(want), len(push_args) // 6, len(done), int(count_ready),
+            int(want), len(push_args) // 8, len(done), int(count_ready),
             repr(max(0.0, float(ahead))), *push_args, *done_args)
         at = float(reply[0])
         reclaimed = int(reply[1])
@@ -837,10 +876,12 @@ class RedisFrontier:
                        lambda: self.client.zrange(self.key("deadlines"), 0, -1, withscores=True))
         )
         out = []
-        for host, rec in raw.items():
+        for member, rec in raw.items():
+            # A connection of a host of several is "host NUL c".
+            host = text(member).partition("\0")[0]
             ticket, level, handed, ready, item = bytes(rec).split(b"|", 4)
-            out.append(RedisLease(int(ticket), text(host), item, int(level), float(handed),
-                                  float(deadlines.get(host, math.nan)), float(ready)))
+            out.append(RedisLease(int(ticket), host, item, int(level), float(handed),
+                                  float(deadlines.get(member, math.nan)), float(ready)))
         return out
 
     def budget_stats(self) -> dict[str, int]:

@@ -244,6 +244,8 @@ class PartitionedFrontier:
             return reply
         push_groups = self._grouped(pushes, lambda e: e[0])
         done_groups = self._grouped(done, lambda f: f.lease.host)
+        # Hosts whose leases end in this round, for pushes sent before their completions.
+        ending = {f.lease.host for f in done}
         shares = self.shares(want, everywhere, ahead)
         pushed = [0] * len(pushes)
         completed: list[Completion | None] = [None] * len(done)
@@ -259,7 +261,7 @@ class PartitionedFrontier:
             reply = part.round(
                 [e for _, e in pg],
                 [f._replace(lease=self._partition_lease(f.lease)) for _, f in dg], share,
-                count_ready=True, ahead=ahead)
+                count_ready=True, ahead=ahead, ending=ending)
             called.add(i)
             for (n, _), got in zip(pg, reply.pushed, strict=True):
                 pushed[n] = got

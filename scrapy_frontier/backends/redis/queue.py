@@ -119,8 +119,9 @@ class RedisQueue(QueuePort):
         self.local: Frontier[Request] = Frontier(
             front_queues=config.front_queues, priority_bias=config.priority_bias,
             back_queues=max(1, config.concurrent_requests),
-            policy=config.policy, lease_timeout=config.lease_timeout,
-            clock=context.clock, rng=random.Random(config.seed),
+            policy=config.policy, policy_of=config.host_policies.delays,
+            lease_timeout=config.lease_timeout, clock=context.clock,
+            rng=random.Random(config.seed), connections=config.host_policies.connections,
         )
         #: This worker's fetches, for its census, and the tickets it gives back unfetched.
         self.fetched = 0

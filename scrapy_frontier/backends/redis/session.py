@@ -59,6 +59,7 @@ class RedisSession:
             front_queues=config.front_queues, priority_bias=config.priority_bias,
             back_queues=config.back_queues, back_queues_max=config.back_queues_max,
             policy=config.policy, policy_of=config.host_policies.delays,
+            connections=config.host_policies.connections,
             lease_timeout=config.lease_timeout, spider=spider.name,
             rng=random.Random(config.seed), liveness=config.redis.liveness,
         )

@@ -27,6 +27,8 @@ from scrapy_frontier.backends.redis.partitions import (
 from scrapy_frontier.core import DelayPolicy
 from scrapy_frontier.errors import RedisFrontierDataError
 from tests.backends.redis.test_crawl import _reap, _spec, _wait_for, _worker, check_one_killed
+from tests.backends.test_contract import RedisBackend
+from tests.backends.test_contract import test_connections_per_host as connections_per_host
 from tests.invariants import check_redis_frontier
 from tests.redis_cluster import RedisClusterServers
 from tests.redis_server import RedisServer
@@ -84,6 +86,20 @@ def _finish(leases: list[Any]) -> list[Any]:
     from scrapy_frontier.backends.redis.frontier import Finished
 
     return [Finished(lease, 0.0) for lease in leases]
+
+
+def test_hosts_of_several_connections_on_the_cluster(
+        redis_cluster: RedisClusterServers) -> None:
+    """The contract's hosts of several connections, with the frontier's keys on one node of
+    the cluster (its connections' members stay in the prefix's slot)."""
+    client = redis_cluster.client()
+    prefix = f"{{conns{next(_names)}}}:frontier:"
+
+    def make(policy: DelayPolicy | None = None, **kw: Any) -> RedisBackend:
+        kw = {"front_queues": 4, "back_queues": 2, "back_queues_max": 3, **kw}
+        return RedisBackend(client, prefix, policy or DelayPolicy(0.0, 0.0, 10.0), **kw)
+
+    connections_per_host(make)
 
 
 def test_a_round_claims_where_the_ready_hosts_are(redis_server: RedisServer) -> None:

@@ -5,8 +5,16 @@ local function n(x) return tonumber(x or '0') end
 -- Hosts with URLs held by an operator's block (their ready time is the block's end).
 local blocked = 0
 for _, host in ipairs(redis.call('ZRANGEBYSCORE', K_BLOCKED, '(' .. fmt(now), '+inf')) do
-  local at = redis.call('ZSCORE', K_READY, host)
-  if at and tonumber(at) > now then blocked = blocked + 1 end
+  local k = conns_of(host)
+  local members = {host}
+  if k > 1 then members = members_of(host, k) end  -- (one per connection)
+  for _, m in ipairs(members) do
+    local at = redis.call('ZSCORE', K_READY, m)
+    if at and tonumber(at) > now then
+      blocked = blocked + 1
+      break
+    end
+  end
 end
 return {
   number_at(K_COUNT, 'front', counts[1]), number_at(K_COUNT, 'back', counts[2]),

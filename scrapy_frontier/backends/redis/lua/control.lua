@@ -7,17 +7,36 @@ local function requeue(at)
     redis.call('ZADD', K_READY, fmt(at), host)
   end
 end
+-- A host of several connections: each of its idle connections in key moves to at(its time).
+local function requeue_conns(key, at)
+  for _, m in ipairs(members_of(host, conns_of(host))) do
+    local t = redis.call('ZSCORE', key, m)
+    if t then redis.call('ZADD', key, fmt(at(tonumber(t))), m) end
+  end
+end
+local several = conns_of(host) > 1
 if op == 'block' then
   local until_ = now + tonumber(value)   -- value: seconds, or inf
   redis.call('ZADD', K_BLOCKED, fmt(until_), host)
   mark_filled(K_BLOCKED)
-  requeue(unblocked_at(host, tonumber(redis.call('ZSCORE', K_READY, host) or now)))
+  if several then
+    requeue_conns(K_READY, function(t) return unblocked_at(host, t) end)
+  else
+    requeue(unblocked_at(host, tonumber(redis.call('ZSCORE', K_READY, host) or now)))
+  end
   return {fmt(until_), fmt(now)}
 elseif op == 'unblock' then
   local was = redis.call('ZREM', K_BLOCKED, host)
   if was == 1 then
     local rest = tonumber(redis.call('ZSCORE', K_REST, host) or '0')
-    requeue(math.max(now, rest))
+    if several then
+      -- Every idle connection waits for the host's latest rest.
+      local function at() return math.max(now, rest) end
+      requeue_conns(K_READY, at)
+      requeue_conns(K_SPARE, at)
+    else
+      requeue(math.max(now, rest))
+    end
   end
   return {was, fmt(now)}
 elseif op == 'delay' then

@@ -5,9 +5,13 @@ local P = ARGV[1]
 -- The meta hash is written when a frontier is first opened: without it the state is gone
 -- (Redis restarted without persistence, or the keys were deleted). Changing nothing then
 -- is what lets the workers stop and say so instead of "finishing" an empty frontier.
-if redis.call('EXISTS', P .. 'meta') == 0 then
+-- The same call says whether a host was ever pushed with several connections (P conns
+-- exists): MULTI false, every host has one connection and no script reads P conns.
+local present = redis.call('EXISTS', P .. 'meta', P .. 'conns')
+if present == 0 then
   return redis.error_reply('FRONTIER_GONE the frontier under ' .. P .. ' has no meta key')
 end
+local MULTI = present == 2
 local F = tonumber(ARGV[2])
 local B = tonumber(ARGV[3])
 local BMAX = tonumber(ARGV[4])
@@ -46,6 +50,12 @@ local K_REST, K_FETCH, K_MINREST = P .. 'rest', P .. 'fetch', P .. 'minrest'
 local K_RETIRED, K_LEASES, K_DEADLINES = P .. 'retired', P .. 'leases', P .. 'deadlines'
 local K_DROPPED, K_SEQ, K_STATS = P .. 'dropped', P .. 'seq', P .. 'stats'
 local K_HEAD = P .. 'head'
+-- Hosts of several connections: conns (host -> connections, as the last push of the host
+-- while it had no back queue said; read when it gets one), spare (connection -> its rest
+-- end: idle connections of an active host with nothing queued). Connection c (1..k) of such
+-- a host is the member "host NUL c" of ready, leases, deadlines and spare; a host of one
+-- connection is its own member, as if no host had more.
+local K_CONNS, K_SPARE = P .. 'conns', P .. 'spare'
 -- Operators' controls (scrapy frontier): blocks (host -> end, server time, inf: until
 -- unblocked), delays (host -> minimum rest), budgets (host -> pages), fetch counts and
 -- the retired hosts that were retired for reaching their budget.
@@ -53,6 +63,43 @@ local K_BLOCKED, K_DELAY, K_BUDGETS = P .. 'blocked', P .. 'delay', P .. 'budget
 local K_FETCHED, K_CAPPED = P .. 'fetched', P .. 'capped'
 local function fkey(lv) return P .. 'f:' .. lv end
 local function bkey(lv, host) return P .. 'b:' .. lv .. ':' .. host end
+-- Connections (see K_CONNS): the member of connection c of a host of several, the host of a
+-- member, a host's connections (1 for a host of one), and its connections' members.
+local function conn_of(host, c) return host .. '\0' .. c end
+local function host_of(member)
+  local i = string.find(member, '\0', 1, true)
+  if i then return string.sub(member, 1, i - 1) end
+  return member
+end
+local function conns_of(host)
+  if not MULTI then return 1 end
+  return tonumber(redis.call('HGET', K_CONNS, host) or '1')
+end
+local function members_of(host, k)
+  local out = {}
+  for c = 1, k do out[c] = conn_of(host, c) end
+  return out
+end
+-- The lease record of the member among a host's k connections that holds lease id, if any.
+local function find_lease(host, id)
+  local k = conns_of(host)
+  if k == 1 then return nil, nil end
+  local members = members_of(host, k)
+  local recs = redis.call('HMGET', K_LEASES, unpack(members))
+  for c = 1, k do
+    local rec = recs[c]
+    if rec and string.match(rec, '^(%d+)|') == id then return members[c], rec end
+  end
+  return nil, nil
+end
+-- Whether a host of k connections has a lease out other than on member but.
+local function leased_besides(host, k, but)
+  local recs = redis.call('HMGET', K_LEASES, unpack(members_of(host, k)))
+  for c = 1, k do
+    if recs[c] and conn_of(host, c) ~= but then return true end
+  end
+  return false
+end
 
 -- A host's pace, kept in K_FETCH as "<fetch> <pace>" (release writes it): its last fetch
 -- time, and the rest the client's policy gave that fetch (DelayPolicy.delay, before the
@@ -146,14 +193,64 @@ local function update_head(host, from)
   redis.call('HDEL', K_HEAD, host)
 end
 
-local function schedule(host)
+-- A host's idle connections (k, default 1) go into the ready set, at the host's rest.
+local function schedule(host, k)
   local s = redis.call('ZSCORE', K_REST, host)
   local t_e = now
   if s then t_e = tonumber(s) end
-  redis.call('ZADD', K_READY, fmt(unblocked_at(host, t_e)), host)
+  if (k or 1) == 1 then
+    redis.call('ZADD', K_READY, fmt(unblocked_at(host, t_e)), host)
+    return
+  end
+  local at = fmt(unblocked_at(host, t_e))
+  local args = {}
+  for _, m in ipairs(members_of(host, k)) do
+    args[#args + 1] = at
+    args[#args + 1] = m
+  end
+  redis.call('ZADD', K_READY, unpack(args))
 end
 
-local function add_to_back(host, lv, item, at_head)
+-- A host of several connections has URLs again: its spare connections go into the ready
+-- set, each at its own rest end; gathered (all: spare or ready but the leased), every idle
+-- one waits for the host's one rest, the latest of theirs.
+local function wake_spare(host, k, gathered)
+  local spare = {}
+  for _, m in ipairs(members_of(host, k)) do
+    local t = redis.call('ZSCORE', K_SPARE, m)
+    if t then spare[#spare + 1] = {m, tonumber(t)} end
+  end
+  if #spare == 0 then return end
+  local at
+  if gathered then
+    at = math.max(now, tonumber(redis.call('ZSCORE', K_REST, host) or '0'))
+    for _, m in ipairs(members_of(host, k)) do
+      if redis.call('ZSCORE', K_READY, m) then
+        redis.call('ZADD', K_READY, fmt(unblocked_at(host, at)), m)
+      end
+    end
+  end
+  for _, e in ipairs(spare) do
+    redis.call('ZREM', K_SPARE, e[1])
+    redis.call('ZADD', K_READY, fmt(unblocked_at(host, at or e[2])), e[1])
+  end
+end
+
+-- A host of several connections has nothing queued any more: its idle connections leave
+-- the ready set as spare ones, with their rest ends kept (a ready entry stands for a URL).
+local function spare_idle(host, k)
+  for _, m in ipairs(members_of(host, k)) do
+    local t = redis.call('ZSCORE', K_READY, m)
+    if t then
+      redis.call('ZREM', K_READY, m)
+      redis.call('ZADD', K_SPARE, t, m)
+    end
+  end
+end
+
+-- k: the host's connections when it gets its back queue with this URL (nil otherwise).
+-- wake: a push whose host's lease does not end in the same round (see lease_ended).
+local function add_to_back(host, lv, item, at_head, k, wake)
   if at_head then
     redis.call('LPUSH', bkey(lv, host), item)
   else
@@ -164,7 +261,19 @@ local function add_to_back(host, lv, item, at_head)
   if lv > tonumber(redis.call('HGET', K_HEAD, host) or '0') then
     redis.call('HSET', K_HEAD, host, lv)
   end
-  if q == 1 and redis.call('HEXISTS', K_LEASES, host) == 0 then schedule(host) end
+  if q == 1 then
+    if k and k > 1 then
+      schedule(host, k)
+    elseif redis.call('HEXISTS', K_LEASES, host) == 0 then
+      -- An active host of one connection with nothing queued holds its lease: this one
+      -- gets its back queue, or has several connections (see lease_ended).
+      if k or not MULTI then
+        schedule(host)
+      elseif wake then
+        wake_spare(host, conns_of(host), false)
+      end
+    end
+  end
 end
 
 -- FrontQueueChooser.choose's draw: which levels are non-empty is known only here.
@@ -211,7 +320,7 @@ local function activate_one()
         redis.call('HSET', K_ACTIVE, host, 0)
         stat('activations', 1)
       end
-      add_to_back(host, lv, item, false)
+      add_to_back(host, lv, item, false, activating and conns_of(host) or nil)
       if activating then return true end
     end
   end
@@ -232,15 +341,50 @@ end
 local function deactivate(host)
   redis.call('HDEL', K_ACTIVE, host)
   redis.call('HDEL', K_FETCH, host)
+  if MULTI then
+    local k = conns_of(host)
+    if k > 1 then redis.call('ZREM', K_SPARE, unpack(members_of(host, k))) end
+  end
   stat('releases', 1)
 end
 
--- End of a fetch (complete or expiry): the host rests rest seconds (or more: the floors
--- kept here, robots.txt's minimum rest and an operator's delay), then is ready again or
--- gives up its back queue. fetch, pace: kept as its K_FETCH entry (fetch nil: the entry
--- stored stays). not_before: the host's ready time when its lease was claimed (a lease
--- claimed ahead and given back unfetched must not end the rest it was claimed in).
-local function release(host, fetch, pace, rest, not_before)
+-- A lease of a host (member: its connection) ended and nothing is queued: with another
+-- lease out, a connection of a host of several waits as a spare one, resting until at
+-- (or its host's block); else the host gives up its back queue. Returns whether it kept it.
+local function idle_or_deactivate(host, member, at)
+  if member ~= host and leased_besides(host, conns_of(host), member) then
+    redis.call('ZADD', K_SPARE, fmt(unblocked_at(host, at)), member)
+    return true
+  end
+  deactivate(host)
+  fill_to_floor()
+  return false
+end
+
+-- A lease of a host of several connections ended (member: its connection, ready again)
+-- with URLs queued. A URL that reaches a host of several connections with nothing queued
+-- wakes its spare connections at their own rest ends (wake_spare), unless the push comes
+-- in the round that ends one of the host's leases: the links of a page, pushed before
+-- their fetch's end is sent (so that no completed lease is without them). The core, told
+-- of the end first, wakes the spare connections only after it; so do these, here: at their
+-- own rest ends while another lease is out; else, as in the core when the host gave its
+-- back queue up with its last lease and got it again with those links, all at the host's
+-- one rest.
+local function lease_ended(host, member)
+  local k = conns_of(host)
+  wake_spare(host, k, not leased_besides(host, k, member))
+end
+
+-- End of a fetch (complete or expiry) on member (the host, or a connection of a host of
+-- several): it rests rest seconds (or more: the floors kept here, robots.txt's minimum
+-- rest and an operator's delay), then is ready again or gives up its back queue. fetch,
+-- pace: kept as the host's K_FETCH entry (fetch nil: the entry stored stays). not_before:
+-- the ready time when its lease was claimed (a lease claimed ahead and given back
+-- unfetched must not end the rest it was claimed in). A host of several connections keeps
+-- one rest, the latest of theirs.
+local function release(member, fetch, pace, rest, not_before)
+  local host = member
+  if MULTI then host = host_of(member) end
   if filled(K_MINREST, 'HLEN') then
     local mr = tonumber(redis.call('HGET', K_MINREST, host) or '0')
     if mr > rest then rest = mr end
@@ -251,20 +395,25 @@ local function release(host, fetch, pace, rest, not_before)
   end
   local nc = now + rest
   if not_before and not_before > nc then nc = not_before end
-  redis.call('HDEL', K_LEASES, host)
-  redis.call('ZREM', K_DEADLINES, host)
-  redis.call('ZADD', K_REST, fmt(nc), host)
+  redis.call('HDEL', K_LEASES, member)
+  redis.call('ZREM', K_DEADLINES, member)
+  if member == host then
+    redis.call('ZADD', K_REST, fmt(nc), host)
+  else
+    local kept = tonumber(redis.call('ZSCORE', K_REST, host) or '0')
+    redis.call('ZADD', K_REST, fmt(math.max(kept, nc)), host)
+  end
   local q = tonumber(redis.call('HGET', K_ACTIVE, host) or '0')
   if q > 0 then
     if fetch then
       redis.call('HSET', K_FETCH, host, fmt(math.max(0, fetch)) .. ' ' .. fmt(pace))
     end
-    redis.call('ZADD', K_READY, fmt(unblocked_at(host, nc)), host)
+    redis.call('ZADD', K_READY, fmt(unblocked_at(host, nc)), member)
+    if member ~= host then lease_ended(host, member) end
     -- The rest kept before the host's next URL (the core's politeness_hold_seconds).
     stat('hold_us', math.floor((nc - now) * 1000000))
-  else
-    deactivate(host)
-    fill_to_floor()
+  elseif idle_or_deactivate(host, member, nc) and fetch then
+    redis.call('HSET', K_FETCH, host, fmt(math.max(0, fetch)) .. ' ' .. fmt(pace))
   end
   return nc
 end
@@ -279,7 +428,9 @@ end
 -- reached the host (UNSENT: robots.txt forbade it, a cache answered it) and is done. The
 -- lease never contacted the host, so the host is ready again when it was ready for this
 -- lease (its ready time), or now; no rest is added, and its last fetch time stays.
-local function hand_back(host, lv, ready, item)
+local function hand_back(member, lv, ready, item)
+  local host = member
+  if MULTI then host = host_of(member) end
   if item == nil then
     stat('unsent', 1)  -- ended before it reached the host (UNSENT): its URL is done
   elseif is_retired(host) then
@@ -289,14 +440,14 @@ local function hand_back(host, lv, ready, item)
     add_to_back(host, lv, item, true)
     stat('handed_back', 1)
   end
-  redis.call('HDEL', K_LEASES, host)
-  redis.call('ZREM', K_DEADLINES, host)
+  redis.call('HDEL', K_LEASES, member)
+  redis.call('ZREM', K_DEADLINES, member)
   local nc = math.max(now, ready or now)
   if tonumber(redis.call('HGET', K_ACTIVE, host) or '0') > 0 then
-    redis.call('ZADD', K_READY, fmt(unblocked_at(host, nc)), host)
+    redis.call('ZADD', K_READY, fmt(unblocked_at(host, nc)), member)
+    if member ~= host then lease_ended(host, member) end
   else
-    deactivate(host)
-    fill_to_floor()
+    idle_or_deactivate(host, member, nc)
   end
   return nc
 end
@@ -315,8 +466,10 @@ local function expire(limit, live)
                          'LIMIT', 0, limit)
   local out = {}
   for i = 1, #due, 2 do
-    local host, deadline = due[i], tonumber(due[i + 1])
-    local rec = redis.call('HGET', K_LEASES, host)
+    local member, deadline = due[i], tonumber(due[i + 1])
+    local host = member
+    if MULTI then host = host_of(member) end
+    local rec = redis.call('HGET', K_LEASES, member)
     local _, lv, handed, ready, item = parse_lease(rec)
     local fetch, ago, stored, pace = now - handed, 0, nil, LAPSE_REST
     if live > 0 and deadline < handed + LEASE_T - 0.001 then
@@ -334,7 +487,7 @@ local function expire(limit, live)
       -- Back to the head of its level: it was next before, it is next again.
       add_to_back(host, lv, item, true)
     end
-    release(host, fetch, pace, math.max(0, pace - ago), ready)
+    release(member, fetch, pace, math.max(0, pace - ago), ready)
     stat('expired', 1)
     out[#out + 1] = host
     out[#out + 1] = item
@@ -364,7 +517,15 @@ local function retire_host(host, budget)
     redis.call('HDEL', K_HEAD, host)
     count('back', -#dropped)
     redis.call('ZREM', K_READY, host)
-    if redis.call('HEXISTS', K_LEASES, host) == 0 then
+    local k = conns_of(host)
+    local leased
+    if k > 1 then
+      spare_idle(host, k)
+      leased = leased_besides(host, k, nil)
+    else
+      leased = redis.call('HEXISTS', K_LEASES, host) == 1
+    end
+    if not leased then
       deactivate(host)
       fill_to_floor()
     end
@@ -408,11 +569,14 @@ local function claim_one(deadline, ahead)
     end
     if not activated then
       if #due == 0 then return nil end
-      local best, best_lv, best_slack, best_te = nil, -1, 0, 0
-      local hosts = {}
+      local best, best_lv, best_slack, best_te, best_m = nil, -1, 0, 0, nil
+      local hosts, members = {}, {}
       for i = 1, #due, 2 do
         -- Hosts due later than now are candidates only when none is due now (the first).
-        if i == 1 or tonumber(due[i + 1]) <= now then hosts[#hosts + 1] = due[i] end
+        if i == 1 or tonumber(due[i + 1]) <= now then
+          members[#members + 1] = due[i]
+          hosts[#hosts + 1] = MULTI and host_of(due[i]) or due[i]
+        end
       end
       local heads = redis.call('HMGET', K_HEAD, unpack(hosts))
       local paces = redis.call('HMGET', K_FETCH, unpack(hosts))
@@ -427,19 +591,20 @@ local function claim_one(deadline, ahead)
             slack = t_e - tonumber(queued[j]) * (fetch + pace)
           end
           if lv > best_lv or slack < best_slack then
-            best, best_lv, best_slack, best_te = host, lv, slack, t_e
+            best, best_lv, best_slack, best_te, best_m = host, lv, slack, t_e, members[j]
           end
         end
       end
       local item = redis.call('LPOP', bkey(best_lv, best))
       if redis.call('LLEN', bkey(best_lv, best)) == 0 then update_head(best, best_lv - 1) end
-      redis.call('HINCRBY', K_ACTIVE, best, -1)
+      local left = redis.call('HINCRBY', K_ACTIVE, best, -1)
       count('back', -1)
-      redis.call('ZREM', K_READY, best)
+      redis.call('ZREM', K_READY, best_m)
       local id = redis.call('INCR', K_SEQ)
-      redis.call('HSET', K_LEASES, best,
+      redis.call('HSET', K_LEASES, best_m,
                  id .. '|' .. best_lv .. '|' .. fmt(now) .. '|' .. fmt(best_te) .. '|' .. item)
-      redis.call('ZADD', K_DEADLINES, fmt(deadline), best)
+      redis.call('ZADD', K_DEADLINES, fmt(deadline), best_m)
+      if left == 0 and best_m ~= best then spare_idle(best, conns_of(best)) end
       stat('popped', 1)
       return {id, best, best_lv, item, fmt(deadline), fmt(best_te)}
     end
@@ -457,13 +622,16 @@ end
 -- overrides it. The fetch count is every worker's: counted and tested in one step, two
 -- workers cannot both pass a budget's last fetch.
 local function complete_one(host, id, fetch, pace, rest, given)
-  local rec = redis.call('HGET', K_LEASES, host)
+  local member, rec = host, redis.call('HGET', K_LEASES, host)
+  if MULTI and not (rec and string.match(rec, '^(%d+)|') == id) then
+    member, rec = find_lease(host, id)  -- a lease on one of the host's connections
+  end
   if not rec then return {0} end
   local lid, lv, _, ready, item = parse_lease(rec)
   if lid ~= id then return {0} end
-  if given == -2 then return {1, hand_back(host, lv, ready, item), -1} end
-  if given == -3 then return {1, hand_back(host, lv, ready, nil), -1} end
-  local nc = release(host, fetch, pace, rest, ready)
+  if given == -2 then return {1, hand_back(member, lv, ready, item), -1} end
+  if given == -3 then return {1, hand_back(member, lv, ready, nil), -1} end
+  local nc = release(member, fetch, pace, rest, ready)
   stat('completed', 1)
   local shared = filled(K_BUDGETS, 'HLEN')
   local budget = math.max(given, 0)
@@ -481,8 +649,10 @@ end
 -- Queue item for host at level lv, tested against and added to a seen set in the same
 -- step. mode 0: no seen set; 1: add member to seen_key once queued; 2: also drop the entry
 -- if the member is there already (two workers pushing one URL at once cannot both queue
--- it). Returns 1 queued, 0 refused (retired host), 2 duplicate.
-local function push_one(host, lv, item, seen_key, member, mode)
+-- it). k: the host's connections, kept for when it gets a back queue (K_CONNS); ending 1:
+-- one of the host's leases ends in this round (see lease_ended). Returns 1 queued, 0
+-- refused (retired host), 2 duplicate.
+local function push_one(host, lv, item, seen_key, member, mode, k, ending)
   -- Test and mark in one command; a refused push takes its mark back.
   if mode == 2 and redis.call('SADD', seen_key, member) == 0 then return 2 end
   if is_retired(host) then
@@ -492,8 +662,14 @@ local function push_one(host, lv, item, seen_key, member, mode)
   end
   stat('pushed', 1)
   if redis.call('HEXISTS', K_ACTIVE, host) == 1 then
-    add_to_back(host, lv, item, false)
+    add_to_back(host, lv, item, false, nil, ending ~= 1)
   else
+    if k > 1 then
+      redis.call('HSET', K_CONNS, host, k)
+      MULTI = true
+    elseif MULTI then
+      redis.call('HDEL', K_CONNS, host)
+    end
     local len = front_queue_len(lv)  -- before the push: a first read would count it
     redis.call('RPUSH', fkey(lv), host .. '\0' .. item)
     FLEN[lv] = len + 1

@@ -15,13 +15,16 @@ local recs = redis.call('HMGET', K_LEASES, unpack(hosts))
 local renewals = {}
 local held = {}
 for j, host in ipairs(hosts) do
-  local rec = recs[j]
+  local rec, member, want = recs[j], host, ARGV[12 + 2 * j]
+  if MULTI and not (rec and string.match(rec, '^(%d+)|') == want) then
+    member, rec = find_lease(host, want)  -- a lease on one of the host's connections
+  end
   held[j] = 0
   if rec then
     local id, _, handed = parse_lease(rec)
-    if id == ARGV[12 + 2 * j] then
+    if id == want then
       renewals[#renewals + 1] = fmt(math.min(handed + LEASE_T, now + live))
-      renewals[#renewals + 1] = host
+      renewals[#renewals + 1] = member
       held[j] = 1
     end
   end

@@ -4,15 +4,16 @@
 -- ARGV[11] expire batch, [12] liveness window, [13] want, [14] pushes, [15] completions,
 -- [16] 1 to count the hosts ready now (a partitioned frontier shares its claims out by
 -- them), [17] seconds ahead to claim a host not due yet when none is due now (claim_one),
--- then six fields per push (as push.lua), then six per completion (as complete.lua).
+-- then eight fields per push (as push.lua), then six per completion (as complete.lua).
 local want, npush, ndone = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
 local pushed = {}
 local ahead = tonumber(ARGV[17])
 local at = 18
 for _ = 1, npush do
   pushed[#pushed + 1] = push_one(ARGV[at], tonumber(ARGV[at + 1]), ARGV[at + 2],
-                                 ARGV[at + 3], ARGV[at + 4], tonumber(ARGV[at + 5]))
-  at = at + 6
+                                 ARGV[at + 3], ARGV[at + 4], tonumber(ARGV[at + 5]),
+                                 tonumber(ARGV[at + 6]), tonumber(ARGV[at + 7]))
+  at = at + 8
 end
 local done = {}
 for _ = 1, ndone do
