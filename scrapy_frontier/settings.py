@@ -11,12 +11,18 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scrapy.settings import BaseSettings
 
-from scrapy_frontier.core.host_policy import HostPolicies, HostPolicy, parse_entries
+from scrapy_frontier.core.host_policy import (
+    HostPolicies,
+    HostPolicy,
+    cap_connections,
+    parse_entries,
+)
 from scrapy_frontier.core.politeness import (
     DEFAULT_FACTOR,
     DEFAULT_MAX_DELAY,
@@ -233,7 +239,7 @@ class FrontierConfig:
         own = self.host_budgets.get(host)
         if own is not None:
             return own
-        policy = self.host_policies.budget_of(host) if self.host_policies.entries else None
+        policy = self.host_policies.budget_of(host)
         return self.host_budget if policy is None else policy
 
     @property
@@ -306,6 +312,14 @@ class FrontierConfig:
                 "FRONTIER_IP_POLITENESS is not supported by FRONTIER_BACKEND='redis' (hosts on "
                 "one IP address are not grouped across workers): remove one of the two settings"
             )
+        policies = _host_policies(settings, DelayPolicy(factor, min_delay, max_delay), pacing,
+                                  max(1, capacity))
+        if backend == "redis":
+            policies.connections_fixed = ("on Redis (each host's connections are fixed when "
+                                          "it is queued)")
+        elif ip_politeness:
+            policies.connections_fixed = ("with FRONTIER_IP_POLITENESS (one connection per IP "
+                                          "address)")
         return cls(
             front_queues=_int(settings, "FRONTIER_FRONT_QUEUES", minimum=1,
                               maximum=MAX_FRONT_QUEUES),
@@ -343,8 +357,7 @@ class FrontierConfig:
             host_budget=_int(settings, "FRONTIER_HOST_BUDGET", minimum=0),
             host_budgets=_host_budgets(settings),
             sitemaps=_sitemaps(settings),
-            host_policies=_host_policies(settings, DelayPolicy(factor, min_delay, max_delay),
-                                         pacing, max(1, capacity)),
+            host_policies=policies,
             capacity=capacity,
         )
 
@@ -702,7 +715,8 @@ def _host_policies(settings: BaseSettings, delay: DelayPolicy,
         entries.update(parse_entries(table, default))  # the frontier's own entries win
     except ValueError as exc:
         raise FrontierConfigError(str(exc)) from None
-    warnings = _capped_connections(settings, entries)
+    cap_of = _downloader_caps(settings)
+    warnings = _capped_connections(cap_of, entries)
     per_domain = max(1, settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN", 8))
     if default.connections > per_domain:
         warnings.append(f"FRONTIER_CAPACITY={default.connections} gives a host up to "
@@ -710,34 +724,44 @@ def _host_policies(settings: BaseSettings, delay: DelayPolicy,
                         f"lets Scrapy's downloader open {per_domain}, so hosts get at most "
                         f"{per_domain} (raise CONCURRENT_REQUESTS_PER_DOMAIN to give them more)")
         default = replace(default, connections=per_domain)
-    return HostPolicies(default, entries, warnings)
+    policies = HostPolicies(default, entries, warnings)
+    policies.cap_of = cap_of
+    return policies
 
 
-def _capped_connections(settings: BaseSettings, entries: dict[str, HostPolicy]) -> list[str]:
-    """Caps each entry's connections at what Scrapy's downloader lets the host have at once
-    (its DOWNLOAD_SLOTS concurrency, else CONCURRENT_REQUESTS_PER_DOMAIN): a lease beyond
-    that would wait in the downloader, and its wait would count as fetch time. Returns one
-    warning per entry capped."""
+def _downloader_caps(settings: BaseSettings) -> Callable[[str], tuple[int, str]]:
+    """An entry's key -> the connections Scrapy's downloader lets its host have at once,
+    and the setting that says so: the host's DOWNLOAD_SLOTS concurrency (an exact key),
+    else CONCURRENT_REQUESTS_PER_DOMAIN. A lease beyond that would wait in the downloader,
+    and its wait would count as fetch time."""
     per_domain = max(1, settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN", 8))
     try:
         slots = settings.getdict("DOWNLOAD_SLOTS")
     except (TypeError, ValueError):
         slots = {}
-    warnings = []
-    for key, policy in entries.items():
+
+    def cap_of(key: str) -> tuple[int, str]:
         slot = slots.get(key[1:]) if key.startswith("=") else None
         if isinstance(slot, dict) and "concurrency" in slot:
             try:
-                cap, name = max(1, int(slot["concurrency"])), f"DOWNLOAD_SLOTS[{key[1:]!r}]"
+                return max(1, int(slot["concurrency"])), f"DOWNLOAD_SLOTS[{key[1:]!r}]"
             except (TypeError, ValueError):
-                continue  # parse_entries has refused a bad one already
-        else:
-            cap, name = per_domain, "CONCURRENT_REQUESTS_PER_DOMAIN"
-        if policy.connections > cap:
-            entries[key] = replace(policy, connections=cap)
-            warnings.append(f"FRONTIER_HOST_POLICY[{key!r}] asks for {policy.connections} "
-                            f"connections; {name} lets Scrapy's downloader open {cap}, so "
-                            f"the host gets {cap} (raise {name} to give it more)")
+                pass  # parse_entries refuses a bad one
+        return per_domain, "CONCURRENT_REQUESTS_PER_DOMAIN"
+
+    return cap_of
+
+
+def _capped_connections(cap_of: Callable[[str], tuple[int, str]],
+                        entries: dict[str, HostPolicy]) -> list[str]:
+    """Caps each entry's connections at what Scrapy's downloader opens (``cap_of``).
+    Returns one warning per entry capped."""
+    warnings = []
+    for key, policy in entries.items():
+        capped, warning = cap_connections(key, policy, cap_of, "FRONTIER_HOST_POLICY")
+        if warning is not None:
+            entries[key] = capped
+            warnings.append(warning)
     return warnings
 
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -225,6 +225,13 @@ class HostControlPort(ABC):
         Only called with ``FRONTIER_CAPACITY``, which a backend that cannot change a host's
         connections refuses at startup."""
         raise NotImplementedError(f"{type(self).__name__} keeps its hosts' connections")
+
+    def steer_policies(self, raw: Mapping[str, Any]) -> list[str]:
+        """Put the per-host policy's steered entries ``raw`` (key -> fields, as in
+        ``FRONTIER_HOST_POLICY``; ``scrapy frontier policy``) in force for every host, in
+        place of the earlier ones. Returns one sentence per entry refused or capped. The
+        backend calls it with what its control store holds, at open and when that changes."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no steered policies")
 
 
 class InspectPort(ABC):

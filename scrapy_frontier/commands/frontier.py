@@ -24,7 +24,7 @@ from scrapy_frontier.errors import FrontierCommandError, FrontierError, Hostless
 from scrapy_frontier.hostkey import url_host_key
 from scrapy_frontier.settings import FrontierConfig
 
-SUBCOMMANDS = ("status", "hosts", "url", "due", "recrawl", "quarantine", "reset",
+SUBCOMMANDS = ("status", "hosts", "url", "due", "recrawl", "quarantine", "reset", "policy",
                *steer.ACTIONS)
 
 USAGE = """\
@@ -44,7 +44,11 @@ USAGE = """\
   delay HOST SECONDS             a minimum rest after every fetch of the host (0 removes)
   retire HOST                    drop its queued URLs and refuse new ones
   unretire HOST                  take a retired host back (its dropped URLs are gone)
-  budget HOST PAGES              its fetch budget for the crawl (0: unlimited)"""
+  budget HOST PAGES              its fetch budget for the crawl (0: unlimited)
+  policy KEY FIELD=VALUE ... | policy KEY --clear
+                                 set or clear a per-host policy entry on the crawl (KEY and
+                                 fields as in FRONTIER_HOST_POLICY: delay_factor, min_delay,
+                                 max_delay, concurrency, budget)"""
 
 
 class _HelpFormatter(ScrapyHelpFormatter):
@@ -92,6 +96,9 @@ class Command(ScrapyCommand):
                             "back (once the spider can read them)")
         parser.add_argument("--drop", action="store_true",
                             help="quarantine: delete what is set aside")
+        parser.add_argument("--clear", action="store_true",
+                            help="policy: clear the steered entry (the setting's is in force "
+                            "again)")
         parser.add_argument("--yes", action="store_true",
                             help="reset: confirmed, do not ask (needed without a terminal)")
 
@@ -123,6 +130,9 @@ def main(args: list[str], opts: argparse.Namespace, settings: Any, out: TextIO) 
     if sub == "recrawl":  # a URL, or --host / --all (checked by _recrawl)
         if len(rest) > 1:
             raise UsageError(f"recrawl: wrong arguments\n{USAGE}", print_help=False)
+    elif sub == "policy":  # a key, then fields or --clear (checked by _policy)
+        if not rest:
+            raise UsageError(f"policy: wrong arguments\n{USAGE}", print_help=False)
     elif len(rest) != want.get(sub, 0):
         raise UsageError(f"{sub}: wrong arguments\n{USAGE}", print_help=False)
     if opts.limit < 0:
@@ -250,6 +260,50 @@ def _quarantine(inspector: Any, opts: argparse.Namespace) -> tuple[Any, str]:
     return data, render.quarantine(data)
 
 
+def _policy(inspector: Any, rest: list[str], opts: argparse.Namespace) -> tuple[Any, str]:
+    from scrapy_frontier.core.host_policy import FIELDS, normal_key
+
+    key, pairs = rest[0], rest[1:]
+    if opts.clear == bool(pairs):
+        raise UsageError("policy takes a key and FIELD=VALUE pairs, or a key and --clear",
+                         print_help=False)
+    name = normal_key(key)
+    if not name.lstrip("="):
+        raise FrontierCommandError(f"{key!r} is not a key: a host suffix such as "
+                                   "'example.com', or '=www.example.com' for one host")
+    if opts.clear:
+        data = steer.steer_policy(inspector, name, None)
+        return data, f"policy {name}: cleared ({data['applied']})"
+    fields: dict[str, Any] = {}
+    for pair in pairs:
+        field, sep, raw = pair.partition("=")
+        if not sep or field not in FIELDS:
+            raise FrontierCommandError(
+                f"policy: {pair!r} is not FIELD=VALUE with a field of {', '.join(FIELDS)}. "
+                "Nothing was changed.")
+        if field in fields:
+            raise FrontierCommandError(f"policy: {field} is given twice. Nothing was changed.")
+        value = _number(f"policy {field}", raw)
+        fields[field] = int(value) if value.is_integer() else value
+    policies = inspector.config.host_policies
+    try:
+        _, policy = policies.steered_entry(name, fields)
+    except ValueError as exc:
+        raise FrontierCommandError(f"{exc}. Nothing was changed.") from None
+    said = []
+    if policies.cap_of is not None:
+        from scrapy_frontier.core.host_policy import cap_connections
+
+        policy, warning = cap_connections(name, policy, policies.cap_of, "policy")
+        if warning is not None:
+            said.append(warning)
+    data = steer.steer_policy(inspector, name, fields)
+    data["policy"] = policy.describe()
+    data["warnings"] = said
+    text = f"policy {name}: {policy.describe()} ({data['applied']})"
+    return data, "\n".join([text, *(f"warning: {w}" for w in said)])
+
+
 def _reset(inspector: Any, opts: argparse.Namespace) -> tuple[Any, str]:
     from scrapy_frontier.commands.reset import redis_reset
 
@@ -298,6 +352,8 @@ def run_subcommand(inspector: Any, sub: str, rest: list[str],
         return _quarantine(inspector, opts)
     if sub == "reset":
         return _reset(inspector, opts)
+    if sub == "policy":
+        return _policy(inspector, rest, opts)
     host = normalize_host(rest[0])
     value: float | None = _number(sub, rest[1]) if len(rest) > 1 else None
     if sub == "block" and opts.for_seconds is not None:

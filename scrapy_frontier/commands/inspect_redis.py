@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from scrapy_frontier.backends.redis.connection import describe, guard, is_cluster, text
-from scrapy_frontier.backends.redis.frontier import FORMAT, VERSION, read_pace
+from scrapy_frontier.backends.redis.frontier import FORMAT, VERSION, decode_policies, read_pace
 from scrapy_frontier.backends.redis.partitions import Layout, partition_of
 from scrapy_frontier.backends.redis.seen import RedisSeenSet
 from scrapy_frontier.commands import shapes
@@ -98,6 +98,9 @@ class RedisInspector:
                 f"{VERSION}. Use the scrapy-frontier release that wrote it. Nothing was changed.")
         self.levels = int(meta.get("levels", self.config.front_queues))
         self.spider = meta.get("spider", spider)
+        steered = self._read("reading the steered policies",
+                             lambda: client.hgetall(self.prefix + "policies"))
+        config.host_policies.steer(decode_policies(steered))  # shown in force by hosts
 
     def _read(self, doing: str, fn: Any) -> Any:
         return guard(self.client, self.prefix, doing, fn)

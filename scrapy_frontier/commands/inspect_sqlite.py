@@ -92,6 +92,7 @@ class SQLiteInspector:
         self.seen = self._optional(SEEN_FILE, SEEN_FORMAT, SEEN_VERSION)
         self.history = self._optional(HISTORY_FILE, HISTORY_FORMAT, HISTORY_VERSION)
         self.control = ControlFile(self.directory, readonly=True)
+        config.host_policies.steer(self.control.policies())  # shown in force by hosts
 
     def _optional(self, name: str, fmt: str, version: int) -> sqlite3.Connection | None:
         path = self.directory / name

@@ -1,4 +1,4 @@
-"""The control writes of ``scrapy frontier``: block, unblock, delay, retire, budget.
+"""The control writes of ``scrapy frontier``: block, unblock, delay, retire, budget, policy.
 
 SQLite: one short transaction in ``control.sqlite`` (never in the crawl's own files); the
 running crawl applies it within a second (:mod:`scrapy_frontier.backends.sqlite.steering`), a
@@ -97,6 +97,31 @@ def steer_redis(inspector: RedisInspector, action: str, host: str,
     else:
         remote.control("budget", host, int(value or 0))
     return _result(action, host, value, True, "applied to every worker now")
+
+
+def steer_policy(inspector: Any, key: str, fields: dict[str, Any] | None) -> dict[str, Any]:
+    """Set the per-host policy's steered entry ``key`` (None: clear it), already validated.
+
+    SQLite: in ``control.sqlite``, applied by the running crawl within a second, or by the
+    next run when it opens. Redis: in the crawl's ``policies`` hash, read by every worker
+    within 5 seconds."""
+    if inspector.backend == "sqlite":
+        control = ControlFile(inspector.directory)
+        try:
+            existed = control.set_policy(key, fields)
+        except sqlite3.Error as exc:
+            raise _unwritable(control, exc) from None
+        finally:
+            control.close()
+        when = ("applied by the running crawl within a second" if inspector.running
+                else "applied when the crawl starts again")
+    else:
+        existed = inspector.frontier(0).set_policy(key, fields)
+        when = "applied by every worker within 5 s"
+    if fields is None and not existed:
+        when = "no steered entry had that key. Nothing was changed."
+    return {"action": "policy", "key": key, "fields": fields, "crawl_running":
+            inspector.running if inspector.backend == "sqlite" else True, "applied": when}
 
 
 def unchanged(action: str, host: str, running: bool, why: str) -> dict[str, Any]:

@@ -453,6 +453,19 @@ class Frontier(Generic[T]):
         if host in self._capped and not self.budgets.spent(host):
             self.unretire(host)
 
+    def budgets_changed(self) -> list[str]:
+        """Many hosts' budgets changed at once (a per-host policy): the hosts over budget
+        whose budget now allows more are taken back, and returned. A lowered budget caps a
+        host at its next fetch's end, as ``set_budget`` does."""
+        back = [host for host in self._capped if not self.budgets.spent(host)]
+        for host in back:
+            self.unretire(host)
+        return back
+
+    def active_hosts(self) -> list[str]:
+        """The hosts with a back queue now."""
+        return [key for key, hs in self._hosts.items() if hs.active]
+
     def set_fetched(self, host: str, count: int) -> None:
         """Restore a count saved by an earlier run; a host already over budget retires."""
         self.budgets.restore(host, count)

@@ -275,6 +275,102 @@ def test_steering_is_kept_in_the_state_and_applied_at_the_next_start(tmp_path: P
     assert listed[host]["next_contact_in"] > 3000
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "redis", "redis-cluster"])
+@pytest.mark.slow  # 10 s or more: the newest leg runs it, the oldest leg leaves it out
+def test_a_policy_steered_on_a_running_crawl_holds_until_cleared(
+        backend: str, tmp_path: Path, redis_server: RedisServer,
+        request: pytest.FixtureRequest) -> None:
+    """``scrapy frontier policy``: one host is slowed to a rest of at least 1 s, then
+    cleared; on SQLite another gets 3 connections (on Redis that is refused: a host's
+    connections are fixed there). The server's log judges; nothing is lost."""
+    b = Backend(backend, tmp_path, redis_server,
+                request.getfixturevalue("redis_cluster") if backend == "redis-cluster" else None)
+    for settings in (b.crawl, b.command):
+        settings["FRONTIER_MIN_DELAY"] = 0.2
+        settings["CONCURRENT_REQUESTS_PER_DOMAIN"] = 4  # the cap of a host's connections
+    grace = 2.0 if backend == "sqlite" else 6.0  # a poll each second; a read each 5 s
+    log = tmp_path / "server.jsonl"
+    web_args = ["--shape", "wide", "--hosts", "3", "--pages", "40", "--latency", "0.005",
+                "0.01", "--seed", "5"]
+    with ServerProcess(web_args, log_path=str(log)) as web:
+        slowed, wide, _ = sorted({e[0] for e in web.expected})
+        thread, out = crawl_in_thread(web, b.crawl, tmp_path)
+        assert wait_until(lambda: len(pages(log, slowed)) >= 2, thread)
+        said = b.run(["policy", f"={slowed}", "min_delay=1.0"]).stdout
+        assert "rest 1-60 s" in said, said
+        steered = time.monotonic()
+        if backend == "sqlite":
+            b.run(["policy", wide, "concurrency=3"])
+        else:
+            refused = b.run(["policy", wide, "concurrency=3"], check=False)
+            assert refused.returncode == 1 and "cannot change on a running crawl on Redis" \
+                in refused.stderr, refused.stderr
+        listed = b.run(["hosts", "--limit", "10"]).stdout
+        assert "policy (steered): factor 10, rest 1-60 s" in listed, listed
+        assert wait_until(lambda: len([e for e in pages(log, slowed)
+                                       if e.start > steered + grace]) >= 3, thread, tries=600)
+        assert b.run(["policy", f"={slowed}", "--clear"]).stdout.count("cleared") == 1
+        cleared = time.monotonic()
+        thread.join(timeout=300)
+    result = out["result"]
+    assert result.returncode == 0, result.output[-3000:]
+    assert "Per-host policy steered (scrapy frontier policy): 1 steered entries" \
+        in result.output or backend != "sqlite", result.output[-3000:]
+
+    def gaps(entries: list[Any]) -> list[float]:
+        return [later.start - e.end for e, later in zip(entries, entries[1:], strict=False)]
+
+    slow = [e for e in pages(log, slowed) if steered + grace < e.start < cleared]
+    assert len(slow) >= 3 and min(gaps(slow)) >= 1.0, gaps(slow)
+    after = [e for e in pages(log, slowed) if e.start > cleared + grace]
+    assert len(after) >= 2 and max(gaps(after)) < 0.9, gaps(after)
+    if backend == "sqlite":
+        several = [e for e in pages(log, wide) if e.start > steered + grace]
+        # Host-wide gaps shorter than one connection's least rest: several connections.
+        assert min(gaps(several)) < 0.15, gaps(several)
+        report = audit(read_log(log), expected=web.expected, min_delay=0.2,
+                       connections={wide: 3})
+        assert report.polite, report.summary()
+    report = audit(read_log(log), expected=web.expected, min_delay=0.2,
+                   connections={wide: 3})
+    assert report.coverage == 1.0 and report.duplicates == 0, report.summary()  # nothing lost
+    listed = b.run(["hosts", "--limit", "10"]).stdout
+    assert "(steered)" not in listed.replace(f"{wide}", "") or backend == "sqlite"
+
+
+def test_a_policy_steered_while_no_crawl_runs_holds_from_the_next_start(
+        tmp_path: Path) -> None:
+    """SQLite: a steered policy is kept in the crawl's directory; the next run applies it
+    from its first request, and a bad one is refused before anything is written."""
+    b = Backend("sqlite", tmp_path, None)
+    b.crawl["FRONTIER_MIN_DELAY"] = 0.0
+    log = tmp_path / "server.jsonl"
+    with ServerProcess(["--shape", "wide", "--hosts", "2", "--pages", "5", "--latency",
+                        "0.002", "0.004", "--seed", "2"], log_path=str(log)) as web:
+        host = sorted({e[0] for e in web.expected})[0]
+        os.makedirs(tmp_path / "job")
+        result = run_crawl([], b.crawl, workdir=tmp_path / "first", timeout=60)
+        assert result.returncode == 0, result.output[-2000:]
+        for bad, why in ((["max_delay=0.1", "min_delay=1"], "must be >= min_delay"),
+                         (["speed=2"], "is not FIELD=VALUE"),
+                         (["budget=1.5"], "a whole number of pages")):
+            refused = b.run(["policy", host, *bad], check=False)
+            assert refused.returncode == 1 and why in refused.stderr, refused.stderr
+        assert steering(tmp_path / "job") == ((0,), [])  # nothing written
+        said = b.run(["policy", f"={host}", "min_delay=0.5", "budget=3"]).stdout
+        assert "applied when the crawl starts again" in said, said
+        result = run_crawl(web.start_urls, b.crawl, allowed_domains=web.allowed_domains,
+                           workdir=tmp_path / "crawl", timeout=60)
+    assert result.returncode == 0, result.output[-2000:]
+    steered = pages(log, host)
+    assert len(steered) == 3  # its budget
+    assert all(later.start - e.end >= 0.5 for e, later in zip(steered, steered[1:],
+                                                              strict=False))
+    other = [e for e in pages(log) if e.host != host]
+    assert len(other) == 5
+    assert "budget 3/3" in b.run(["hosts"]).stdout
+
+
 # -- budgets -------------------------------------------------------------------------------
 
 

@@ -42,7 +42,9 @@ class MemoryBackend(Backend):
                           if context.config.ip_politeness else None)
         self.queue = self._new_queue()
         self.history = self._new_history()
-        self.controls = LocalControls(frontier, self.measured)
+        config = context.config
+        self.controls = LocalControls(frontier, self.measured, config.host_policies,
+                                      measuring=bool(config.capacity))
         self.inspection = LocalInspection(self.name, frontier, self.history,
                                           context.dupefilter, self.ip_groups)
 

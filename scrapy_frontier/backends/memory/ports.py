@@ -4,7 +4,7 @@ process. The ``sqlite`` backend extends them with its store."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy_frontier.backends.ports import (
     HistoryPort,
@@ -13,10 +13,13 @@ from scrapy_frontier.backends.ports import (
     QueuePort,
     SeenTest,
 )
+from scrapy_frontier.backends.steered import log_steered
 from scrapy_frontier.core.history import HistoryStore, MemoryHistoryStore
 from scrapy_frontier.observe.census import Census, HostCounts
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from scrapy import Request
     from scrapy.dupefilters import BaseDupeFilter
     from scrapy.statscollectors import StatsCollector
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
     from scrapy_frontier.core.clock import Clock
     from scrapy_frontier.core.frontier import Frontier, Lease
     from scrapy_frontier.core.history import PageRecord
+    from scrapy_frontier.core.host_policy import HostPolicies
     from scrapy_frontier.core.recrawl import PageHint, Recrawler, Visit
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
@@ -128,15 +132,40 @@ class LocalHistory(HistoryPort):
 class LocalControls(HostControlPort):
     """Rests, retirements and budgets, on the frontier itself."""
 
-    def __init__(self, frontier: Frontier[Request], measured: dict[str, int]) -> None:
+    def __init__(self, frontier: Frontier[Request], measured: dict[str, int],
+                 policies: HostPolicies, *, measuring: bool = False) -> None:
         self.frontier = frontier
         #: Why hosts were closed: "failures", "retired" (by hand), "budget".
         self.closed_hosts: dict[str, str] = {}
         self.measured = measured
+        self.policies = policies
+        #: FRONTIER_CAPACITY: connections are measured, and the policy's are their cap.
+        self.measuring = measuring
 
     def set_connections(self, host: str, connections: int, *, together: bool = False) -> None:
         self.measured[host] = connections
         self.frontier.set_connections(host, connections, together=together)
+
+    def steer_policies(self, raw: Mapping[str, Any]) -> list[str]:
+        policies, frontier = self.policies, self.frontier
+        said = policies.steer(raw)
+        log_steered(policies, said)
+        frontier.policy_of = policies.delays
+        frontier.budgets.by_policy = policies.budget_of if policies.has_budgets else None
+        for host in frontier.budgets_changed():
+            self.closed_hosts.pop(host, None)
+        if policies.connections_fixed:
+            return said
+        if frontier.connections is None and not self.measuring:
+            frontier.connections = policies.connections_of  # 1 for every host until now
+        for host in frontier.active_hosts():
+            allowed = policies.connections_of(host)
+            if self.measuring:  # the measured count, within the new cap
+                allowed = min(allowed, self.measured.get(host, 1))
+                self.measured[host] = allowed
+            if allowed != frontier.connections_of(host):
+                frontier.set_connections(host, allowed)
+        return said
 
     def set_min_rest(self, host: str, seconds: float) -> None:
         self.frontier.set_min_rest(host, seconds)

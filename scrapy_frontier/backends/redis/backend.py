@@ -26,9 +26,11 @@ class RedisBackend(Backend):
         driver = self.driver = RedisDriver(context, client=client)
         self.queue: RedisQueue = RedisQueue(context, driver)
         self.history: RedisHistory = RedisHistory(driver, context.due_arrived)
-        self.controls: RedisControls = RedisControls(driver, self.queue.local)
+        self.controls: RedisControls = RedisControls(driver, self.queue.local,
+                                                     context.config.host_policies)
         self.inspection: RedisInspection = RedisInspection(driver, self.queue)
         driver.serve(self.queue, self.history)
+        driver.steer_to = self.controls.steer_policies
 
     @property
     def location(self) -> str:  # type: ignore[override]

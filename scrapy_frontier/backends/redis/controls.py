@@ -3,23 +3,40 @@ apply at once to the requests kept in this worker's memory); budgets are counted
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy_frontier.backends.ports import HostControlPort
+from scrapy_frontier.backends.steered import log_steered
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from scrapy import Request
 
     from scrapy_frontier.backends.redis.driver import RedisDriver
     from scrapy_frontier.core.frontier import Frontier
+    from scrapy_frontier.core.host_policy import HostPolicies
 
 
 class RedisControls(HostControlPort):
     """Rest and retire hosts in the shared frontier and in this worker's local one."""
 
-    def __init__(self, driver: RedisDriver, local: Frontier[Request]) -> None:
+    def __init__(self, driver: RedisDriver, local: Frontier[Request],
+                 policies: HostPolicies) -> None:
         self.driver = driver
         self.local = local
+        self.policies = policies
+
+    def steer_policies(self, raw: Mapping[str, Any]) -> list[str]:
+        """The delay rules and budgets of the steered entries hold from each host's next
+        fetch's end in this worker (budgets are counted in Redis against this worker's
+        answer); a host's connections stay what the settings give."""
+        policies = self.policies
+        said = policies.steer(raw)
+        log_steered(policies, said)
+        self.local.policy_of = policies.delays
+        self.driver.use_delays(policies.delays)
+        return said
 
     def set_min_rest(self, host: str, seconds: float) -> None:
         self.local.set_min_rest(host, seconds)

@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 
     from scrapy_frontier.backends.ports import BackendContext
     from scrapy_frontier.core.history import PageRecord
+    from scrapy_frontier.core.politeness import DelayPolicy
     from scrapy_frontier.core.recrawl import Recrawler
 
 redis_log = logging.getLogger("scrapy_frontier.redis")
@@ -275,6 +276,10 @@ class RedisDriver:
         self.closed = False
         self.queue: LeaseSide
         self.history: DueSide
+        #: Puts the steered policy entries in force (``HostControlPort.steer_policies``),
+        #: and what it was last given.
+        self.steer_to: Callable[[dict[str, Any]], list[str]] | None = None
+        self._steered: dict[str, Any] | None = None
 
     def serve(self, queue: LeaseSide, history: DueSide) -> None:
         """The ports whose round this driver sends, and whose answers it lands."""
@@ -288,6 +293,7 @@ class RedisDriver:
             clock=self.ctx.clock, unfetched=self.queue.unfetched,
             lost=self.queue.lost_from_thread)
         session.rounds.recrawler = self.history.recrawler
+        self._steer(session.remote.policies())  # before the first claim
         self.grace.opened_at = self.ctx.clock()
         self.io.start()
         self.stall.start()
@@ -296,6 +302,21 @@ class RedisDriver:
     @property
     def location(self) -> str:
         return self.session.location if self.session is not None else "Redis"
+
+    def _steer(self, raw: dict[str, Any] | None) -> None:
+        """Put the steered policy entries read from Redis in force when they changed."""
+        if raw is None or raw == self._steered or self.steer_to is None:
+            return
+        first = self._steered is None
+        self._steered = raw
+        if raw or not first:
+            self.steer_to(raw)
+
+    def use_delays(self, delays: Callable[[str], DelayPolicy] | None) -> None:
+        """Each host's delay rule from now (read by the I/O thread at each completion)."""
+        if self.session is not None:
+            for part in self.session.remote.parts:
+                part.policy_of = delays
 
     def close(self) -> Deferred[None] | None:
         """Hand everything back to Redis, then stop the I/O thread.
@@ -435,6 +456,8 @@ class RedisDriver:
             redis_log.warning("Redis is back after %.1f s; continuing", outage)
         self.queue.landed(answer, sent)
         self.history.landed(answer)
+        if self.session is not None:
+            self._steer(self.session.rounds.memory.policies)
         if answer.queued or answer.in_flight or sent.pushes:
             self.grace.seen_work = True
         busy = self.queue.busy() or bool(self.history.due)

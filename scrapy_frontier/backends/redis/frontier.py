@@ -45,6 +45,8 @@ put the name in ``{...}`` to keep every key in one Redis Cluster slot)::
     P blocked         ZSET   host -> end of its block (server time; inf: until unblocked)
     P delay           HASH   host -> an operator's minimum rest (scrapy frontier delay)
     P budgets         HASH   host -> its fetch budget (scrapy frontier budget)
+    P policies        HASH   key -> fields as JSON: the per-host policy's steered entries
+                             (scrapy frontier policy; kept in the first partition)
     P fetched         HASH   host -> fetches completed, while a budget is in force
     P leases          HASH   host -> "<id>|<level>|<handed_at>|<ready_at>|<item>" (one per host)
     P deadlines       ZSET   host -> lease deadline
@@ -81,6 +83,7 @@ Redis for long; the next call continues.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -245,6 +248,7 @@ _KEY_TYPES = {
     "workers": "zset",
     "conns": "hash",
     "spare": "zset",
+    "policies": "hash",
 }
 
 
@@ -255,6 +259,19 @@ def _one_slot(prefix: str) -> bool:
     start = prefix.find("{")
     end = prefix.find("}", start + 1)
     return start >= 0 and end > start + 1
+
+
+def decode_policies(raw: dict[Any, Any]) -> dict[str, Any]:
+    """``P policies`` as read: key -> fields (a value that is not JSON stays as it is, for
+    the workers to refuse with its key)."""
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+        try:
+            out[name] = json.loads(value)
+        except (TypeError, ValueError, RecursionError):
+            out[name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    return out
 
 
 def read_pace(raw: bytes | str) -> tuple[float, float]:
@@ -883,6 +900,23 @@ class RedisFrontier:
             out.append(RedisLease(int(ticket), host, item, int(level), float(handed),
                                   float(deadlines.get(member, math.nan)), float(ready)))
         return out
+
+    def policies(self) -> dict[str, Any]:
+        """The steered policy entries: key -> fields (a value that is not JSON stays as it
+        is, for the workers to refuse with its key)."""
+        return decode_policies(self._call("reading the steered policies",
+                                          lambda: self.client.hgetall(self.key("policies"))))
+
+    def set_policy(self, key: str, fields: dict[str, Any] | None) -> bool:
+        """Set the steered entry ``key`` (None: clear it). Returns whether there was one."""
+        name = self.key("policies")
+
+        def write() -> bool:
+            if fields is None:
+                return bool(self.client.hdel(name, key))
+            return not self.client.hset(name, key, json.dumps(fields, sort_keys=True))
+
+        return self._call("steering a policy", write)
 
     def budget_stats(self) -> dict[str, int]:
         """The shared budget counters (budget_hosts, budget_items) and how many hosts are

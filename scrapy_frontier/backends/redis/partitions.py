@@ -430,6 +430,13 @@ class PartitionedFrontier:
         self.censuses = cs
         return SharedCensus(*(sum(col) for col in zip(*cs, strict=True)))
 
+    def policies(self) -> dict[str, Any]:
+        """The steered policy entries (kept in the first partition: one for the crawl)."""
+        return self.parts[0].policies()
+
+    def set_policy(self, key: str, fields: dict[str, Any] | None) -> bool:
+        return self.parts[0].set_policy(key, fields)
+
     def budget_stats(self) -> dict[str, int]:
         return _summed(part.budget_stats() for part in self.parts)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from scrapy_frontier.backends.redis.fence import LeaseFence
 from scrapy_frontier.backends.redis.frontier import (
@@ -174,6 +174,8 @@ class RoundMemory:
     """The crawl's shared budget counters (budget_hosts, budget_items) and host counts,
     read every BUDGET_INTERVAL seconds."""
     budget_read_at: float = 0.0
+    policies: dict[str, Any] | None = None
+    """The steered policy entries (``P policies``), read with the budget counters."""
     marks: int | None = None
     """``scrapy frontier recrawl``'s counter as last read (None: not read yet)."""
     marks_read_at: float = 0.0
@@ -409,6 +411,7 @@ def run_round(rnd: Round, inputs: RoundInputs, memory: RoundMemory) -> RoundAnsw
     if received >= memory.budget_read_at:
         memory.budget_read_at = received + BUDGET_INTERVAL
         memory.shared_budget = remote.budget_stats()
+        memory.policies = remote.policies()
     answer = answer_of(reply, tally_pushes(gated, reply.pushed), ends, received)
     if rnd.census is not None:
         read_census(remote, recrawler, answer)

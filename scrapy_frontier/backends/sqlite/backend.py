@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from scrapy_frontier.backends.memory import MemoryBackend
 from scrapy_frontier.backends.memory.ports import LocalHistory, LocalQueue
+from scrapy_frontier.backends.sqlite.control import ControlFile
 from scrapy_frontier.backends.sqlite.history import STORE_NAME as HISTORY_FILE
 from scrapy_frontier.backends.sqlite.history import SQLiteHistoryStore
 from scrapy_frontier.backends.sqlite.queue import SQLiteStore
@@ -224,12 +225,21 @@ class SQLiteBackend(MemoryBackend):
         return SQLiteHistory(self.state_dir, self.queue)
 
     def open(self, spider: Spider) -> None:
+        # Steered policies first: the frontier is made, and its restart rests set, by them.
+        early = ControlFile(self.state_dir, create=False, timeout=0.5)
+        try:
+            steered = early.policies()
+        finally:
+            early.close()
+        if steered:
+            self.ctx.config.host_policies.steer(steered)
         self._open_store(spider)
-        # Steering (scrapy frontier block, delay, retire, budget): applied now, then
-        # looked at once a second from a timer.
+        # Steering (scrapy frontier block, delay, retire, budget, policy): applied now,
+        # then looked at once a second from a timer.
         control = self.history.control = ControlPoller(
             self.state_dir, self.frontier, self.ctx.stats, self.ctx.clock,
             closed=self.controls.closed_hosts)
+        control.steer_to = self.controls.steer_policies
         control.start()
 
     def _open_store(self, spider: Spider) -> None:

@@ -14,6 +14,8 @@ crawl's write lock, and so that the crawl reads one small table, not its queues:
 * ``recrawl_requests(id, fp, host)`` -- written by ``scrapy frontier recrawl``: make the
   page ``fp`` due now, or every page of ``host``, or (both NULL) every page. The crawl
   applies each row to its page history and deletes it.
+* ``policies(key, fields)`` -- written by ``scrapy frontier policy``: the per-host policy's
+  steered entries, each key as in ``FRONTIER_HOST_POLICY`` and its fields as JSON.
 * ``control_meta(key, value)`` -- ``format``, ``version`` and ``seq``, raised by every
   command write: the crawl polls ``seq`` (one indexed read) and reads the controls
   only when it changed.
@@ -24,11 +26,13 @@ finds the file busy tries again at its next poll.
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from scrapy_frontier.errors import StoreError
 
@@ -50,6 +54,7 @@ CREATE TABLE IF NOT EXISTS crawl_hosts(
     host TEXT PRIMARY KEY, fetched INTEGER NOT NULL DEFAULT 0, closed TEXT) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS recrawl_requests(
     id INTEGER PRIMARY KEY, fp INTEGER, host TEXT);
+CREATE TABLE IF NOT EXISTS policies(key TEXT PRIMARY KEY, fields TEXT NOT NULL) WITHOUT ROWID;
 """
 
 
@@ -177,6 +182,40 @@ class ControlFile:
             if conn.in_transaction:
                 conn.rollback()
             raise
+
+    def policies(self) -> dict[str, Any]:
+        """The steered entries: key -> fields (a text that is not JSON stays as it is, for
+        the crawl to refuse with its key)."""
+        if self.conn is None:
+            return {}
+        out: dict[str, Any] = {}
+        for key, text in self.conn.execute("SELECT key, fields FROM policies ORDER BY key"):
+            try:
+                out[key] = json.loads(text)
+            except (TypeError, ValueError, RecursionError):
+                out[key] = text
+        return out
+
+    def set_policy(self, key: str, fields: dict[str, Any] | None) -> bool:
+        """Set the steered entry ``key`` (None: clear it) and raise ``seq``, in one
+        transaction. Returns whether there was one before."""
+        assert self.conn is not None
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            was = conn.execute("SELECT 1 FROM policies WHERE key = ?", (key,)).fetchone()
+            if fields is None:
+                conn.execute("DELETE FROM policies WHERE key = ?", (key,))
+            else:
+                conn.execute("INSERT OR REPLACE INTO policies VALUES (?, ?)",
+                             (key, json.dumps(fields, sort_keys=True)))
+            conn.execute("UPDATE control_meta SET value = value + 1 WHERE key = 'seq'")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.rollback()
+            raise
+        return was is not None
 
     def crawl_hosts(self) -> dict[str, tuple[int, str | None]]:
         if self.conn is None:

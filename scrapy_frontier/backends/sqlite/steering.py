@@ -1,12 +1,12 @@
 """Operators' controls reach a running SQLite crawl: the control timer.
 
-``scrapy frontier block|unblock|delay|retire|budget`` writes ``control.sqlite`` in the
+``scrapy frontier block|unblock|delay|retire|budget|policy`` writes ``control.sqlite`` in the
 job directory (:mod:`scrapy_frontier.backends.sqlite.control`). Once a second -- from a
 timer, never from ``next_request`` -- the crawl reads the file's ``seq`` (one indexed
 read); when it changed, it reads the controls and applies what differs from what it
-applied last: a block or its end, a delay, a retirement, a budget. The same step writes
-back the per-host fetch counts of the budget and the hosts the crawl closed, which
-``scrapy frontier hosts`` shows and which a restart resumes from.
+applied last: a block or its end, a delay, a retirement, a budget, a steered policy. The
+same step writes back the per-host fetch counts of the budget and the hosts the crawl
+closed, which ``scrapy frontier hosts`` shows and which a restart resumes from.
 
 At open the controls are applied before the first request is handed out, so a restart
 keeps them. A busy or unreadable control file is logged once and tried again at the
@@ -21,7 +21,7 @@ import math
 import sqlite3
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy_frontier.backends.sqlite.control import (
     RETIRED,
@@ -70,6 +70,9 @@ class ControlPoller:
         #: Applies recrawl requests to the page history: (fp, host) pairs in, pages
         #: marked out. Set once the history is open; until then the requests wait.
         self.recrawl_to: Callable[[list[tuple[int | None, str | None]]], int] | None = None
+        #: Puts the steered policy entries in force (``HostControlPort.steer_policies``).
+        self.steer_to: Callable[[dict[str, Any]], list[str]] | None = None
+        self._policies: dict[str, Any] | None = None
 
     def start(self) -> None:
         """Resume the counts of an earlier run and apply the controls, then tick."""
@@ -109,6 +112,7 @@ class ControlPoller:
             seq = self.file.seq()
             if seq != self._seq:
                 self._apply(self.file.controls())
+                self.apply_policies()
                 self.apply_recrawls()
                 self._seq = seq
             self._save_counts()
@@ -130,6 +134,18 @@ class ControlPoller:
         marked = self.recrawl_to([(fp, host) for _, fp, host in rows])
         self.file.applied_recrawls(rows[-1][0])
         logger.info("scrapy frontier recrawl: %d pages marked due now", marked)
+
+    def apply_policies(self) -> None:
+        """Put the steered policy entries in force when they changed."""
+        if self.steer_to is None:
+            return
+        raw = self.file.policies()
+        if raw == self._policies:
+            return
+        first = self._policies is None
+        self._policies = raw
+        if not (first and not raw):
+            self.steer_to(raw)
 
     def _apply(self, controls: dict[str, HostControl]) -> None:
         frontier = self.frontier
