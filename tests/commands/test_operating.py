@@ -290,7 +290,7 @@ def test_a_policy_steered_on_a_running_crawl_holds_until_cleared(
         settings["CONCURRENT_REQUESTS_PER_DOMAIN"] = 4  # the cap of a host's connections
     grace = 2.0 if backend == "sqlite" else 6.0  # a poll each second; a read each 5 s
     log = tmp_path / "server.jsonl"
-    web_args = ["--shape", "wide", "--hosts", "3", "--pages", "40", "--latency", "0.005",
+    web_args = ["--shape", "wide", "--hosts", "3", "--pages", "120", "--latency", "0.005",
                 "0.01", "--seed", "5"]
     with ServerProcess(web_args, log_path=str(log)) as web:
         slowed, wide, _ = sorted({e[0] for e in web.expected})
@@ -334,8 +334,6 @@ def test_a_policy_steered_on_a_running_crawl_holds_until_cleared(
     report = audit(read_log(log), expected=web.expected, min_delay=0.2,
                    connections={wide: 3})
     assert report.coverage == 1.0 and report.duplicates == 0, report.summary()  # nothing lost
-    listed = b.run(["hosts", "--limit", "10"]).stdout
-    assert "(steered)" not in listed.replace(f"{wide}", "") or backend == "sqlite"
 
 
 def test_a_policy_steered_while_no_crawl_runs_holds_from_the_next_start(

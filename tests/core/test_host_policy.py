@@ -219,3 +219,73 @@ def test_the_addon_opens_scrapys_downloader_to_the_most_connections() -> None:
     config = FrontierConfig.from_settings(own)
     assert config.host_policies.of("a.example").connections == 2
     assert config.host_policies.warnings
+
+
+# -- steered entries (scrapy frontier policy) ------------------------------------------------
+
+
+def test_a_steered_entry_changes_the_fields_it_gives_and_clearing_puts_the_setting_back() -> None:
+    table = policies({"example.com": {"concurrency": 2, "delay_factor": 5}})
+    setting = table.of("www.example.com")
+    assert table.steer({"example.com": {"min_delay": 3}}) == []
+    steered = table.of("www.example.com")
+    # What the steered entry leaves out comes from the setting's entry of the same key.
+    assert steered == HostPolicy(DelayPolicy(5.0, 3.0, 60.0), 2)
+    assert table.note("www.example.com") == "policy (steered): factor 5, rest 3-60 s, " \
+                                            "2 connections"
+    assert table.delays is not None and table.delay_of("example.com").min_delay == 3
+    table.steer({})
+    assert table.of("www.example.com") is setting
+    assert table.note("example.com") == "policy: factor 5, rest 1-60 s, 2 connections"
+
+
+def test_a_new_steered_key_is_whole_and_the_most_specific_wins() -> None:
+    table = policies({"example.com": {"concurrency": 2}})
+    table.steer({"=api.example.com": {"delay_factor": 1, "budget": 7}})
+    api = table.of("api.example.com")
+    assert api == HostPolicy(DelayPolicy(1.0, 1.0, 60.0), 1, 7)
+    assert table.of("www.example.com").connections == 2
+    assert table.has_budgets and table.budget_of("api.example.com") == 7
+    assert table.of("other.example") is DEFAULT and table.note("other.example") is None
+
+
+def test_a_bad_steered_entry_is_named_and_left_out_and_the_others_hold() -> None:
+    table = policies({})
+    said = table.steer({"a.example": {"min_delay": 5, "max_delay": 2},
+                        "b.example": "not json",
+                        "c.example": {"delay_factor": 0}})
+    assert len(said) == 2
+    assert "scrapy frontier policy['a.example']: max_delay (2) must be >= min_delay" in said[0]
+    assert "scrapy frontier policy['b.example'] must be a dict" in said[1]
+    assert set(table.steered) == {"c.example"}
+    assert table.of("a.example") is DEFAULT
+
+
+def test_where_connections_are_fixed_a_steered_concurrency_is_refused() -> None:
+    table = policies({"example.com": {"concurrency": 3}})
+    table.connections_fixed = "on Redis (each host's connections are fixed when it is queued)"
+    with pytest.raises(ValueError, match="concurrency cannot change on a running crawl on Redis"):
+        table.steered_entry("=a.example.com", {"concurrency": 2})
+    said = table.steer({"=a.example.com": {"concurrency": 2}, "=b.example.com": {"budget": 1}})
+    assert len(said) == 1 and set(table.steered) == {"=b.example.com"}
+    # A new, more specific key keeps the connections the setting gives the host.
+    assert table.of("b.example.com").connections == 1
+    assert table.connections_of("b.example.com") == 3
+
+
+def test_a_steered_concurrency_is_capped_at_what_scrapys_downloader_opens() -> None:
+    config = FrontierConfig.from_settings(Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": 2}))
+    table = config.host_policies
+    said = table.steer({"a.example": {"concurrency": 5}})
+    assert table.connections_of("a.example") == 2
+    assert said == ["scrapy frontier policy['a.example'] asks for 5 connections; "
+                    "CONCURRENT_REQUESTS_PER_DOMAIN lets Scrapy's downloader open 2, so the "
+                    "host gets 2 (raise CONCURRENT_REQUESTS_PER_DOMAIN to give it more)"]
+
+
+def test_the_configs_policies_know_where_connections_cannot_be_steered() -> None:
+    assert FrontierConfig.from_settings(Settings({})).host_policies.connections_fixed is None
+    redis = FrontierConfig.from_settings(Settings({"FRONTIER_BACKEND": "redis"}))
+    assert "on Redis" in (redis.host_policies.connections_fixed or "")
+    by_ip = FrontierConfig.from_settings(Settings({"FRONTIER_IP_POLITENESS": True}))
+    assert "FRONTIER_IP_POLITENESS" in (by_ip.host_policies.connections_fixed or "")
