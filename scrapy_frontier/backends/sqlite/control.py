@@ -30,6 +30,8 @@ import json
 import math
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,8 @@ VERSION = 1
 #: hand (``scrapy frontier unretire``, whether it was retired by hand or after failures; a
 #: host over its budget stays retired until its budget is raised); 0: neither.
 RETIRED, TAKEN_BACK = 1, -1
+
+RAISE_SEQ = "UPDATE control_meta SET value = value + 1 WHERE key = 'seq'"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS control_meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -126,6 +130,20 @@ class ControlFile:
             self.conn.close()
             self.conn = None
 
+    @contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken at once (rolled back on any error)."""
+        assert self.conn is not None
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.rollback()
+            raise
+
     # -- the crawl's side -------------------------------------------------------------
 
     def seq(self) -> int:
@@ -143,19 +161,11 @@ class ControlFile:
 
     def save_crawl_hosts(self, rows: dict[str, tuple[int, str | None]]) -> None:
         """(fetched, closed) per host, written by the crawl."""
-        assert self.conn is not None
-        conn = self.conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._writing() as conn:
             conn.executemany(
                 "INSERT INTO crawl_hosts VALUES (?, ?, ?) ON CONFLICT(host) DO UPDATE SET "
                 "fetched = excluded.fetched, closed = excluded.closed",
                 [(h, n, c) for h, (n, c) in rows.items()])
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.rollback()
-            raise
 
     def recrawl_requests(self) -> list[tuple[int, int | None, str | None]]:
         """(id, fp, host) of each recrawl asked for and not applied yet, oldest first."""
@@ -171,17 +181,9 @@ class ControlFile:
 
     def request_recrawl(self, *, fp: int | None = None, host: str | None = None) -> None:
         """Ask for the page ``fp``, or the pages of ``host``, or every page, to be due now."""
-        assert self.conn is not None
-        conn = self.conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._writing() as conn:
             conn.execute("INSERT INTO recrawl_requests(fp, host) VALUES (?, ?)", (fp, host))
-            conn.execute("UPDATE control_meta SET value = value + 1 WHERE key = 'seq'")
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.rollback()
-            raise
+            conn.execute(RAISE_SEQ)
 
     def policies(self) -> dict[str, Any]:
         """The steered entries: key -> fields (a text that is not JSON stays as it is, for
@@ -199,22 +201,14 @@ class ControlFile:
     def set_policy(self, key: str, fields: dict[str, Any] | None) -> bool:
         """Set the steered entry ``key`` (None: clear it) and raise ``seq``, in one
         transaction. Returns whether there was one before."""
-        assert self.conn is not None
-        conn = self.conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._writing() as conn:
             was = conn.execute("SELECT 1 FROM policies WHERE key = ?", (key,)).fetchone()
             if fields is None:
                 conn.execute("DELETE FROM policies WHERE key = ?", (key,))
             else:
                 conn.execute("INSERT OR REPLACE INTO policies VALUES (?, ?)",
                              (key, json.dumps(fields, sort_keys=True)))
-            conn.execute("UPDATE control_meta SET value = value + 1 WHERE key = 'seq'")
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.rollback()
-            raise
+            conn.execute(RAISE_SEQ)
         return was is not None
 
     def crawl_hosts(self) -> dict[str, tuple[int, str | None]]:
@@ -227,10 +221,7 @@ class ControlFile:
 
     def update(self, host: str, **changes: object) -> HostControl:
         """Change some fields of ``host``'s controls and raise ``seq``, in one transaction."""
-        assert self.conn is not None
-        conn = self.conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._writing() as conn:
             row = conn.execute(
                 "SELECT blocked_until, delay, retired, budget FROM controls WHERE host = ?",
                 (host,)).fetchone()
@@ -245,12 +236,7 @@ class ControlFile:
                     "INSERT OR REPLACE INTO controls VALUES (?, ?, ?, ?, ?)",
                     (host, control.blocked_until, control.delay, int(control.retired),
                      control.budget))
-            conn.execute("UPDATE control_meta SET value = value + 1 WHERE key = 'seq'")
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.rollback()
-            raise
+            conn.execute(RAISE_SEQ)
         return control
 
 
