@@ -39,7 +39,7 @@ class Addon:
         _take_over_scrapy_pacing(settings)
         for name, value in ADDON_SETTINGS.items():
             settings.set(name, value, "addon")
-        _open_connections(settings)
+        open_connections(settings)
         _add_component(settings, "DOWNLOADER_MIDDLEWARES", MIDDLEWARE_PATH, MIDDLEWARE_ORDER)
         robots = _robots_step(settings)
         if robots is not None:  # just after it, before the middlewares that come next
@@ -213,7 +213,7 @@ def _take_over_scrapy_pacing(settings: Settings) -> None:
         logger.info("%s; Scrapy's own delay for it is off", line)
 
 
-def _open_connections(settings: Settings) -> None:
+def open_connections(settings: Settings) -> None:
     """Scrapy's downloader lets each host have as many requests at once as the most
     connections a FRONTIER_HOST_POLICY entry or FRONTIER_CAPACITY gives (the frontier keeps
     every host to its own); a project's own CONCURRENT_REQUESTS_PER_DOMAIN wins, and caps

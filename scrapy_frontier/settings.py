@@ -715,7 +715,7 @@ def _host_policies(settings: BaseSettings, delay: DelayPolicy,
         entries.update(parse_entries(table, default))  # the frontier's own entries win
     except ValueError as exc:
         raise FrontierConfigError(str(exc)) from None
-    cap_of = _downloader_caps(settings)
+    cap_of = downloader_caps(settings)
     warnings = _capped_connections(cap_of, entries)
     per_domain = max(1, settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN", 8))
     if default.connections > per_domain:
@@ -729,7 +729,7 @@ def _host_policies(settings: BaseSettings, delay: DelayPolicy,
     return policies
 
 
-def _downloader_caps(settings: BaseSettings) -> Callable[[str], tuple[int, str]]:
+def downloader_caps(settings: BaseSettings) -> Callable[[str], tuple[int, str]]:
     """An entry's key -> the connections Scrapy's downloader lets its host have at once,
     and the setting that says so: the host's DOWNLOAD_SLOTS concurrency (an exact key),
     else CONCURRENT_REQUESTS_PER_DOMAIN. A lease beyond that would wait in the downloader,

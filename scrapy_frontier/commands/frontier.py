@@ -138,12 +138,24 @@ def main(args: list[str], opts: argparse.Namespace, settings: Any, out: TextIO) 
     if opts.limit < 0:
         raise UsageError("--limit must be >= 0", print_help=False)
     config = FrontierConfig.from_settings(settings)
+    config.host_policies.cap_of = crawl_caps(settings)
     inspector = open_inspector(config, settings, opts.spider)
     try:
         data, text = run_subcommand(inspector, sub, rest, opts)
     finally:
         inspector.close()
     out.write((json.dumps(data, indent=2) if opts.json else text) + "\n")
+
+
+def crawl_caps(settings: Any) -> Any:
+    """The connections Scrapy's downloader opens per host in the crawl: the add-on opens it
+    to the most connections the settings give, unless the project sets it."""
+    from scrapy_frontier.addon import open_connections
+    from scrapy_frontier.settings import downloader_caps
+
+    crawl = settings.copy()
+    open_connections(crawl)
+    return downloader_caps(crawl)
 
 
 def open_inspector(config: FrontierConfig, settings: Any, spider: str | None) -> Any:
@@ -261,47 +273,69 @@ def _quarantine(inspector: Any, opts: argparse.Namespace) -> tuple[Any, str]:
 
 
 def _policy(inspector: Any, rest: list[str], opts: argparse.Namespace) -> tuple[Any, str]:
-    from scrapy_frontier.core.host_policy import FIELDS, normal_key
+    from scrapy_frontier.core.host_policy import FIELDS, cap_connections
 
-    key, pairs = rest[0], rest[1:]
+    key, pairs = policy_key(rest[0]), rest[1:]
     if opts.clear == bool(pairs):
         raise UsageError("policy takes a key and FIELD=VALUE pairs, or a key and --clear",
                          print_help=False)
-    name = normal_key(key)
-    if not name.lstrip("="):
-        raise FrontierCommandError(f"{key!r} is not a key: a host suffix such as "
-                                   "'example.com', or '=www.example.com' for one host")
+    stored = steer.stored_policies(inspector)
     if opts.clear:
-        data = steer.steer_policy(inspector, name, None)
-        return data, f"policy {name}: cleared ({data['applied']})"
-    fields: dict[str, Any] = {}
+        if key not in stored:
+            data = steer.unchanged("policy", key, inspector.running,
+                                   "no steered entry has that key")
+            return data, f"policy {key}: no steered entry has that key. Nothing was changed."
+        data = steer.steer_policy(inspector, key, None)
+        return data, f"policy {key}: cleared ({data['applied']})"
+    given: dict[str, Any] = {}
     for pair in pairs:
         field, sep, raw = pair.partition("=")
         if not sep or field not in FIELDS:
             raise FrontierCommandError(
                 f"policy: {pair!r} is not FIELD=VALUE with a field of {', '.join(FIELDS)}. "
                 "Nothing was changed.")
-        if field in fields:
+        if field in given:
             raise FrontierCommandError(f"policy: {field} is given twice. Nothing was changed.")
         value = _number(f"policy {field}", raw)
-        fields[field] = int(value) if value.is_integer() else value
+        given[field] = int(value) if value.is_integer() else value
+    # A second steer of a key changes the fields it gives and keeps the others.
+    earlier = stored.get(key)
+    fields = {**(earlier if isinstance(earlier, dict) else {}), **given}
     policies = inspector.config.host_policies
     try:
-        _, policy = policies.steered_entry(name, fields)
+        _, policy = policies.steered_entry(key, fields)
     except ValueError as exc:
         raise FrontierCommandError(f"{exc}. Nothing was changed.") from None
     said = []
-    if policies.cap_of is not None:
-        from scrapy_frontier.core.host_policy import cap_connections
-
-        policy, warning = cap_connections(name, policy, policies.cap_of, "policy")
+    if policies.cap_of is not None and not policies.connections_fixed:
+        policy, warning = cap_connections(key, policy, policies.cap_of, "policy")
         if warning is not None:
             said.append(warning)
-    data = steer.steer_policy(inspector, name, fields)
+    data = steer.steer_policy(inspector, key, fields)
     data["policy"] = policy.describe()
     data["warnings"] = said
-    text = f"policy {name}: {policy.describe()} ({data['applied']})"
+    text = f"policy {key}: {policy.describe()} ({data['applied']})"
     return data, "\n".join([text, *(f"warning: {w}" for w in said)])
+
+
+def policy_key(raw: str) -> str:
+    """A key of the per-host policy as the crawl's host keys spell it: a host name or suffix
+    (IDNA for a name that is not ASCII), ``=`` first for one host only."""
+    from scrapy_frontier.core.host_policy import normal_key
+
+    key = normal_key(raw)
+    name = key.removeprefix("=")
+    if not name or any(c in name for c in "/:@ \t\0"):
+        raise FrontierCommandError(
+            f"{raw!r} is not a key: a host name or suffix such as 'example.com', or "
+            "'=www.example.com' for one host (no scheme, port or path). Nothing was changed.")
+    if not name.isascii():
+        try:
+            name = name.encode("idna").decode("ascii")
+        except UnicodeError as exc:
+            raise FrontierCommandError(f"{raw!r} is not a host name ({exc}). Nothing was "
+                                       "changed.") from None
+    return ("=" if key.startswith("=") else "") + name
 
 
 def _reset(inspector: Any, opts: argparse.Namespace) -> tuple[Any, str]:

@@ -99,16 +99,25 @@ def steer_redis(inspector: RedisInspector, action: str, host: str,
     return _result(action, host, value, True, "applied to every worker now")
 
 
+def stored_policies(inspector: Any) -> dict[str, Any]:
+    """The steered entries the crawl keeps: key -> fields."""
+    if inspector.backend == "sqlite":
+        return dict(inspector.control.policies())
+    return dict(inspector.frontier(0).policies())
+
+
 def steer_policy(inspector: Any, key: str, fields: dict[str, Any] | None) -> dict[str, Any]:
-    """Set the per-host policy's steered entry ``key`` (None: clear it), already validated.
+    """Set the per-host policy's steered entry ``key`` to ``fields``, already validated and
+    merged with what it had (None: clear it).
 
     SQLite: in ``control.sqlite``, applied by the running crawl within a second, or by the
     next run when it opens. Redis: in the crawl's ``policies`` hash, read by every worker
-    within 5 seconds."""
+    within 5 s; the budgets of the hosts it covers are tested again at once, atomically with
+    the workers' claims (a raised budget takes a capped host back)."""
     if inspector.backend == "sqlite":
         control = ControlFile(inspector.directory)
         try:
-            existed = control.set_policy(key, fields)
+            control.set_policy(key, fields)
         except sqlite3.Error as exc:
             raise _unwritable(control, exc) from None
         finally:
@@ -116,12 +125,33 @@ def steer_policy(inspector: Any, key: str, fields: dict[str, Any] | None) -> dic
         when = ("applied by the running crawl within a second" if inspector.running
                 else "applied when the crawl starts again")
     else:
-        existed = inspector.frontier(0).set_policy(key, fields)
-        when = "applied by every worker within 5 s"
-    if fields is None and not existed:
-        when = "no steered entry had that key. Nothing was changed."
-    return {"action": "policy", "key": key, "fields": fields, "crawl_running":
-            inspector.running if inspector.backend == "sqlite" else True, "applied": when}
+        inspector.frontier(0).set_policy(key, fields)
+        reopened = _rebudget(inspector, key)
+        when = "applied by every worker within 5 s" + (
+            f"; {reopened} host(s) over budget taken back" if reopened else "")
+    return {"action": "policy", "key": key, "fields": fields,
+            "crawl_running": inspector.running, "applied": when}
+
+
+def _rebudget(inspector: Any, key: str) -> int:
+    """Redis: test again the budget of each host ``key`` covers that has a fetch count or
+    is over budget, by the policies now in force. Returns the hosts taken back."""
+    from scrapy_frontier.backends.redis.connection import text
+
+    config = inspector.config
+    config.host_policies.steer(inspector.frontier(0).policies())
+    exact = key[1:] if key.startswith("=") else None
+    reopened = 0
+    for i in range(inspector.count):
+        hosts = {text(h) for h in inspector.client.hkeys(inspector.k("fetched", i))}
+        hosts |= {text(h) for h in inspector.client.smembers(inspector.k("capped", i))}
+        covered = [h for h in hosts if h == exact or exact is None
+                   and (h == key or h.endswith("." + key))]
+        if covered:
+            remote = inspector.frontier(i)
+            for host in covered:
+                reopened += int(remote.control("rebudget", host, config.budget_for(host))[0])
+    return reopened
 
 
 def unchanged(action: str, host: str, running: bool, why: str) -> dict[str, Any]:

@@ -453,14 +453,18 @@ class Frontier(Generic[T]):
         if host in self._capped and not self.budgets.spent(host):
             self.unretire(host)
 
-    def budgets_changed(self) -> list[str]:
+    def budgets_changed(self) -> tuple[list[str], list[str]]:
         """Many hosts' budgets changed at once (a per-host policy): the hosts over budget
-        whose budget now allows more are taken back, and returned. A lowered budget caps a
-        host at its next fetch's end, as ``set_budget`` does."""
+        whose budget now allows more are taken back, and the hosts whose fetches reach their
+        new budget retire now. Returns (taken back, retired)."""
         back = [host for host in self._capped if not self.budgets.spent(host)]
         for host in back:
             self.unretire(host)
-        return back
+        spent = [host for host in self.budgets.counts()
+                 if host not in self._retired and self.budgets.spent(host)]
+        for host in spent:
+            self.newly_capped.append((host, len(self.retire(host, budget=True))))
+        return back, spent
 
     def active_hosts(self) -> list[str]:
         """The hosts with a back queue now."""

@@ -87,6 +87,13 @@ class HostPolicies:
             except ValueError as exc:
                 said.append(str(exc))
                 continue
+            except Exception as exc:  # noqa: BLE001 - bytes from a store: refuse, never stop
+                said.append(f"scrapy frontier policy[{key!r}] cannot be read "
+                            f"({type(exc).__name__}: {exc})")
+                continue
+            if name in steered:
+                said.append(f"scrapy frontier policy[{key!r}]: {name!r} is given twice")
+                continue
             if self.cap_of is not None:
                 policy, warning = cap_connections(name, policy, self.cap_of,
                                                   "scrapy frontier policy")
@@ -109,6 +116,8 @@ class HostPolicies:
                              "FRONTIER_HOST_POLICY and start the crawl again")
         ((name, policy),) = parse_entries({key: fields}, base,
                                           "scrapy frontier policy").items()
+        if self.connections_fixed:
+            policy = replace(policy, connections=base.connections)
         return name, policy
 
     def delay_of(self, host: str) -> DelayPolicy:
@@ -152,6 +161,8 @@ class HostPolicies:
         if policy is self.default:
             return None
         steered = any(p is policy for p in self.steered.values())
+        if self.connections_fixed:  # the setting's connections hold
+            policy = replace(policy, connections=self.connections_of(host))
         return f"policy{' (steered)' if steered else ''}: {policy.describe()}"
 
     def steered_summary(self) -> str:
@@ -252,7 +263,7 @@ def _number(where: str, name: str, value: Any) -> float:
         raise ValueError(f"{where}[{name!r}] must be {FIELDS[name]}, got {value!r}")
     try:
         number = float(value)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise ValueError(f"{where}[{name!r}] must be {FIELDS[name]}, "
                               f"got {value!r}") from None
     if math.isnan(number) or number < 0 or math.isinf(number) and name != "max_delay":
@@ -265,7 +276,7 @@ def _whole(where: str, name: str, value: Any, minimum: int) -> int:
         raise ValueError(f"{where}[{name!r}] must be {FIELDS[name]}, got {value!r}")
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ValueError(f"{where}[{name!r}] must be {FIELDS[name]}, "
                               f"got {value!r}") from None
     if not number.is_integer() or number < minimum:

@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import sqlite3
+import statistics
 import subprocess
 import sys
 import threading
@@ -314,8 +315,8 @@ def test_a_policy_steered_on_a_running_crawl_holds_until_cleared(
         thread.join(timeout=300)
     result = out["result"]
     assert result.returncode == 0, result.output[-3000:]
-    assert "Per-host policy steered (scrapy frontier policy): 1 steered entries" \
-        in result.output or backend != "sqlite", result.output[-3000:]
+    assert "Per-host policy steered (scrapy frontier policy): " in result.output, \
+        result.output[-3000:]
 
     def gaps(entries: list[Any]) -> list[float]:
         return [later.start - e.end for e, later in zip(entries, entries[1:], strict=False)]
@@ -323,11 +324,12 @@ def test_a_policy_steered_on_a_running_crawl_holds_until_cleared(
     slow = [e for e in pages(log, slowed) if steered + grace < e.start < cleared]
     assert len(slow) >= 3 and min(gaps(slow)) >= 1.0, gaps(slow)
     after = [e for e in pages(log, slowed) if e.start > cleared + grace]
-    assert len(after) >= 2 and max(gaps(after)) < 0.9, gaps(after)
+    # Cleared: the crawl's rule again (0.2 s after these fetches), not 1 s.
+    assert len(after) >= 3 and statistics.median(gaps(after)) < 0.9, gaps(after)
     if backend == "sqlite":
         several = [e for e in pages(log, wide) if e.start > steered + grace]
         # Host-wide gaps shorter than one connection's least rest: several connections.
-        assert min(gaps(several)) < 0.15, gaps(several)
+        assert len(several) >= 3 and min(gaps(several)) < 0.15, gaps(several)
         report = audit(read_log(log), expected=web.expected, min_delay=0.2,
                        connections={wide: 3})
         assert report.polite, report.summary()
@@ -355,8 +357,17 @@ def test_a_policy_steered_while_no_crawl_runs_holds_from_the_next_start(
             refused = b.run(["policy", host, *bad], check=False)
             assert refused.returncode == 1 and why in refused.stderr, refused.stderr
         assert steering(tmp_path / "job") == ((0,), [])  # nothing written
-        said = b.run(["policy", f"={host}", "min_delay=0.5", "budget=3"]).stdout
+        missing = b.run(["policy", host, "--clear"]).stdout
+        assert "no steered entry has that key. Nothing was changed." in missing
+        assert steering(tmp_path / "job") == ((0,), [])
+        b.run(["policy", f"={host}", "min_delay=0.5"])
+        said = b.run(["policy", f"={host}", "budget=3"]).stdout  # keeps the min_delay
+        assert "factor 10, rest 0.5-60 s, 1 connection, budget 3" in said, said
         assert "applied when the crawl starts again" in said, said
+        # The add-on opens Scrapy's downloader to 1 per host here: the command says so.
+        other = sorted({e[0] for e in web.expected})[1]
+        capped = b.run(["policy", f"={other}", "concurrency=2"]).stdout
+        assert "1 connection (" in capped and "warning: policy['=" in capped, capped
         result = run_crawl(web.start_urls, b.crawl, allowed_domains=web.allowed_domains,
                            workdir=tmp_path / "crawl", timeout=60)
     assert result.returncode == 0, result.output[-2000:]
@@ -367,6 +378,38 @@ def test_a_policy_steered_while_no_crawl_runs_holds_from_the_next_start(
     other = [e for e in pages(log) if e.host != host]
     assert len(other) == 5
     assert "budget 3/3" in b.run(["hosts"]).stdout
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_a_steered_policy_budget_takes_a_capped_host_back(
+        backend: str, tmp_path: Path, redis_server: RedisServer) -> None:
+    """A host capped by its policy's budget is taken back when a steered entry raises it,
+    by the command at once on Redis (atomically with the workers), by the crawl on SQLite."""
+    b = Backend(backend, tmp_path, redis_server)
+    log = tmp_path / "server.jsonl"
+    with ServerProcess(["--shape", "wide", "--hosts", "2", "--pages", "12", "--latency",
+                        "0.002", "0.004", "--seed", "4"], log_path=str(log)) as web:
+        trap = sorted({e[0] for e in web.expected})[0]
+        for settings in (b.crawl, b.command):
+            settings["FRONTIER_MIN_DELAY"] = 0.0
+            settings["FRONTIER_HOST_POLICY"] = {trap: {"budget": 2}}
+        if backend == "sqlite":
+            os.makedirs(tmp_path / "job")
+        result = run_crawl(web.start_urls, b.crawl, allowed_domains=web.allowed_domains,
+                           workdir=tmp_path / "crawl", timeout=120)
+        assert result.returncode == 0, result.output[-3000:]
+        assert len(pages(log, trap)) == 2
+        listed = {r["host"]: r for r in as_json(b.run(["hosts", "--json"]))}
+        assert listed[trap]["state"] == "retired"
+        said = b.run(["policy", trap, "budget=50"]).stdout
+        assert "budget 50" in said, said
+        if backend == "redis":
+            assert "1 host(s) over budget taken back" in said, said
+        else:  # the next run applies it before its first request
+            result = run_crawl([], b.crawl, workdir=tmp_path / "again", timeout=60)
+            assert result.returncode == 0, result.output[-3000:]
+    listed = {r["host"]: r for r in as_json(b.run(["hosts", "--json"]))}
+    assert listed.get(trap, {}).get("state") != "retired", listed.get(trap)
 
 
 # -- budgets -------------------------------------------------------------------------------

@@ -261,6 +261,19 @@ def test_a_bad_steered_entry_is_named_and_left_out_and_the_others_hold() -> None
     assert table.of("a.example") is DEFAULT
 
 
+def test_whatever_a_store_holds_is_refused_by_key_and_never_raised() -> None:
+    table = policies({})
+    said = table.steer({"a.example": {"budget": int("9" * 400)},
+                        "b.example": {"min_delay": [1]},
+                        "c.example": {"budget": 2},
+                        "C.example.": {"delay_factor": 1}})
+    assert len(said) == 3
+    assert "['budget'] must be a whole number of pages" in said[0]
+    assert "['min_delay'] must be seconds >= 0" in said[1]
+    assert "'c.example' is given twice" in said[2]
+    assert table.budget_of("c.example") == 2 and set(table.steered) == {"c.example"}
+
+
 def test_where_connections_are_fixed_a_steered_concurrency_is_refused() -> None:
     table = policies({"example.com": {"concurrency": 3}})
     table.connections_fixed = "on Redis (each host's connections are fixed when it is queued)"
@@ -268,9 +281,10 @@ def test_where_connections_are_fixed_a_steered_concurrency_is_refused() -> None:
         table.steered_entry("=a.example.com", {"concurrency": 2})
     said = table.steer({"=a.example.com": {"concurrency": 2}, "=b.example.com": {"budget": 1}})
     assert len(said) == 1 and set(table.steered) == {"=b.example.com"}
-    # A new, more specific key keeps the connections the setting gives the host.
-    assert table.of("b.example.com").connections == 1
+    # A new, more specific key keeps the connections the setting gives the host, and says so.
     assert table.connections_of("b.example.com") == 3
+    assert table.note("b.example.com") == "policy (steered): factor 10, rest 1-60 s, " \
+                                          "3 connections, budget 1"
 
 
 def test_a_steered_concurrency_is_capped_at_what_scrapys_downloader_opens() -> None:

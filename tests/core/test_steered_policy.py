@@ -81,3 +81,25 @@ def test_measured_connections_stay_within_a_lowered_cap() -> None:
     controls.set_connections("a.example", 4)
     controls.steer_policies({"a.example": {"concurrency": 2}})
     assert controls.measured["a.example"] == 2 and frontier.connections_of("a.example") == 2
+
+
+def test_a_lowered_budget_retires_a_host_that_reached_it_at_once() -> None:
+    frontier, controls, _ = make()
+    controls.steer_policies({"a.example": {"budget": 5}})
+    for i in range(4):
+        frontier.push("a.example", 1, f"a{i}")
+    for _ in range(2):
+        lease = frontier.pop()
+        assert lease is not None
+        frontier.complete(lease.ticket, 0.0)
+        frontier.clock.advance(1.0)  # type: ignore[attr-defined]
+    controls.steer_policies({"a.example": {"budget": 2}})
+    assert frontier.over_budget("a.example") and controls.closed_hosts["a.example"] == "budget"
+    assert frontier.pop() is None and frontier.newly_capped[-1][0] == "a.example"
+
+
+def test_a_lowered_cap_holds_for_measured_hosts_not_queued_now() -> None:
+    _, controls, _ = make(measuring=True)
+    controls.measured.update({"a.example": 4, "b.example": 1})
+    controls.steer_policies({"a.example": {"concurrency": 2}})
+    assert controls.measured == {"a.example": 2, "b.example": 1}

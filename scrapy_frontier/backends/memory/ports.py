@@ -152,17 +152,21 @@ class LocalControls(HostControlPort):
         log_steered(policies, said)
         frontier.policy_of = policies.delays
         frontier.budgets.by_policy = policies.budget_of if policies.has_budgets else None
-        for host in frontier.budgets_changed():
+        back, capped = frontier.budgets_changed()
+        for host in back:
             self.closed_hosts.pop(host, None)
+        for host in capped:
+            self.closed_hosts[host] = "budget"
         if policies.connections_fixed:
             return said
-        if frontier.connections is None and not self.measuring:
+        if self.measuring:  # the measured counts, within the new caps
+            for host, count in self.measured.items():
+                self.measured[host] = min(count, policies.connections_of(host))
+        elif frontier.connections is None:
             frontier.connections = policies.connections_of  # 1 for every host until now
         for host in frontier.active_hosts():
-            allowed = policies.connections_of(host)
-            if self.measuring:  # the measured count, within the new cap
-                allowed = min(allowed, self.measured.get(host, 1))
-                self.measured[host] = allowed
+            allowed = (self.measured.get(host, 1) if self.measuring
+                       else policies.connections_of(host))
             if allowed != frontier.connections_of(host):
                 frontier.set_connections(host, allowed)
         return said

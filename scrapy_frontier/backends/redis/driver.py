@@ -307,10 +307,9 @@ class RedisDriver:
         """Put the steered policy entries read from Redis in force when they changed."""
         if raw is None or raw == self._steered or self.steer_to is None:
             return
-        first = self._steered is None
-        self._steered = raw
-        if raw or not first:
+        if raw or self._steered is not None:
             self.steer_to(raw)
+        self._steered = raw
 
     def use_delays(self, delays: Callable[[str], DelayPolicy] | None) -> None:
         """Each host's delay rule from now (read by the I/O thread at each completion)."""

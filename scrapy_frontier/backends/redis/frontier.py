@@ -778,7 +778,8 @@ class RedisFrontier:
 
     def control(self, op: str, host: str, value: float | int = 0) -> list[Any]:
         """An operator's change (``block`` seconds or inf, ``unblock``, ``delay`` seconds,
-        ``budget`` pages, ``retire``), atomic with the queues; see lua/control.lua."""
+        ``budget`` pages, ``rebudget`` pages of a per-host policy, ``retire``), atomic with
+        the queues; see lua/control.lua."""
         self._check_host(host)
         arg = "inf" if isinstance(value, float) and math.isinf(value) else repr(value)
         return list(self._run(self._control, f"changing host {host!r} ({op})", op, host, arg))

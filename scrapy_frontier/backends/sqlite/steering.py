@@ -142,10 +142,9 @@ class ControlPoller:
         raw = self.file.policies()
         if raw == self._policies:
             return
-        first = self._policies is None
-        self._policies = raw
-        if not (first and not raw):
+        if raw or self._policies is not None:
             self.steer_to(raw)
+        self._policies = raw
 
     def _apply(self, controls: dict[str, HostControl]) -> None:
         frontier = self.frontier

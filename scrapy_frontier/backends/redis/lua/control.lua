@@ -46,10 +46,16 @@ elseif op == 'delay' then
     redis.call('HDEL', K_DELAY, host)
   end
   return {1, fmt(now)}
-elseif op == 'budget' then
-  -- value: pages (0: unlimited). A raised budget takes a capped host back.
+elseif op == 'budget' or op == 'rebudget' then
+  -- value: pages (0: unlimited). budget: the host's own budget, kept. rebudget: its per-host
+  -- policy's budget, below an own budget if it has one. A raised budget takes a capped host
+  -- back; a budget reached retires it.
   local budget = tonumber(value)
-  redis.call('HSET', K_BUDGETS, host, value)
+  if op == 'budget' then
+    redis.call('HSET', K_BUDGETS, host, value)
+  else
+    budget = tonumber(redis.call('HGET', K_BUDGETS, host) or value)
+  end
   local n = tonumber(redis.call('HGET', K_FETCHED, host) or '0')
   local reopened = 0
   if redis.call('SISMEMBER', K_CAPPED, host) == 1 and (budget == 0 or n < budget) then
