@@ -108,18 +108,23 @@ class ControlFile:
                                         check_same_thread=False)
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=NORMAL")
-            self.conn.executescript(SCHEMA)
-            meta = dict(self.conn.execute("SELECT key, value FROM control_meta").fetchall())
-            if not meta:
-                self.conn.executemany(
-                    "INSERT OR IGNORE INTO control_meta VALUES (?, ?)",
-                    [("format", FORMAT), ("version", VERSION), ("seq", 0)])
-            elif meta.get("format") != FORMAT or meta.get("version") != VERSION:
-                raise _error(
-                    self.path, f"holds format {meta.get('format')!r} version "
-                    f"{meta.get('version')!r}; this scrapy-frontier reads {FORMAT!r} version "
-                    f"{VERSION}", "Use the scrapy-frontier release that wrote it. Nothing was "
-                    "changed in it.")
+            # One transaction: a file of another format is left as it was, and a new file's
+            # first write-ahead log stays small (a nearly full disk still opens it).
+            with self._writing() as conn:
+                for statement in SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                meta = dict(conn.execute("SELECT key, value FROM control_meta").fetchall())
+                if not meta:
+                    conn.executemany(
+                        "INSERT OR IGNORE INTO control_meta VALUES (?, ?)",
+                        [("format", FORMAT), ("version", VERSION), ("seq", 0)])
+                elif meta.get("format") != FORMAT or meta.get("version") != VERSION:
+                    raise _error(
+                        self.path, f"holds format {meta.get('format')!r} version "
+                        f"{meta.get('version')!r}; this scrapy-frontier reads {FORMAT!r} "
+                        f"version {VERSION}", "Use the scrapy-frontier release that wrote it. "
+                        "Nothing was changed in it.")
         except sqlite3.Error as exc:
             raise _error(self.path, f"cannot be used ({type(exc).__name__}: {exc})",
                          "Check that the directory is writable and the file is not "
