@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import re
 import warnings
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -147,3 +148,79 @@ def test_the_scope_reads_allowed_domains_as_they_change() -> None:
     scope.spider.allowed_domains = []
     assert scope.allows("http://c.example/s.xml")
     assert counts.counts == {"sitemaps/offsite": 1}
+
+
+class _ScopedSpider(Spider):
+    name = "scoped"
+    allowed_domains = ["a.example", "b.example"]
+
+
+def _open_scheduler(sitemaps: Any) -> tuple[Any, Any]:
+    from scrapy_frontier.scheduler import FrontierScheduler
+    from tests.scheduler.test_scheduler import _NextCall
+
+    crawler = get_crawler(_ScopedSpider, {
+        "FRONTIER_MIN_DELAY": 0.0, "FRONTIER_SEED": 1, "FRONTIER_RECRAWL": "continuous",
+        "FRONTIER_HISTORY_MAX_PAGES": 1000, "FRONTIER_SITEMAPS": sitemaps,
+        "ROBOTSTXT_OBEY": True})
+    from scrapy.dupefilters import RFPDupeFilter
+
+    from scrapy_frontier.core import FakeClock
+    from scrapy_frontier.settings import FrontierConfig
+
+    sched = FrontierScheduler(crawler, FrontierConfig.from_settings(crawler.settings),
+                              RFPDupeFilter.from_crawler(crawler), clock=FakeClock(100.0))
+    crawler.engine = SimpleNamespace(
+        downloader=SimpleNamespace(middleware=SimpleNamespace(middlewares=[])),
+        _slot=SimpleNamespace(nextcall=_NextCall(), inprogress=set(), scheduler=sched))
+    crawler.spider = _ScopedSpider.from_crawler(crawler)
+    sched.open(crawler.spider)
+    return sched, crawler
+
+
+def _queued(sched: Any) -> set[str]:
+    """Every URL the scheduler hands out, each fetch finished at once (one per host)."""
+    urls = set()
+    while (request := sched.next_request()) is not None:
+        urls.add(request.url)
+        sched.fetches.sent(request)
+        sched.fetches.completed(request)
+    return urls
+
+
+def test_the_scheduler_queues_only_listed_sitemaps_in_scope(
+        caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="scrapy_frontier.scheduler"):
+        sched, crawler = _open_scheduler(["http://a.example/sitemap.xml",
+                                          "http://169.254.169.254/latest/sitemap.xml"])
+    assert _queued(sched) == {"http://a.example/sitemap.xml"}
+    assert any("http://169.254.169.254/latest/sitemap.xml" in r.getMessage()
+               and "FRONTIER_SITEMAPS" in r.getMessage() for r in caplog.records)
+    sched.publish_stats()
+    assert crawler.stats.get_value("frontier/sitemaps/offsite") == 1
+    sched.close("finished")
+
+
+def test_the_scheduler_follows_robots_txt_and_index_sitemaps_in_scope() -> None:
+    from scrapy.robotstxt import ProtegoRobotParser
+
+    sched, crawler = _open_scheduler("robots")
+    robots = ProtegoRobotParser.from_crawler(crawler, (
+        b"User-agent: *\nDisallow:\n"
+        b"Sitemap: http://b.example/sitemap.xml\n"
+        b"Sitemap: http://b.example/news.xml\n"
+        b"Sitemap: http://10.0.0.1/sitemap.xml\n"))
+    sched._on_robots_parsed(robots, Request("http://b.example/page"))
+    assert _queued(sched) == {"http://b.example/sitemap.xml", "http://b.example/news.xml"}
+    reader = sched.history_feed.reader
+    index = "http://a.example/sitemap.xml"
+    for child in ("http://a.example/s1.xml",  # its own site
+                  "http://b.example/news.xml",  # b's robots.txt names it (queued already)
+                  "http://b.example/other.xml",  # b's robots.txt does not
+                  "http://10.0.0.1/s.xml"):  # outside allowed_domains
+        reader.follow(child, index)
+    assert _queued(sched) == {"http://a.example/s1.xml"}
+    sched.publish_stats()
+    assert crawler.stats.get_value("frontier/sitemaps/offsite") == 2
+    assert crawler.stats.get_value("frontier/sitemaps/cross_host") == 1
+    sched.close("finished")
