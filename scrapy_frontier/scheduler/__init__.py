@@ -96,7 +96,8 @@ class FrontierScheduler:
                                    history_failed=self.run.state_failed)
         self.history_feed = HistoryFeed(config, self.backend.history, self.run,
                                         fp64=self.admission.fp64, enqueue=self.enqueue_request,
-                                        wake=self.waker.nudge, settings=crawler.settings)
+                                        wake=self.waker.nudge, settings=crawler.settings,
+                                        stats=self.stats)
         self.fetches = Fetches(crawler, config, self.backend, engine=self.engine, run=self.run,
                                history_feed=self.history_feed, clock=clock)
         self.robots = RobotsPacing(slots=slots, rules=self.fetches.rules,
@@ -300,7 +301,7 @@ class FrontierScheduler:
 
     def _on_robots_parsed(self, robotparser: Any, request: Request) -> None:
         self.robots.parsed(robotparser, request)
-        self.history_feed.robots_parsed(robotparser)
+        self.history_feed.robots_parsed(robotparser, request)
 
     @property
     def df(self) -> BaseDupeFilter:

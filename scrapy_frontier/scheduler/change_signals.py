@@ -68,12 +68,12 @@ class SignalReader:
                  record: Callable[[list[PageHint]], None],
                  source: Callable[[int], None],
                  count: Callable[[str, int], None],
-                 follow: Callable[[Request], object]) -> None:
+                 follow: Callable[[str, str], object]) -> None:
         self.fp64 = fp64
         self.record = record
         self.source = source
         self.count = count
-        #: Queues a sitemap an index the frontier requested names.
+        #: ``follow(sitemap, index)``: an index the frontier requested names ``sitemap``.
         self.follow = follow
         self.closed = False
 
@@ -94,7 +94,7 @@ class SignalReader:
             return
         if owned:
             for child in signals.sitemaps:
-                self.follow(sitemap_request(child.url))
+                self.follow(child.url, url)
         self.count(f"signals/documents/{signals.kind}", 1)
         self.source(self.fp64(Request(url)))  # a response's URL: always a valid request
         if signals.truncated:

@@ -20,11 +20,13 @@ from scrapy_frontier.scheduler.change_signals import (
     robots_sitemaps,
     sitemap_request,
 )
+from scrapy_frontier.scheduler.sitemap_scope import SitemapScope
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.settings import BaseSettings
     from scrapy.spiders import Spider
+    from scrapy.statscollectors import StatsCollector
 
     from scrapy_frontier.backends.ports import HistoryPort
     from scrapy_frontier.core.recrawl import Recrawler, Visit
@@ -40,7 +42,8 @@ class HistoryFeed:
 
     def __init__(self, config: FrontierConfig, port: HistoryPort, run: RunState, *,
                  fp64: Callable[[Request], int], enqueue: Callable[[Request], object],
-                 wake: Callable[[], None], settings: BaseSettings) -> None:
+                 wake: Callable[[], None], settings: BaseSettings,
+                 stats: StatsCollector) -> None:
         self.config = config
         self.port = port
         self.run = run
@@ -48,18 +51,22 @@ class HistoryFeed:
         self.enqueue = enqueue
         self.wake = wake
         self.settings = settings
+        self.stats = stats
         self.hooks: RecrawlHooks | None = None
         #: Reads the sitemaps and feeds the spider fetches (with hooks only).
         self.reader: SignalReader | None = None
+        #: Where the frontier's own sitemap requests may go (with the reader).
+        self.scope: SitemapScope | None = None
         self.spider: Spider | None = None
 
     def start(self, hooks: RecrawlHooks, spider: Spider) -> None:
         """A recrawl mode is on: hand the recrawler to the port, and read sitemaps."""
         self.hooks, self.spider = hooks, spider
         self.port.attach(hooks.recrawler)
+        self.scope = SitemapScope(spider, self.stats, self._count)
         self.reader = SignalReader(
             self.fp64, partial(self._write, self.port.record_hints),
-            partial(self._write, self.port.record_signal_source), self._count, self.enqueue)
+            partial(self._write, self.port.record_signal_source), self._count, self._follow)
 
     def close(self) -> None:
         if self.reader is not None:
@@ -93,11 +100,23 @@ class HistoryFeed:
         elif names_sitemaps(url, body):
             self.reader.robots_txt_read(url)
 
-    def robots_parsed(self, robotparser: Any) -> None:
-        """FRONTIER_SITEMAPS has "robots": queue the sitemaps a robots.txt names."""
-        if self.reader is not None and "robots" in self.config.sitemaps:
-            for url in robots_sitemaps(robotparser):
-                self.enqueue(sitemap_request(url))
+    def robots_parsed(self, robotparser: Any, request: Request) -> None:
+        """The robots.txt of ``request``'s site was parsed: remember the sitemaps it names
+        (an index may name them), and queue them if FRONTIER_SITEMAPS has "robots"."""
+        scope = self.scope
+        if scope is None or not self.config.sitemaps:
+            return
+        named = robots_sitemaps(robotparser)
+        scope.robots_read(request.url, named)
+        if "robots" in self.config.sitemaps:
+            for url in named:
+                if scope.allows(url):
+                    self.enqueue(sitemap_request(url))
+
+    def _follow(self, url: str, index: str) -> None:
+        """The index ``index`` the frontier read names the sitemap ``url``."""
+        if self.scope is not None and self.scope.allows(url, index=index):
+            self.enqueue(sitemap_request(url))
 
     def request_sitemaps(self) -> None:
         """FRONTIER_SITEMAPS: queue the sitemaps and feeds it lists (robots.txt's come as
@@ -105,7 +124,8 @@ class HistoryFeed:
         wanted = self.config.sitemaps
         if not wanted:
             return
-        if self.reader is None:
+        scope = self.scope
+        if scope is None:
             logger.warning("FRONTIER_SITEMAPS is set but FRONTIER_RECRAWL=%r keeps no page "
                            "history for the hints: no sitemap is read. Set JOBDIR (or use "
                            "Redis) with FRONTIER_RECRAWL='due', or 'continuous'.",
@@ -116,7 +136,7 @@ class HistoryFeed:
                            "robots.txt files Scrapy fetches, and ROBOTSTXT_OBEY is False: it "
                            "fetches none. Set ROBOTSTXT_OBEY = True, or list the sitemaps.")
         for url in wanted:
-            if url != "robots":
+            if url != "robots" and scope.allows(url, listed=True):
                 self.enqueue(sitemap_request(url))
 
     def feed_due(self, now: float) -> None:

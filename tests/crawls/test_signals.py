@@ -177,3 +177,37 @@ def test_the_frontier_reads_the_sitemaps_robots_txt_names_for_a_plain_spider(
                and truth.change_times(h, p, at + CERTAINLY_MOVED, read_at - 0.5)}
     got = {e.path for e in run2 if e.host == truthful and e.path.startswith("/p/")}
     assert changed and changed <= got, (sorted(changed - got), sorted(got))
+
+
+def test_the_frontier_follows_an_index_only_where_the_spider_may_go(
+        tmp_path: Path, redis_server: RedisServer) -> None:
+    """Host 0's index also names host 1's sitemap (outside allowed_domains) and host 3's (an
+    allowed host whose robots.txt names no sitemap): the frontier requests neither."""
+    from frontier_testweb.crawl import run_crawl
+
+    settings = _settings("sqlite", tmp_path, redis_server)
+    settings.update(FRONTIER_SITEMAPS="robots", ROBOTSTXT_OBEY=True)
+    log = tmp_path / "server.jsonl"
+    args = [*WEB, "--foreign-sitemap", "0", "1", "--foreign-sitemap", "0", "3"]
+    with ServerProcess(args, log_path=str(log)) as web:
+        hosts = [h["address"] for h in web.info["hosts"]]
+        port = web.info["port"]
+        outside = hosts[1]
+        allowed = [h for h in web.allowed_domains if h != outside]
+        starts = [u for u in web.start_urls if f"//{outside}:" not in u]
+        result = run_crawl(starts, settings, allowed_domains=allowed,
+                           workdir=tmp_path / "crawl", timeout=180)
+        assert result.returncode == 0, result.output[-3000:]
+        assert result.stats["finish_reason"] == "finished", result.output[-3000:]
+    served = read_log(log)
+    # Host 0's own index and children were read, so its foreign children were seen.
+    assert {e.path for e in served if e.host == hosts[0] and e.path.startswith("/sitemap")} \
+        == {"/sitemap.xml", "/sitemap-1.xml.gz", "/sitemap-2.xml"}
+    assert not [e for e in served if e.host == outside], "the frontier contacted host 1"
+    assert not [e for e in served if e.host == hosts[3] and e.path.startswith("/sitemap")]
+    assert result.stats.get("frontier/sitemaps/offsite") == 1, result.stats
+    assert result.stats.get("frontier/sitemaps/cross_host") == 1, result.stats
+    # Refused before Scrapy's offsite middleware would have dropped it.
+    assert result.stats.get("offsite/filtered", 0) == 0
+    assert f"http://{outside}:{port}/sitemap-2.xml" in result.output
+    assert f"http://{hosts[3]}:{port}/sitemap-2.xml" in result.output

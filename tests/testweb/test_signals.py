@@ -92,3 +92,18 @@ def test_signals_are_off_unless_asked() -> None:
         base = f"http://{host['address']}:{web.info['port']}"
         assert _get(base + "/sitemap.xml")[0] == 404
         assert b"Sitemap:" not in _get(base + "/robots.txt")[2]
+
+
+def test_an_index_may_name_sitemaps_of_other_hosts() -> None:
+    with ServerProcess([*WEB, "--foreign-sitemap", "0", "1", "--foreign-sitemap", "0", "3"]) \
+            as web:
+        port = web.info["port"]
+        bases = [f"http://{h['address']}:{port}" for h in web.info["hosts"]]
+        status, _, index = _get(bases[0] + "/sitemap.xml")
+        assert status == 200
+        children = [e.findtext(f"{SM}loc") for e in ElementTree.fromstring(index)]
+        assert children == [bases[0] + "/sitemap-1.xml.gz", bases[0] + "/sitemap-2.xml",
+                            bases[1] + "/sitemap-2.xml", bases[3] + "/sitemap-2.xml"]
+        # Only the naming host's index changes.
+        _, _, other = _get(bases[1] + "/sitemap.xml")
+        assert bases[0].encode() not in other and bases[3].encode() not in other

@@ -127,6 +127,7 @@ def serve(args: argparse.Namespace) -> int:
         failing_hosts=args.failing_host or (),
         robots_failures=args.robots_failures,
         signals=args.signals,
+        foreign_sitemaps=[(int(a), int(b)) for a, b in args.foreign_sitemap or ()],
         changes=changes,
         trap_hosts=args.trap_host or (),
     )
@@ -237,6 +238,15 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="hosts publish sitemaps and an Atom feed, by host number modulo 4: truthful, "
         "liar (lastmod never moves), noisy (lastmod always now), silent",
+    )
+    s.add_argument(
+        "--foreign-sitemap",
+        type=int,
+        nargs=2,
+        action="append",
+        metavar=("HOST", "OTHER"),
+        help="with --signals, HOST's sitemap index also names OTHER's /sitemap-2.xml "
+        "(repeatable)",
     )
     s.add_argument(
         "--trap-host",

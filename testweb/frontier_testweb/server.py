@@ -219,6 +219,7 @@ class TestWebServer:
         trap_hosts: Iterable[int] = (),
         robots_failures: int = 0,
         signals: bool = False,
+        foreign_sitemaps: Iterable[tuple[int, int]] = (),
     ) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port out of range: {port}")
@@ -237,8 +238,11 @@ class TestWebServer:
         self.robots_failures = robots_failures
         #: Hosts publish sitemaps and feeds, truthful or not (frontier_testweb.signals).
         self.signals = signals
+        #: (A, B): host A's sitemap index also names host B's ``/sitemap-2.xml`` (scope tests).
+        self.foreign_sitemaps = tuple(foreign_sitemaps)
         self._robots_hits: dict[int, int] = {}
-        for index in [*self.crawl_delays, *self.failing_hosts, *self.trap_hosts]:
+        for index in [*self.crawl_delays, *self.failing_hosts, *self.trap_hosts,
+                      *(i for pair in self.foreign_sitemaps for i in pair)]:
             if not 0 <= index < len(spec.hosts):
                 raise ValueError(f"no host with index {index}")
         #: The change model, or None: pages static, short, and without validators.
@@ -562,6 +566,9 @@ class TestWebServer:
             children = [(self.spec.url(index, child, self.port_of),
                          max((c[1] for c in entries), default=self.started_wall or 0.0))
                         for child, entries in parts.items()]
+            children += [(self.spec.url(other, "/sitemap-2.xml", self.port_of),
+                          self.started_wall or 0.0)
+                         for named_by, other in self.foreign_sitemaps if named_by == index]
             return 200, "application/xml", sitemap_index(children)
         if path == "/feed.atom":
             base = self.spec.url(index, "", self.port_of)
