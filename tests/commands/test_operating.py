@@ -171,8 +171,13 @@ def test_a_running_crawl_is_inspected_and_the_numbers_agree_with_the_server(
                           "_fetched_by_then"}
         assert set(s["hosts"]) == {"known", "active", "resting", "blocked", "retired"}
         # Every URL seen is queued, in flight, or done -- and done ones reached the server.
+        # SQLite reads one snapshot. Redis reads the seen-set first, then the queues (several
+        # partitions, one after another): a URL found between the two reads is queued but not
+        # yet counted as seen, so there the count of done URLs may fall below 0, never above.
         done = s["seen"] - s["queued"] - s["in_flight"]
-        assert 0 <= done <= s["_fetched_by_then"], s
+        assert done <= s["_fetched_by_then"], s
+        if backend == "sqlite":
+            assert done >= 0, s
         assert s["hosts"]["known"] <= 4
     fetched = len(pages(log))
     assert fetched == 48
