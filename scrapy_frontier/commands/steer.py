@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import sqlite3
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from scrapy_frontier.backends.sqlite.control import RETIRED, TAKEN_BACK, ControlFile
@@ -38,33 +39,37 @@ def check_value(action: str, value: float | None) -> None:
 def steer_sqlite(inspector: SQLiteInspector, action: str, host: str,
                  value: float | None) -> dict[str, Any]:
     check_value(action, value)
+    when = in_control_file(inspector, lambda control: _write(control, action, host, value))
+    return _result(action, host, value, inspector.running, when)
+
+
+def in_control_file(inspector: Any, write: Callable[[ControlFile], object]) -> str:
+    """Run ``write`` on the crawl's ``control.sqlite``; returns when the crawl applies it."""
     control = ControlFile(inspector.directory)
     try:
-        _write(control, action, host, value)
+        write(control)
+    except sqlite3.Error as exc:
+        raise _unwritable(control, exc) from None
     finally:
         control.close()
-    return _result(action, host, value, inspector.running,
-                   "applied by the running crawl within a second" if inspector.running
-                   else "applied when the crawl starts again")
+    return ("applied by the running crawl within a second" if inspector.running
+            else "applied when the crawl starts again")
 
 
 def _write(control: ControlFile, action: str, host: str, value: float | None) -> None:
-    try:
-        if action == "block":
-            until = math.inf if value is None else time.time() + value
-            control.update(host, blocked_until=until)
-        elif action == "unblock":
-            control.update(host, blocked_until=None)
-        elif action == "delay":
-            control.update(host, delay=value or None)
-        elif action == "retire":
-            control.update(host, retired=RETIRED)
-        elif action == "unretire":
-            control.update(host, retired=TAKEN_BACK)
-        else:
-            control.update(host, budget=int(value or 0))
-    except sqlite3.Error as exc:
-        raise _unwritable(control, exc) from None
+    if action == "block":
+        until = math.inf if value is None else time.time() + value
+        control.update(host, blocked_until=until)
+    elif action == "unblock":
+        control.update(host, blocked_until=None)
+    elif action == "delay":
+        control.update(host, delay=value or None)
+    elif action == "retire":
+        control.update(host, retired=RETIRED)
+    elif action == "unretire":
+        control.update(host, retired=TAKEN_BACK)
+    else:
+        control.update(host, budget=int(value or 0))
 
 
 def _unwritable(control: ControlFile, exc: sqlite3.Error) -> FrontierCommandError:
@@ -115,15 +120,7 @@ def steer_policy(inspector: Any, key: str, fields: dict[str, Any] | None) -> dic
     within 5 s; the budgets of the hosts it covers are tested again at once, atomically with
     the workers' claims (a raised budget takes a capped host back)."""
     if inspector.backend == "sqlite":
-        control = ControlFile(inspector.directory)
-        try:
-            control.set_policy(key, fields)
-        except sqlite3.Error as exc:
-            raise _unwritable(control, exc) from None
-        finally:
-            control.close()
-        when = ("applied by the running crawl within a second" if inspector.running
-                else "applied when the crawl starts again")
+        when = in_control_file(inspector, lambda control: control.set_policy(key, fields))
     else:
         inspector.frontier(0).set_policy(key, fields)
         reopened = _rebudget(inspector, key)
@@ -175,15 +172,8 @@ def recrawl(inspector: Any, fp: int | None, host: str | None) -> dict[str, Any]:
         pages = inspector.history_pages(fp, host)
         if not pages:
             raise FrontierCommandError(_nothing_to_recrawl(fp, host))
-        control = ControlFile(inspector.directory)
-        try:
-            control.request_recrawl(fp=fp, host=host)
-        except sqlite3.Error as exc:
-            raise _unwritable(control, exc) from None
-        finally:
-            control.close()
-        applied = ("applied by the running crawl within a second" if inspector.running
-                   else "applied when the crawl starts again")
+        applied = in_control_file(
+            inspector, lambda control: control.request_recrawl(fp=fp, host=host))
         return {"action": "recrawl", "fp": fp, "host": host, "marked": pages,
                 "applied": f"{pages} pages, {applied}"}
     from scrapy_frontier.backends.sqlite.steering import select_records
