@@ -3,9 +3,10 @@ indexes, RSS (``<pubDate>``) and Atom (``<updated>``) feeds.
 
 :func:`read_signals` turns one such document into :class:`Hint` objects, each a page's URL
 with the change time and change frequency its site hints, and the sitemaps an index names.
-It streams the XML (a pull parser), refuses a document type declaration (no entity is ever
-declared, so none is expanded), reads gzip, and stops at the
-sitemap protocol's limits: ``MAX_URLS`` entries, ``MAX_BYTES`` uncompressed. Whether a hint
+It parses the XML with expat's handlers (no tree), reads gzip, stops after the sitemap
+protocol's ``MAX_URLS`` entries, and refuses (reads nothing of) a document larger than its
+``MAX_BYTES`` uncompressed, gzip that inflates past it, a document type declaration (no
+entity is ever declared, so none is expanded, and none is fetched), and what is not XML. Whether a hint
 is believed is the recrawl's business (per-host trust), not this module's.
 """
 
@@ -17,15 +18,29 @@ import io
 import math
 import re
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
-from typing import cast
-from xml.etree.ElementTree import Element, ParseError, XMLPullParser
+from xml.parsers import expat
 
 #: The sitemap protocol's limits for one file: 50,000 URLs, 50 MB uncompressed.
 MAX_URLS = 50_000
 MAX_BYTES = 50 * 1024 * 1024
+GZIP_MAGIC = b"\x1f\x8b"
+
+#: Why a document is refused (read not at all): the ``frontier/sitemaps/refused/<reason>``
+#: stats. Larger than MAX_BYTES; gzip that inflates past MAX_BYTES (a decompression bomb, or
+#: a sitemap past the protocol's limit); a document type declaration (entities: "billion
+#: laughs", external entities); not XML, or not gzip, before its root element.
+TOO_LARGE = "too_large"
+GZIP_TOO_LARGE = "gzip_too_large"
+DTD = "dtd"
+MALFORMED = "malformed"
+REASONS = (TOO_LARGE, GZIP_TOO_LARGE, DTD, MALFORMED)
+
+_ROOTS = {"urlset": "urlset", "sitemapindex": "sitemapindex", "rss": "rss", "feed": "atom"}
+_ENTRIES = frozenset({"url", "sitemap", "item", "entry"})
+_FIELDS = frozenset({"loc", "lastmod", "changefreq", "link", "pubdate", "updated", "published",
+                     "id", "date"})
 
 #: ``<changefreq>`` as seconds between changes; ``never`` is infinite.
 CHANGEFREQ_SECONDS = {
@@ -64,7 +79,9 @@ class Signals:
     sitemaps: list[Hint] = field(default_factory=list)
     """A sitemap index's children, with their own ``<lastmod>``."""
     truncated: bool = False
-    """Past MAX_URLS entries or MAX_BYTES: the rest was not read."""
+    """Past MAX_URLS entries, or cut short: the rest was not read."""
+    refused: str | None = None
+    """Why the document was not read at all (one of REASONS), or None."""
 
 
 def parse_time(text: str | None) -> float | None:
@@ -105,65 +122,111 @@ def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1].lower()
 
 
-def _uncompressed(body: bytes) -> io.BufferedIOBase | io.BytesIO:
-    if body[:2] == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=io.BytesIO(body))
-    return io.BytesIO(body)
+class Refused(Exception):
+    """A document the reader does not read at all; ``reason`` is one of REASONS."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _Stop(Exception):
+    """Ends the parse early: the root is not a signal, or MAX_URLS entries were read."""
+
+
+def inflate(body: bytes, max_bytes: int = MAX_BYTES) -> bytes:
+    """``body`` without its gzip (every member); Refused(GZIP_TOO_LARGE) if it inflates
+    past ``max_bytes``, Refused(MALFORMED) if it is not whole gzip. At most ``max_bytes``
+    + 1 bytes are ever inflated."""
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(body)) as stream:
+            data = stream.read(max_bytes + 1)
+    except (OSError, EOFError, zlib.error):
+        raise Refused(MALFORMED) from None
+    if len(data) > max_bytes:
+        raise Refused(GZIP_TOO_LARGE)
+    return data
 
 
 def read_signals(body: bytes, *, max_urls: int = MAX_URLS, max_bytes: int = MAX_BYTES
                  ) -> Signals:
     """The hints of a sitemap, sitemap index or feed in ``body`` (gzip or not).
 
-    A document that is none of these, or not XML, is ``kind == "other"`` with no hints.
+    A document that is none of these is ``kind == "other"`` with no hints; one the reader
+    refuses (see REASONS) is that too, with ``refused`` set.
     """
-    stream = _uncompressed(body)
-    parser: XMLPullParser[Element] = XMLPullParser(events=("start", "end"))
+    try:
+        if body[:2] == GZIP_MAGIC:
+            data = inflate(body, max_bytes)
+        elif len(body) > max_bytes:
+            raise Refused(TOO_LARGE)
+        else:
+            data = body
+        return _parse(data, max_urls)
+    except Refused as refused:
+        return Signals("other", refused=refused.reason)
+
+
+def _parse(data: bytes, max_urls: int) -> Signals:
+    """Parse with expat's own handlers: no tree is built, a document type declaration is
+    refused as it starts (before its internal subset: no entity is declared, so none is
+    expanded, and no external one is ever fetched: no handler for them is set)."""
     out = Signals("other")
-    read = 0
+    parser = expat.ParserCreate(namespace_separator="}")
+    parser.buffer_text = True
+    parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
     depth = 0
     entry: dict[str, str] = {}
+    text: list[str] = []
+    href: str | None = None
+    rel = "alternate"
+
+    def refuse_dtd(*args: object) -> None:
+        raise Refused(DTD)
+
+    def start(tag: str, attrs: dict[str, str]) -> None:
+        nonlocal depth, entry, href, rel
+        depth += 1
+        name = _local(tag)
+        if depth == 1:
+            out.kind = _ROOTS.get(name, "other")
+            if out.kind == "other":
+                raise _Stop
+        elif name in _ENTRIES:
+            entry = {}
+        elif name == "link":
+            href, rel = attrs.get("href"), attrs.get("rel", "alternate")
+        text.clear()
+
+    def end(tag: str) -> None:
+        nonlocal depth
+        depth -= 1
+        name = _local(tag)
+        if name in _ENTRIES:
+            _finish(out, name, entry)
+            if len(out.hints) + len(out.sitemaps) >= max_urls:
+                out.truncated = True
+                raise _Stop
+        elif name == "link" and href:
+            if rel == "alternate":
+                entry.setdefault("link", href)
+        elif name in _FIELDS:
+            entry.setdefault(name, "".join(text).strip())
+        text.clear()
+
+    parser.StartDoctypeDeclHandler = refuse_dtd
+    parser.EntityDeclHandler = refuse_dtd
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
+    parser.CharacterDataHandler = text.append
     try:
-        while read < max_bytes:
-            chunk = stream.read(min(64 * 1024, max_bytes - read))
-            if not chunk:
-                break
-            if not read and b"<!DOCTYPE" in chunk.upper():
-                return out  # sitemaps and feeds need no DTD; entities could blow up
-            read += len(chunk)
-            parser.feed(chunk)
-            for event, element in cast("Iterator[tuple[str, Element]]", parser.read_events()):
-                name = _local(str(element.tag))
-                if event == "start":
-                    depth += 1
-                    if depth == 1:
-                        out.kind = {"urlset": "urlset", "sitemapindex": "sitemapindex",
-                                    "rss": "rss", "feed": "atom"}.get(name, "other")
-                        if out.kind == "other":
-                            return out
-                    elif name in ("url", "sitemap", "item", "entry"):
-                        entry = {}
-                    continue
-                depth -= 1
-                if name in ("url", "sitemap", "item", "entry"):
-                    _finish(out, name, entry)
-                    element.clear()
-                    if len(out.hints) + len(out.sitemaps) >= max_urls:
-                        out.truncated = True
-                        return out
-                elif name == "link" and element.get("href"):
-                    rel = element.get("rel", "alternate")
-                    if rel == "alternate":
-                        entry.setdefault("link", str(element.get("href")))
-                elif name in ("loc", "lastmod", "changefreq", "link", "pubdate", "updated",
-                              "published", "id", "date"):
-                    entry.setdefault(name, (element.text or "").strip())
-        else:
-            out.truncated = True
-            return out
-        parser.close()  # a document cut short raises here
-    except (ParseError, OSError, EOFError, zlib.error):
-        out.truncated = out.kind != "other"
+        parser.Parse(data, True)
+    except _Stop:
+        pass
+    except expat.ExpatError:
+        if depth == 0 and out.kind == "other":
+            raise Refused(MALFORMED) from None
+        out.truncated = out.kind != "other"  # read up to where it stops being XML
     return out
 
 

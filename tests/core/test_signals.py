@@ -9,7 +9,17 @@ from datetime import datetime, timezone
 import pytest
 
 from frontier_testweb.signals import atom_feed, sitemap_index, urlset
-from scrapy_frontier.core.signals import CHANGEFREQ_SECONDS, parse_time, read_signals
+from scrapy_frontier.core.signals import (
+    CHANGEFREQ_SECONDS,
+    DTD,
+    GZIP_TOO_LARGE,
+    MALFORMED,
+    TOO_LARGE,
+    Refused,
+    inflate,
+    parse_time,
+    read_signals,
+)
 
 T = datetime(2026, 12, 1, 8, 30, 0, tzinfo=timezone.utc).timestamp()
 
@@ -69,9 +79,12 @@ def test_a_lastmod_that_does_not_parse_is_no_claim_of_time() -> None:
 
 
 def test_other_documents_and_garbage_claim_nothing() -> None:
-    assert read_signals(b"<html><body>hi</body></html>").kind == "other"
-    assert read_signals(b"not xml at all").hints == []
-    assert read_signals(b"\x1f\x8bnot gzip").hints == []
+    html = read_signals(b"<html><body>hi</body></html>")
+    assert html.kind == "other" and html.refused is None  # XML, but not a signal
+    for garbage in (b"not xml at all", b"\x1f\x8bnot gzip", b"<?xml version='1.0'?><urlset",
+                    gzip.compress(b"not xml")):
+        signals = read_signals(garbage)
+        assert signals.hints == [] and signals.refused == MALFORMED, garbage
     cut = urlset([("http://a.example/1", T, "daily"), ("http://a.example/2", T, "daily")])
     half = read_signals(cut[: len(cut) - 40])
     assert half.truncated and [c.url for c in half.hints] == ["http://a.example/1"]
@@ -83,13 +96,71 @@ def test_a_document_type_declaration_is_refused() -> None:
             b"<urlset xmlns='http://www.sitemaps.org/schemas/sitemap/0.9'><url>"
             b"<loc>http://a.example/&b;</loc></url></urlset>")
     signals = read_signals(bomb)
-    assert signals.kind == "other" and not signals.hints
+    assert signals.kind == "other" and not signals.hints and signals.refused == DTD
+
+
+_ENTITY = b'<!DOCTYPE urlset [<!ENTITY e "http://a.example/expanded">]>'
+_USES_IT = (b"<urlset xmlns='http://www.sitemaps.org/schemas/sitemap/0.9'><url>"
+            b"<loc>&e;</loc></url></urlset>")
+
+
+@pytest.mark.parametrize("body", [
+    b"<?xml version='1.0'?>" + _ENTITY + _USES_IT,
+    # Past the first 64 KB, and in UTF-16: no byte search finds these declarations.
+    b"<?xml version='1.0'?><!--" + b"x" * 70_000 + b"-->" + _ENTITY + _USES_IT,
+    ("<?xml version='1.0' encoding='UTF-16'?>" + (_ENTITY + _USES_IT).decode()
+     ).encode("utf-16"),
+    gzip.compress(b"<?xml version='1.0'?>" + _ENTITY + _USES_IT),
+    # An external DTD and an external entity: refused before either could be fetched.
+    b"<?xml version='1.0'?><!DOCTYPE urlset SYSTEM 'http://127.0.0.1:9/evil.dtd'>" + _USES_IT,
+    b"<?xml version='1.0'?><!DOCTYPE urlset [<!ENTITY e SYSTEM 'file:///etc/passwd'>]>"
+    + _USES_IT,
+], ids=["internal", "late", "utf16", "gzip", "external-dtd", "external-entity"])
+def test_an_entity_is_never_expanded(body: bytes) -> None:
+    signals = read_signals(body)
+    assert signals.refused == DTD and signals.hints == [] and signals.kind == "other"
+
+
+def test_a_billion_laughs_is_refused_at_once() -> None:
+    laughs = [b'<!ENTITY l0 "ha">'] + [
+        f'<!ENTITY l{i} "{f"&l{i - 1};" * 10}">'.encode() for i in range(1, 10)]
+    body = (b"<?xml version='1.0'?><!DOCTYPE urlset [" + b"".join(laughs) + b"]>"
+            b"<urlset xmlns='http://www.sitemaps.org/schemas/sitemap/0.9'><url>"
+            b"<loc>http://a.example/&l9;</loc></url></urlset>")
+    assert read_signals(body).refused == DTD
+
+
+def _gzip_bomb(inflated: int) -> bytes:
+    """gzip of ``inflated`` zero bytes (whole MiB), as members of a MiB each: a few KB."""
+    member = gzip.compress(bytes(1 << 20), mtime=0)
+    return member * (inflated >> 20)
+
+
+def test_a_gzip_bomb_is_refused_having_inflated_no_more_than_the_limit() -> None:
+    bomb = _gzip_bomb(1 << 30)  # 1 GiB of zeros
+    assert len(bomb) < 2 << 20
+    assert read_signals(bomb).refused == GZIP_TOO_LARGE
+    # Valid XML, then whitespace to a GiB: the same, not a parse error.
+    head = gzip.compress(b"<?xml version='1.0'?><urlset xmlns="
+                         b"'http://www.sitemaps.org/schemas/sitemap/0.9'>", mtime=0)
+    spaces = gzip.compress(b" " * (1 << 20), mtime=0)
+    assert read_signals(head + spaces * 1024).refused == GZIP_TOO_LARGE
+    with pytest.raises(Refused) as refused:
+        inflate(_gzip_bomb(8 << 20), max_bytes=(4 << 20))
+    assert refused.value.reason == GZIP_TOO_LARGE
+    assert inflate(_gzip_bomb(4 << 20), max_bytes=(4 << 20)) == bytes(4 << 20)
+
+
+def test_a_sitemap_larger_than_the_protocol_allows_is_refused() -> None:
+    body = urlset([(f"http://a.example/{i}", T, "daily") for i in range(120)])
+    assert read_signals(body, max_bytes=len(body)).refused is None
+    assert read_signals(body, max_bytes=len(body) - 1).refused == TOO_LARGE
+    assert read_signals(gzip.compress(body), max_bytes=len(body) - 1).refused == GZIP_TOO_LARGE
 
 
 def test_the_protocols_limits_stop_the_reading() -> None:
     many = urlset([(f"http://a.example/{i}", T, "daily") for i in range(120)])
     signals = read_signals(many, max_urls=100)
-    assert signals.truncated and len(signals.hints) == 100
-    assert read_signals(many, max_bytes=2000).truncated
+    assert signals.truncated and len(signals.hints) == 100 and signals.refused is None
     assert set(CHANGEFREQ_SECONDS) == {"always", "hourly", "daily", "weekly", "monthly",
                                        "yearly", "never"}
