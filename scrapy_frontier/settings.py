@@ -82,6 +82,7 @@ DEFAULTS: dict[str, Any] = {
     "FRONTIER_CHANGE_EXACT": False,
     "FRONTIER_HISTORY_MAX_PAGES": 0,
     "FRONTIER_SITEMAPS": None,  # off; "robots", or a list of sitemap / feed URLs
+    "FRONTIER_SITEMAP_TIMEOUT": 30.0,
     "FRONTIER_HISTORY_RETIRE_AFTER": 5,
     "FRONTIER_QUALITY": "depth",
     "FRONTIER_REDIS_KEY": "%(spider)s:frontier:",
@@ -227,6 +228,9 @@ class FrontierConfig:
     sitemaps: tuple[str, ...] = ()
     """FRONTIER_SITEMAPS: sitemap and feed URLs the frontier reads itself; "robots" among
     them: also those robots.txt files name (see docs/signals.rst)."""
+    sitemap_timeout: float = 30.0
+    """FRONTIER_SITEMAP_TIMEOUT: seconds the frontier's own sitemap and feed requests may
+    take (their ``download_timeout``); they are retried at most once."""
     host_policies: HostPolicies = field(default_factory=lambda: HostPolicies(HostPolicy()))
     """FRONTIER_HOST_POLICY: each host's delay rule, connections and budget."""
     capacity: int = 0
@@ -357,6 +361,7 @@ class FrontierConfig:
             host_budget=_int(settings, "FRONTIER_HOST_BUDGET", minimum=0),
             host_budgets=_host_budgets(settings),
             sitemaps=_sitemaps(settings),
+            sitemap_timeout=_float(settings, "FRONTIER_SITEMAP_TIMEOUT", minimum=0.001),
             host_policies=policies,
             capacity=capacity,
         )

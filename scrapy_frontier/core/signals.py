@@ -6,8 +6,8 @@ with the change time and change frequency its site hints, and the sitemaps an in
 It parses the XML with expat's handlers (no tree), reads gzip, stops after the sitemap
 protocol's ``MAX_URLS`` entries, and refuses (reads nothing of) a document larger than its
 ``MAX_BYTES`` uncompressed, gzip that inflates past it, a document type declaration (no
-entity is ever declared, so none is expanded, and none is fetched), and what is not XML. Whether a hint
-is believed is the recrawl's business (per-host trust), not this module's.
+entity is ever declared, so none is expanded, and none is fetched), and what is not XML.
+Whether a hint is believed is the recrawl's business (per-host trust), not this module's.
 """
 
 from __future__ import annotations

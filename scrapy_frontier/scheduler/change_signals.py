@@ -18,16 +18,44 @@ from scrapy import Request
 from twisted.internet.threads import deferToThread
 
 from scrapy_frontier.core.recrawl import PageHint
-from scrapy_frontier.core.signals import Hint, Signals, read_signals
+from scrapy_frontier.core.signals import (
+    DTD,
+    GZIP_TOO_LARGE,
+    MALFORMED,
+    MAX_BYTES,
+    TOO_LARGE,
+    Hint,
+    Signals,
+    read_signals,
+)
 from scrapy_frontier.meta import SITEMAP_META
 from scrapy_frontier.reactor.timer import call_later
+from scrapy_frontier.scheduler.sitemap_scope import hostname
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
+
+#: Retries of the frontier's own sitemap requests: a lost read costs only its hints until
+#: the sitemap is read again, so it is not worth holding the host for three timeouts.
+SITEMAP_RETRIES = 1
+#: (reason, host) pairs whose refusal is logged; past it, refusals are only counted.
+REFUSALS_LOGGED_MAX = 1_000
+#: What each refusal reason says in the log.
+REFUSAL_TEXT = {
+    TOO_LARGE: "it is larger than the sitemap protocol's 50 MB (or DOWNLOAD_MAXSIZE)",
+    GZIP_TOO_LARGE: "its gzip inflates past the sitemap protocol's 50 MB (a decompression "
+                    "bomb, or a sitemap past the protocol's limit)",
+    DTD: "it declares a document type (DTD), which no sitemap or feed needs: its entities "
+         "could expand without bound or name other files, so none is read",
+    MALFORMED: "it is not XML (or not whole gzip)",
+}
 
 #: Hints fingerprinted and recorded per turn of the reactor, their page records read
 #: together: on SQLite a slice holds the reactor some 15 ms (bench_signal_claims.py).
 SLICE = 500
-_XML_START = (b"<?xml", b"<urlset", b"<sitemapindex", b"<rss", b"<feed")
+_XML_START = (b"<?xml", b"<urlset", b"<sitemapindex", b"<rss", b"<feed",
+              # a document type declaration of a signal's root (refused when read)
+              b"<!DOCTYPE urlset", b"<!DOCTYPE sitemapindex", b"<!DOCTYPE rss",
+              b"<!DOCTYPE feed")
 
 
 def names_sitemaps(url: str, body: bytes) -> bool:
@@ -46,9 +74,19 @@ def looks_like_signals(url: str, body: bytes) -> bool:
     return any(tag in body[:4096] for tag in (b"<urlset", b"<sitemapindex", b"<rss", b"<feed"))
 
 
-def sitemap_request(url: str) -> Request:
-    """The request for a sitemap or feed the frontier reads itself (FRONTIER_SITEMAPS)."""
-    return Request(url, meta={SITEMAP_META: True})
+def sitemap_meta(*, timeout: float, retry_times: int, max_size: int) -> dict[str, Any]:
+    """The meta of the frontier's own sitemap and feed requests: FRONTIER_SITEMAP_TIMEOUT
+    for the whole download, at most one retry (Scrapy's RETRY_TIMES if lower), and no more
+    than the protocol's MAX_BYTES downloaded (DOWNLOAD_MAXSIZE if lower; 0 is no limit)."""
+    return {SITEMAP_META: True, "download_timeout": timeout,
+            "max_retry_times": max(0, min(SITEMAP_RETRIES, retry_times)),
+            "download_maxsize": MAX_BYTES if not 0 < max_size < MAX_BYTES else max_size}
+
+
+def sitemap_request(url: str, meta: dict[str, Any] | None = None) -> Request:
+    """The request for a sitemap or feed the frontier reads itself (FRONTIER_SITEMAPS);
+    ``meta``: :func:`sitemap_meta`'s."""
+    return Request(url, meta=dict(meta) if meta else {SITEMAP_META: True})
 
 
 def robots_sitemaps(robotparser: Any) -> list[str]:
@@ -76,6 +114,7 @@ class SignalReader:
         #: ``follow(sitemap, index)``: an index the frontier requested names ``sitemap``.
         self.follow = follow
         self.closed = False
+        self._logged: set[tuple[str, str]] = set()
 
     def robots_txt_read(self, url: str) -> None:
         """A robots.txt naming sitemaps: read again as often as they are."""
@@ -89,8 +128,28 @@ class SignalReader:
         d.addErrback(lambda failure: logger.warning(
             "Could not read the change signals of %s: %s", url, failure.getErrorMessage()))
 
+    def refused(self, url: str, reason: str, *, owned: bool = True) -> None:
+        """The document at ``url`` is refused for ``reason`` (core.signals.REASONS): counted
+        in frontier/sitemaps/refused/<reason>, logged once per reason and host."""
+        self.count(f"sitemaps/refused/{reason}", 1)
+        host = hostname(url)
+        key = (reason, host)
+        if key in self._logged or len(self._logged) >= REFUSALS_LOGGED_MAX:
+            return
+        self._logged.add(key)
+        logger.warning(
+            "The frontier refused the %s %s of host %r: %s. Nothing of it is read "
+            "(frontier/sitemaps/refused/%s counts them; logged once per host and reason)",
+            "sitemap" if owned else "sitemap or feed the spider fetched", url, host,
+            REFUSAL_TEXT.get(reason, reason), reason)
+
     def _read(self, signals: Signals, url: str, owned: bool) -> None:
-        if self.closed or signals.kind == "other":
+        if self.closed:
+            return
+        if signals.refused is not None:
+            self.refused(url, signals.refused, owned=owned)
+            return
+        if signals.kind == "other":
             return
         if owned:
             for child in signals.sitemaps:
@@ -98,7 +157,7 @@ class SignalReader:
         self.count(f"signals/documents/{signals.kind}", 1)
         self.source(self.fp64(Request(url)))  # a response's URL: always a valid request
         if signals.truncated:
-            logger.info("%s: read up to the sitemap limits (50,000 URLs, 50 MB) or to where it "
+            logger.info("%s: read up to the sitemap protocol's 50,000 URLs or to where it "
                         "stops being valid XML; the rest is not used", url)
         self._record_slice(signals.hints, 0)
 
@@ -123,7 +182,7 @@ class SignalReader:
         self.closed = True
 
 
-__all__ = ["SignalReader", "looks_like_signals", "names_sitemaps", "robots_sitemaps",
-           "sitemap_request"]
+__all__ = ["SITEMAP_RETRIES", "SignalReader", "looks_like_signals", "names_sitemaps",
+           "robots_sitemaps", "sitemap_meta", "sitemap_request"]
 
 

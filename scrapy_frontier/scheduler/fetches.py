@@ -18,7 +18,7 @@ from scrapy.exceptions import IgnoreRequest
 
 from scrapy_frontier.backends.ports import QueuePort
 from scrapy_frontier.errors import StoreError
-from scrapy_frontier.meta import LAPSED_META, LEASE_META
+from scrapy_frontier.meta import LAPSED_META, LEASE_META, SITEMAP_META
 from scrapy_frontier.scheduler.capacity import CapacityFeed
 from scrapy_frontier.scheduler.feeds import FeedGuard
 from scrapy_frontier.scheduler.fetch_timing import FetchTiming
@@ -153,6 +153,8 @@ class Fetches:
             if exception is not None and not isinstance(exception, IgnoreRequest):
                 # robots.txt or a middleware saying no is not the page's fault.
                 self.history_feed.page_failed(request)
+                if request.meta.get(SITEMAP_META):
+                    self.history_feed.sitemap_failed(request, exception)
             ticket = request.meta.get(LEASE_META)
             if ticket is not None:
                 self.complete(ticket, response, exception)

@@ -12,15 +12,17 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from scrapy_frontier.core.signals import TOO_LARGE
 from scrapy_frontier.errors import HistoryStoreError, StoreError
 from scrapy_frontier.scheduler.change_signals import (
     SignalReader,
     looks_like_signals,
     names_sitemaps,
     robots_sitemaps,
+    sitemap_meta,
     sitemap_request,
 )
-from scrapy_frontier.scheduler.sitemap_scope import SitemapScope
+from scrapy_frontier.scheduler.sitemap_scope import SitemapScope, hostname
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -35,6 +37,12 @@ if TYPE_CHECKING:
     from scrapy_frontier.settings import FrontierConfig
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
+
+#: A download cancelled: what Scrapy's download handlers raise past ``download_maxsize``
+#: (DownloadCancelledError since Scrapy 2.14; Twisted's CancelledError before).
+_CANCELLED = frozenset({"DownloadCancelledError", "CancelledError"})
+#: A download cut at its ``download_timeout`` (Scrapy's own, or Twisted's before 2.14).
+_TIMED_OUT = frozenset({"DownloadTimeoutError", "TimeoutError"})
 
 
 class HistoryFeed:
@@ -58,6 +66,12 @@ class HistoryFeed:
         #: Where the frontier's own sitemap requests may go (with the reader).
         self.scope: SitemapScope | None = None
         self.spider: Spider | None = None
+        #: The meta of the frontier's own sitemap requests (timeout, retries, size).
+        self.sitemap_meta = sitemap_meta(
+            timeout=config.sitemap_timeout, retry_times=settings.getint("RETRY_TIMES", 2),
+            max_size=settings.getint("DOWNLOAD_MAXSIZE", 0))
+        #: Hosts whose sitemap timeout was logged (once each).
+        self._timeouts_logged: set[str] = set()
 
     def start(self, hooks: RecrawlHooks, spider: Spider) -> None:
         """A recrawl mode is on: hand the recrawler to the port, and read sitemaps."""
@@ -90,6 +104,27 @@ class HistoryFeed:
         if hooks is not None and hooks.keeps(request):
             self._write(self.port.record_visit, self.fp64(request), request.url, None)
 
+    def sitemap_failed(self, request: Request, exception: BaseException) -> None:
+        """The download of a sitemap the frontier requested failed: cut at its size limit
+        (a refusal, too_large) or at FRONTIER_SITEMAP_TIMEOUT (counted, logged once per
+        host); other failures are Scrapy's to log."""
+        if self.reader is None or self.run.closed:
+            return
+        name = type(exception).__name__
+        if name in _CANCELLED:  # the download handler's answer to download_maxsize
+            self.reader.refused(request.url, TOO_LARGE)
+        elif name in _TIMED_OUT:
+            self._count("sitemaps/timeouts", 1)
+            host = hostname(request.url)
+            if host not in self._timeouts_logged and len(self._timeouts_logged) < 1_000:
+                self._timeouts_logged.add(host)
+                logger.warning(
+                    "The sitemap %s of host %r did not arrive within FRONTIER_SITEMAP_TIMEOUT "
+                    "(%g s): cut, and retried at most once, so that the host's pages are not "
+                    "held (frontier/sitemaps/timeouts counts them; logged once per host)",
+                    request.url, host, request.meta.get("download_timeout",
+                                                        self.config.sitemap_timeout))
+
     def signals_received(self, url: str, body: bytes, *, owned: bool = False) -> None:
         """A response that may be a sitemap or a feed (from the recrawl spider middleware);
         ``owned``: the frontier requested it itself."""
@@ -111,12 +146,12 @@ class HistoryFeed:
         if "robots" in self.config.sitemaps:
             for url in named:
                 if scope.allows(url):
-                    self.enqueue(sitemap_request(url))
+                    self.enqueue(sitemap_request(url, self.sitemap_meta))
 
     def _follow(self, url: str, index: str) -> None:
         """The index ``index`` the frontier read names the sitemap ``url``."""
         if self.scope is not None and self.scope.allows(url, index=index):
-            self.enqueue(sitemap_request(url))
+            self.enqueue(sitemap_request(url, self.sitemap_meta))
 
     def request_sitemaps(self) -> None:
         """FRONTIER_SITEMAPS: queue the sitemaps and feeds it lists (robots.txt's come as
@@ -137,7 +172,7 @@ class HistoryFeed:
                            "fetches none. Set ROBOTSTXT_OBEY = True, or list the sitemaps.")
         for url in wanted:
             if url != "robots" and scope.allows(url, listed=True):
-                self.enqueue(sitemap_request(url))
+                self.enqueue(sitemap_request(url, self.sitemap_meta))
 
     def feed_due(self, now: float) -> None:
         """Queue pages of the history that are due (bypassing the seen test)."""

@@ -128,6 +128,7 @@ def serve(args: argparse.Namespace) -> int:
         robots_failures=args.robots_failures,
         signals=args.signals,
         foreign_sitemaps=[(int(a), int(b)) for a, b in args.foreign_sitemap or ()],
+        hostile=args.hostile,
         changes=changes,
         trap_hosts=args.trap_host or (),
     )
@@ -247,6 +248,12 @@ def parser() -> argparse.ArgumentParser:
         metavar=("HOST", "OTHER"),
         help="with --signals, HOST's sitemap index also names OTHER's /sitemap-2.xml "
         "(repeatable)",
+    )
+    s.add_argument(
+        "--hostile",
+        action="store_true",
+        help="every host serves hostile sitemaps under /hostile/: a gzip bomb, billion "
+        "laughs, external entities, one too large, one malformed, one that never finishes",
     )
     s.add_argument(
         "--trap-host",

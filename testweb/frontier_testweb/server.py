@@ -41,6 +41,14 @@ from frontier_testweb.changes import (
     render_dynamic_page,
 )
 from frontier_testweb.docs import html_files
+from frontier_testweb.hostile import (
+    HOSTILE_PREFIX,
+    TRICKLE_EVERY,
+    TRICKLE_HEAD,
+    TRICKLE_LENGTH,
+    TRICKLE_PREFIX,
+    hostile_document,
+)
 from frontier_testweb.log import CLIENT_CLOSED, LogEntry, LogWriter
 from frontier_testweb.signals import (
     SITEMAP_PATHS,
@@ -220,6 +228,7 @@ class TestWebServer:
         robots_failures: int = 0,
         signals: bool = False,
         foreign_sitemaps: Iterable[tuple[int, int]] = (),
+        hostile: bool = False,
     ) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port out of range: {port}")
@@ -240,6 +249,8 @@ class TestWebServer:
         self.signals = signals
         #: (A, B): host A's sitemap index also names host B's ``/sitemap-2.xml`` (scope tests).
         self.foreign_sitemaps = tuple(foreign_sitemaps)
+        #: Every host serves hostile sitemaps under /hostile/ (frontier_testweb.hostile).
+        self.hostile = hostile
         self._robots_hits: dict[int, int] = {}
         for index in [*self.crawl_delays, *self.failing_hosts, *self.trap_hosts,
                       *(i for pair in self.foreign_sitemaps for i in pair)]:
@@ -382,6 +393,8 @@ class TestWebServer:
             or request.getHeader(b"if-modified-since") is not None
         )
         method = request.method
+        if self.hostile and raw_path.startswith(TRICKLE_PREFIX) and method == b"GET":
+            return self._trickle(index, request, logged_path, start, vhost)
         if method not in (b"GET", b"HEAD"):
             status, ctype, body = 405, "text/plain", b"method not allowed\n"
         elif raw_path == "/robots.txt" and not query:
@@ -418,6 +431,9 @@ class TestWebServer:
                 status, ctype, body = 503, "text/plain", b"come back later\n"
                 # Whole seconds only: the next full second plus one, so more than 1 s ahead.
                 retry_after = formatdate(math.floor(time.time()) + 2, usegmt=True)
+        elif self.hostile and raw_path.startswith(HOSTILE_PREFIX):
+            status, ctype, body = hostile_document(
+                raw_path, self.spec.url(index, "", self.port_of).rstrip("/"))
         elif self.signals and raw_path in SITEMAP_PATHS and not query:
             status, ctype, body = self._signals_response(index, raw_path, start)
         elif index in self._doc_roots:
@@ -555,6 +571,37 @@ class TestWebServer:
             out.append((self.spec.url(index, f"{PAGE_PREFIX}{page}", self.port_of),
                         claimed(kind, last, self.started_wall, wall_now), freq))
         return out
+
+    def _trickle(self, index: int, request: Request, logged_path: str, start: float,
+                 vhost: str) -> int:
+        """A sitemap that never finishes: its start, then a byte every TRICKLE_EVERY
+        seconds until the client goes away (or the server stops)."""
+        host = self.spec.hosts[index]
+        sent = len(TRICKLE_HEAD)
+        request.setResponseCode(200)
+        request.setHeader(b"Content-Type", b"application/xml")
+        request.setHeader(b"Content-Length", str(TRICKLE_LENGTH).encode("ascii"))
+        request.write(TRICKLE_HEAD)
+
+        def drip() -> None:
+            nonlocal sent
+            if getattr(request, "_disconnected", False):
+                return
+            request.write(b" ")
+            sent += 1
+            self._pending[request] = _reactor().callLater(TRICKLE_EVERY, drip)
+
+        def gone(failure: Failure) -> None:
+            del failure  # the client went away: the only way a trickle ends
+            call = self._pending.pop(request, None)
+            if call is not None and call.active():
+                call.cancel()
+            self._record(LogEntry(host.address, logged_path, start, time.monotonic(),
+                                  CLIENT_CLOSED, vhost, bytes=sent))
+
+        request.notifyFinish().addErrback(gone)
+        self._pending[request] = _reactor().callLater(TRICKLE_EVERY, drip)
+        return cast(int, NOT_DONE_YET)
 
     def _signals_response(self, index: int, path: str, now: float) -> tuple[int, str, bytes]:
         if not self._publishes(index):
