@@ -37,6 +37,7 @@ from scrapy.spidermiddlewares.httperror import HttpError
 
 from scrapy_frontier.core.recrawl import Visit
 from scrapy_frontier.meta import SITEMAP_META
+from scrapy_frontier.scheduler.change_signals import download_cut
 from scrapy_frontier.scheduler.engine import running_scheduler
 from scrapy_frontier.signals import page_unchanged
 
@@ -65,6 +66,24 @@ class QuietSitemapRead(logging.Filter):
         return not (request is not None and request.meta.get(SITEMAP_META))
 
 
+#: The logger of Scrapy's scraper ("Error downloading <GET ...>", with a traceback).
+SCRAPER_LOGGER = "scrapy.core.scraper"
+
+
+class QuietSitemapCut(logging.Filter):
+    """Drops the scraper's "Error downloading" of a sitemap the frontier requested itself and
+    cut at its size limit or FRONTIER_SITEMAP_TIMEOUT: the frontier logs those once per host
+    and counts them (frontier/sitemaps/refused/too_large, frontier/sitemaps/timeouts)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        request = args.get("request") if isinstance(args, dict) else None
+        if request is None or not getattr(request, "meta", {}).get(SITEMAP_META):
+            return True
+        error = record.exc_info[1] if record.exc_info else None
+        return error is None or download_cut(error) is None
+
+
 class Unchanged:
     """The callback of a 304 let past HttpErrorMiddleware: puts the spider's request back on
     the response, then calls the spider's callback (``FRONTIER_RECRAWL_PASS_304``) or returns
@@ -83,6 +102,7 @@ class RecrawlMiddleware:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self._quiet = QuietSitemapRead()
+        self._quiet_cut = QuietSitemapCut()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RecrawlMiddleware:
@@ -97,9 +117,11 @@ class RecrawlMiddleware:
         feed = getattr(running_scheduler(self.crawler), "history_feed", None)
         if feed is not None and feed.recrawler is not None:
             logging.getLogger(HTTPERROR_LOGGER).addFilter(self._quiet)
+            logging.getLogger(SCRAPER_LOGGER).addFilter(self._quiet_cut)
 
     def _closed(self, spider: Any) -> None:
         logging.getLogger(HTTPERROR_LOGGER).removeFilter(self._quiet)
+        logging.getLogger(SCRAPER_LOGGER).removeFilter(self._quiet_cut)
 
     def process_spider_input(self, response: Response, spider: Any = None) -> None:
         # The history side of a frontier scheduler (not there with another scheduler).

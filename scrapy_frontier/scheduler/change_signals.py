@@ -34,6 +34,8 @@ from scrapy_frontier.scheduler.sitemap_scope import hostname
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
 
+#: A frontier sitemap request cut at FRONTIER_SITEMAP_TIMEOUT (frontier/sitemaps/timeouts).
+TIMED_OUT = "timeouts"
 #: Retries of the frontier's own sitemap requests: a lost read costs only its hints until
 #: the sitemap is read again, so it is not worth holding the host for three timeouts.
 SITEMAP_RETRIES = 1
@@ -72,6 +74,18 @@ def looks_like_signals(url: str, body: bytes) -> bool:
     if not head.startswith(_XML_START):
         return False
     return any(tag in body[:4096] for tag in (b"<urlset", b"<sitemapindex", b"<rss", b"<feed"))
+
+
+def download_cut(exception: BaseException) -> str | None:
+    """TOO_LARGE if Scrapy's download handler cut the download at its ``download_maxsize``
+    (DownloadCancelledError; Twisted's CancelledError before Scrapy 2.14), TIMED_OUT if at
+    its ``download_timeout``; None for any other failure."""
+    name = type(exception).__name__
+    if name in ("DownloadCancelledError", "CancelledError"):
+        return TOO_LARGE
+    if name in ("DownloadTimeoutError", "TimeoutError"):
+        return TIMED_OUT
+    return None
 
 
 def sitemap_meta(*, timeout: float, retry_times: int, max_size: int) -> dict[str, Any]:
@@ -182,7 +196,8 @@ class SignalReader:
         self.closed = True
 
 
-__all__ = ["SITEMAP_RETRIES", "SignalReader", "looks_like_signals", "names_sitemaps",
-           "robots_sitemaps", "sitemap_meta", "sitemap_request"]
+__all__ = ["SITEMAP_RETRIES", "TIMED_OUT", "SignalReader", "download_cut",
+           "looks_like_signals", "names_sitemaps", "robots_sitemaps", "sitemap_meta",
+           "sitemap_request"]
 
 

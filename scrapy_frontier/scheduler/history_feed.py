@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 from scrapy_frontier.core.signals import TOO_LARGE
 from scrapy_frontier.errors import HistoryStoreError, StoreError
 from scrapy_frontier.scheduler.change_signals import (
+    TIMED_OUT,
     SignalReader,
+    download_cut,
     looks_like_signals,
     names_sitemaps,
     robots_sitemaps,
@@ -37,12 +39,6 @@ if TYPE_CHECKING:
     from scrapy_frontier.settings import FrontierConfig
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
-
-#: A download cancelled: what Scrapy's download handlers raise past ``download_maxsize``
-#: (DownloadCancelledError since Scrapy 2.14; Twisted's CancelledError before).
-_CANCELLED = frozenset({"DownloadCancelledError", "CancelledError"})
-#: A download cut at its ``download_timeout`` (Scrapy's own, or Twisted's before 2.14).
-_TIMED_OUT = frozenset({"DownloadTimeoutError", "TimeoutError"})
 
 
 class HistoryFeed:
@@ -110,10 +106,10 @@ class HistoryFeed:
         host); other failures are Scrapy's to log."""
         if self.reader is None or self.run.closed:
             return
-        name = type(exception).__name__
-        if name in _CANCELLED:  # the download handler's answer to download_maxsize
+        cut = download_cut(exception)
+        if cut == TOO_LARGE:
             self.reader.refused(request.url, TOO_LARGE)
-        elif name in _TIMED_OUT:
+        elif cut == TIMED_OUT:
             self._count("sitemaps/timeouts", 1)
             host = hostname(request.url)
             if host not in self._timeouts_logged and len(self._timeouts_logged) < 1_000:
