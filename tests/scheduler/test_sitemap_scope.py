@@ -14,6 +14,7 @@ from scrapy import Request, Spider
 from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
 from scrapy.utils.test import get_crawler
 
+from scrapy_frontier.scheduler.change_signals import SignalReader, sitemap_meta
 from scrapy_frontier.scheduler.sitemap_scope import (
     CROSS_HOST,
     OFFSITE,
@@ -224,3 +225,65 @@ def test_the_scheduler_follows_robots_txt_and_index_sitemaps_in_scope() -> None:
     assert crawler.stats.get_value("frontier/sitemaps/offsite") == 2
     assert crawler.stats.get_value("frontier/sitemaps/cross_host") == 1
     sched.close("finished")
+
+
+def test_the_frontiers_sitemap_requests_are_bounded() -> None:
+    from scrapy_frontier.core.signals import MAX_BYTES
+    from scrapy_frontier.errors import FrontierConfigError
+    from scrapy_frontier.settings import FrontierConfig
+
+    sched, crawler = _open_scheduler(["http://a.example/sitemap.xml"])
+    [request] = [sched.next_request()]
+    assert request.meta["download_timeout"] == 30.0
+    assert request.meta["max_retry_times"] == 1
+    assert request.meta["download_maxsize"] == MAX_BYTES
+    sched.close("finished")
+    meta = sitemap_meta(timeout=2.5, retry_times=0, max_size=1000)
+    assert (meta["download_timeout"], meta["max_retry_times"], meta["download_maxsize"]) == (
+        2.5, 0, 1000)
+    assert sitemap_meta(timeout=1, retry_times=5, max_size=0)["download_maxsize"] == MAX_BYTES
+    assert sitemap_meta(timeout=1, retry_times=5, max_size=MAX_BYTES * 2)[
+        "download_maxsize"] == MAX_BYTES
+    for bad in (0, -1, "soon", float("inf")):
+        with pytest.raises(FrontierConfigError, match="FRONTIER_SITEMAP_TIMEOUT"):
+            FrontierConfig.from_settings(get_crawler(Spider, {
+                "FRONTIER_SITEMAP_TIMEOUT": bad}).settings)
+
+
+def test_refused_documents_are_counted_each_and_logged_once_per_host_and_reason(
+        caplog: pytest.LogCaptureFixture) -> None:
+    counts = _Counts()
+    reader = SignalReader(lambda r: 0, lambda hints: None, lambda fp: None, counts,
+                          lambda url, index: None)
+    with caplog.at_level(logging.INFO, logger="scrapy_frontier.scheduler"):
+        reader.refused("http://a.example/bomb1.xml.gz", "gzip_too_large")
+        reader.refused("http://a.example/bomb2.xml.gz", "gzip_too_large")
+        reader.refused("http://b.example/bomb.xml.gz", "gzip_too_large")
+        reader.refused("http://a.example/dtd.xml", "dtd", owned=False)
+    assert counts.counts == {"sitemaps/refused/gzip_too_large": 3, "sitemaps/refused/dtd": 1}
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert [level for level, _ in lines] == ["WARNING"] * 3, lines
+    assert "http://a.example/bomb1.xml.gz" in lines[0][1] and "'a.example'" in lines[0][1]
+    assert "http://b.example/bomb.xml.gz" in lines[1][1] and "'b.example'" in lines[1][1]
+    assert "spider fetched" in lines[2][1] and "DTD" in lines[2][1]
+
+
+def test_a_cut_download_of_the_frontiers_own_sitemap_is_logged_by_the_frontier_only() -> None:
+    from scrapy.exceptions import DownloadCancelledError, DownloadTimeoutError
+
+    from scrapy_frontier.meta import SITEMAP_META
+    from scrapy_frontier.spidermiddlewares import QuietSitemapCut
+
+    quiet = QuietSitemapCut()
+
+    def record(request: Request, error: Exception) -> logging.LogRecord:
+        return logging.LogRecord("scrapy.core.scraper", logging.ERROR, __file__, 1,
+                                 "Error downloading %(request)s", ({"request": request},),
+                                 (type(error), error, None))
+
+    own = Request("http://a.example/s.xml", meta={SITEMAP_META: True})
+    theirs = Request("http://a.example/s.xml")
+    assert not quiet.filter(record(own, DownloadTimeoutError("slow")))
+    assert not quiet.filter(record(own, DownloadCancelledError("big")))
+    assert quiet.filter(record(own, ConnectionRefusedError()))
+    assert quiet.filter(record(theirs, DownloadTimeoutError("slow")))
