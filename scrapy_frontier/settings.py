@@ -35,7 +35,7 @@ from scrapy_frontier.core.seen import DEFAULT_CACHE_SIZE, POLICIES
 from scrapy_frontier.errors import FrontierConfigError
 
 __all__ = ["DEFAULTS", "BACKENDS", "FrontierConfig", "FrontierConfigError", "ObserveConfig",
-           "unknown_settings"]
+           "SitemapConfig", "unknown_settings"]
 
 #: The backends that ship with scrapy-frontier; FRONTIER_BACKEND may also be an import path.
 BACKENDS = {
@@ -128,6 +128,18 @@ def unknown_settings(settings: BaseSettings) -> list[tuple[str, str | None]]:
             near = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
             out.append((name, near[0] if near else None))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class SitemapConfig:
+    """The sitemaps and feeds the frontier reads itself (see docs/signals.rst)."""
+
+    urls: tuple[str, ...] = ()
+    """FRONTIER_SITEMAPS: sitemap and feed URLs; "robots" among them: also those robots.txt
+    files name."""
+    timeout: float = DEFAULTS["FRONTIER_SITEMAP_TIMEOUT"]
+    """FRONTIER_SITEMAP_TIMEOUT: seconds each of these requests may take (their
+    ``download_timeout``); they are retried at most once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,12 +237,9 @@ class FrontierConfig:
     """FRONTIER_HOST_BUDGET: pages fetched per host per crawl (0: unlimited)."""
     host_budgets: dict[str, int] = field(default_factory=dict)
     """FRONTIER_HOST_BUDGETS: host -> its own budget (0: unlimited)."""
-    sitemaps: tuple[str, ...] = ()
-    """FRONTIER_SITEMAPS: sitemap and feed URLs the frontier reads itself; "robots" among
-    them: also those robots.txt files name (see docs/signals.rst)."""
-    sitemap_timeout: float = 30.0
-    """FRONTIER_SITEMAP_TIMEOUT: seconds the frontier's own sitemap and feed requests may
-    take (their ``download_timeout``); they are retried at most once."""
+    sitemaps: SitemapConfig = field(default_factory=SitemapConfig)
+    """FRONTIER_SITEMAPS and FRONTIER_SITEMAP_TIMEOUT: the sitemaps and feeds the frontier
+    reads itself."""
     host_policies: HostPolicies = field(default_factory=lambda: HostPolicies(HostPolicy()))
     """FRONTIER_HOST_POLICY: each host's delay rule, connections and budget."""
     capacity: int = 0
@@ -360,8 +369,9 @@ class FrontierConfig:
             observe=_observe(settings),
             host_budget=_int(settings, "FRONTIER_HOST_BUDGET", minimum=0),
             host_budgets=_host_budgets(settings),
-            sitemaps=_sitemaps(settings),
-            sitemap_timeout=_float(settings, "FRONTIER_SITEMAP_TIMEOUT", minimum=0.001),
+            sitemaps=SitemapConfig(
+                _sitemaps(settings),
+                _float(settings, "FRONTIER_SITEMAP_TIMEOUT", minimum=0.001)),
             host_policies=policies,
             capacity=capacity,
         )

@@ -122,30 +122,16 @@ def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1].lower()
 
 
-class Refused(Exception):
-    """A document the reader does not read at all; ``reason`` is one of REASONS."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class _Stop(Exception):
-    """Ends the parse early: the root is not a signal, or MAX_URLS entries were read."""
-
-
-def inflate(body: bytes, max_bytes: int = MAX_BYTES) -> bytes:
-    """``body`` without its gzip (every member); Refused(GZIP_TOO_LARGE) if it inflates
-    past ``max_bytes``, Refused(MALFORMED) if it is not whole gzip. At most ``max_bytes``
-    + 1 bytes are ever inflated."""
+def inflate(body: bytes, max_bytes: int = MAX_BYTES) -> bytes | str:
+    """``body`` without its gzip (every member), or why it is refused: GZIP_TOO_LARGE if it
+    inflates past ``max_bytes``, MALFORMED if it is not whole gzip. At most ``max_bytes`` + 1
+    bytes are ever inflated."""
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(body)) as stream:
             data = stream.read(max_bytes + 1)
     except (OSError, EOFError, zlib.error):
-        raise Refused(MALFORMED) from None
-    if len(data) > max_bytes:
-        raise Refused(GZIP_TOO_LARGE)
-    return data
+        return MALFORMED
+    return GZIP_TOO_LARGE if len(data) > max_bytes else data
 
 
 def read_signals(body: bytes, *, max_urls: int = MAX_URLS, max_bytes: int = MAX_BYTES
@@ -155,16 +141,14 @@ def read_signals(body: bytes, *, max_urls: int = MAX_URLS, max_bytes: int = MAX_
     A document that is none of these is ``kind == "other"`` with no hints; one the reader
     refuses (see REASONS) is that too, with ``refused`` set.
     """
-    try:
-        if body[:2] == GZIP_MAGIC:
-            data = inflate(body, max_bytes)
-        elif len(body) > max_bytes:
-            raise Refused(TOO_LARGE)
-        else:
-            data = body
-        return _parse(data, max_urls)
-    except Refused as refused:
-        return Signals("other", refused=refused.reason)
+    data: bytes | str = body
+    if body[:2] == GZIP_MAGIC:
+        data = inflate(body, max_bytes)
+    elif len(body) > max_bytes:
+        data = TOO_LARGE
+    if isinstance(data, str):
+        return Signals("other", refused=data)
+    return _parse(data, max_urls)
 
 
 def _parse(data: bytes, max_urls: int) -> Signals:
@@ -181,8 +165,10 @@ def _parse(data: bytes, max_urls: int) -> Signals:
     href: str | None = None
     rel = "alternate"
 
+    # Handlers end the parse with StopIteration, a builtin (the core defines no exception).
     def refuse_dtd(*args: object) -> None:
-        raise Refused(DTD)
+        out.refused = DTD
+        raise StopIteration
 
     def start(tag: str, attrs: dict[str, str]) -> None:
         nonlocal depth, entry, href, rel
@@ -191,7 +177,7 @@ def _parse(data: bytes, max_urls: int) -> Signals:
         if depth == 1:
             out.kind = _ROOTS.get(name, "other")
             if out.kind == "other":
-                raise _Stop
+                raise StopIteration
         elif name in _ENTRIES:
             entry = {}
         elif name == "link":
@@ -206,7 +192,7 @@ def _parse(data: bytes, max_urls: int) -> Signals:
             _finish(out, name, entry)
             if len(out.hints) + len(out.sitemaps) >= max_urls:
                 out.truncated = True
-                raise _Stop
+                raise StopIteration
         elif name == "link" and href:
             if rel == "alternate":
                 entry.setdefault("link", href)
@@ -221,11 +207,12 @@ def _parse(data: bytes, max_urls: int) -> Signals:
     parser.CharacterDataHandler = text.append
     try:
         parser.Parse(data, True)
-    except _Stop:
-        pass
+    except StopIteration:
+        if out.refused is not None:
+            return Signals("other", refused=out.refused)
     except expat.ExpatError:
         if depth == 0 and out.kind == "other":
-            raise Refused(MALFORMED) from None
+            return Signals("other", refused=MALFORMED)
         out.truncated = out.kind != "other"  # read up to where it stops being XML
     return out
 

@@ -64,7 +64,7 @@ class HistoryFeed:
         self.spider: Spider | None = None
         #: The meta of the frontier's own sitemap requests (timeout, retries, size).
         self.sitemap_meta = sitemap_meta(
-            timeout=config.sitemap_timeout, retry_times=settings.getint("RETRY_TIMES", 2),
+            timeout=config.sitemaps.timeout, retry_times=settings.getint("RETRY_TIMES", 2),
             max_size=settings.getint("DOWNLOAD_MAXSIZE", 0))
         #: Hosts whose sitemap timeout was logged (once each).
         self._timeouts_logged: set[str] = set()
@@ -119,7 +119,7 @@ class HistoryFeed:
                     "(%g s): cut, and retried at most once, so that the host's pages are not "
                     "held (frontier/sitemaps/timeouts counts them; logged once per host)",
                     request.url, host, request.meta.get("download_timeout",
-                                                        self.config.sitemap_timeout))
+                                                        self.config.sitemaps.timeout))
 
     def signals_received(self, url: str, body: bytes, *, owned: bool = False) -> None:
         """A response that may be a sitemap or a feed (from the recrawl spider middleware);
@@ -135,11 +135,11 @@ class HistoryFeed:
         """The robots.txt of ``request``'s site was parsed: remember the sitemaps it names
         (an index may name them), and queue them if FRONTIER_SITEMAPS has "robots"."""
         scope = self.scope
-        if scope is None or not self.config.sitemaps:
+        if scope is None or not self.config.sitemaps.urls:
             return
         named = robots_sitemaps(robotparser)
         scope.robots_read(request.url, named)
-        if "robots" in self.config.sitemaps:
+        if "robots" in self.config.sitemaps.urls:
             for url in named:
                 if scope.allows(url):
                     self.enqueue(sitemap_request(url, self.sitemap_meta))
@@ -152,7 +152,7 @@ class HistoryFeed:
     def request_sitemaps(self) -> None:
         """FRONTIER_SITEMAPS: queue the sitemaps and feeds it lists (robots.txt's come as
         each robots.txt is parsed)."""
-        wanted = self.config.sitemaps
+        wanted = self.config.sitemaps.urls
         if not wanted:
             return
         scope = self.scope

@@ -15,7 +15,6 @@ from scrapy_frontier.core.signals import (
     GZIP_TOO_LARGE,
     MALFORMED,
     TOO_LARGE,
-    Refused,
     inflate,
     parse_time,
     read_signals,
@@ -145,9 +144,7 @@ def test_a_gzip_bomb_is_refused_having_inflated_no_more_than_the_limit() -> None
                          b"'http://www.sitemaps.org/schemas/sitemap/0.9'>", mtime=0)
     spaces = gzip.compress(b" " * (1 << 20), mtime=0)
     assert read_signals(head + spaces * 1024).refused == GZIP_TOO_LARGE
-    with pytest.raises(Refused) as refused:
-        inflate(_gzip_bomb(8 << 20), max_bytes=(4 << 20))
-    assert refused.value.reason == GZIP_TOO_LARGE
+    assert inflate(_gzip_bomb(8 << 20), max_bytes=(4 << 20)) == GZIP_TOO_LARGE
     assert inflate(_gzip_bomb(4 << 20), max_bytes=(4 << 20)) == bytes(4 << 20)
 
 
