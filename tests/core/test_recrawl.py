@@ -631,7 +631,7 @@ def test_frontier_sitemaps_takes_robots_urls_or_lists() -> None:
     from scrapy_frontier.settings import FrontierConfig
 
     def parsed(value: Any) -> tuple[str, ...]:
-        return FrontierConfig.from_settings(Settings({"FRONTIER_SITEMAPS": value})).sitemaps
+        return FrontierConfig.from_settings(Settings({"FRONTIER_SITEMAPS": value})).sitemaps.urls
 
     assert parsed(None) == parsed("off") == ()
     assert parsed("robots") == ("robots",)
