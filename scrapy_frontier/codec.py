@@ -112,10 +112,6 @@ ALLOWED_GLOBALS = frozenset({
     ("collections", "deque"),
     ("uuid", "UUID"),
 })
-#: Opcodes a protocol-5 pickle looks a global up with (STACK_GLOBAL, EXT1/2/4).
-_GLOBAL_OPCODES = (b"\x93", b"\x82", b"\x83", b"\x84")
-
-
 class RestrictedUnpickler(pickle.Unpickler):
     """Builds plain values and the classes of :data:`ALLOWED_GLOBALS`; refuses any other
     global (a function or class a forged row would call) and persistent ids."""
@@ -128,14 +124,16 @@ class RestrictedUnpickler(pickle.Unpickler):
             "(see FRONTIER_SIGNING_KEYS)")
 
 
-def restricted_loads(data: bytes | memoryview) -> Any:
+def restricted_loads(data: bytes) -> Any:
     return RestrictedUnpickler(io.BytesIO(data)).load()
 
 
 def _names_a_global(payload: bytes) -> bool:
-    """False if the pickle names no global (a byte that only looks like the opcode, inside
-    a string, gives a false True: the caller then unpickles it restricted to be sure)."""
-    return any(op in payload for op in _GLOBAL_OPCODES)
+    """False if a protocol-5 pickle names no global: it has no STACK_GLOBAL or EXT1/2/4
+    opcode byte (one inside a string gives a false True: the caller then unpickles it
+    restricted to be sure)."""
+    return b"\x93" in payload or b"\x82" in payload or b"\x83" in payload or \
+        b"\x84" in payload
 
 
 class RowKeys:
@@ -155,16 +153,15 @@ class RowKeys:
         return len(self._keys)
 
     @staticmethod
-    def _tag(key: bytes, row: bytes | memoryview) -> bytes:
+    def _tag(key: bytes, row: bytes) -> bytes:
         return hashlib.blake2b(row, key=key, digest_size=TAG_BYTES).digest()
 
     def seal(self, row: bytes) -> bytes:
         return _SEALED_TAG + self._tag(self._keys[0], row) + row
 
-    def verified(self, data: bytes) -> memoryview | None:
+    def verified(self, data: bytes) -> bytes | None:
         """The row inside sealed ``data`` if its tag verifies under a key, else None."""
-        view = memoryview(data)
-        tag, row = bytes(view[1:1 + TAG_BYTES]), view[1 + TAG_BYTES:]
+        tag, row = data[1:1 + TAG_BYTES], data[1 + TAG_BYTES:]
         for key in self._keys:
             if hmac.compare_digest(self._tag(key, row), tag):
                 return row
@@ -189,15 +186,14 @@ class RowTrust:
         """Rows are checked when read: sealed, or from a store outside the code's boundary."""
         return self.keys is not None or not self.private
 
-    def opened(self, data: bytes) -> tuple[memoryview, bool]:
+    def opened(self, data: bytes) -> tuple[bytes, bool]:
         """(the compact or full row inside ``data``, whether it may be unpickled in full).
         Raises :class:`UntrustedRow` for a row that must not be read at all."""
-        view = memoryview(data)
         if data[:1] == _SEALED_TAG:
             if len(data) <= 1 + TAG_BYTES:
                 raise UntrustedRow("it is a sealed row too short to hold a tag")
             if self.keys is None:
-                return view[1 + TAG_BYTES:], self.private
+                return data[1 + TAG_BYTES:], self.private
             row = self.keys.verified(data)
             if row is None:
                 raise UntrustedRow(
@@ -208,7 +204,7 @@ class RowTrust:
             raise UntrustedRow(
                 "it is not sealed, and every row of a crawl with FRONTIER_SIGNING_KEYS is: "
                 "a client without the key wrote it")
-        return view, self.private
+        return data, self.private
 
     def check(self, data: bytes) -> str | None:
         """Why ``data`` would not be read as a trusted row, or None: the seal, then (for a
@@ -300,7 +296,7 @@ def request_codec(spider: Any, *, compact: bool = True,
             return keys.seal(row)
         if not trust.private and _names_a_global(row):
             try:
-                restricted_loads(memoryview(row)[1:])
+                restricted_loads(row[1:])
             except Exception as exc:  # noqa: BLE001 -- the reason is the message
                 raise Unserializable(
                     f"{request}: {exc}. Set FRONTIER_SIGNING_KEYS to keep such requests in a "
@@ -338,7 +334,7 @@ def request_codec(spider: Any, *, compact: bool = True,
         if name is None:
             return None
         if not isinstance(name, str) or name.startswith("__"):
-            raise UndecodableRow(f"its callback {name!r} is not a method name")
+            raise UntrustedRow(f"its callback {name!r} is not a method name")
         try:
             return getattr(spider, name)
         except AttributeError:
@@ -394,7 +390,7 @@ def request_codec(spider: Any, *, compact: bool = True,
     def encode(request: Any) -> bytes:
         return readable(request, encode_row(request))
 
-    def decode_compact(row: memoryview, loads: Callable[[Any], Any]) -> Request:
+    def decode_compact(row: bytes, loads: Callable[[Any], Any]) -> Request:
         fields = loads(row[1:])
         if fast and plain(fields[0]):
             return fill(fields)

@@ -427,7 +427,7 @@ class SQLiteStore(Generic[T]):
                 "kept in the quarantine of that file, and the crawl goes on without it. "
                 "scrapy frontier quarantine lists what is there. %s.%s",
                 self.path,
-                f"{url} (row {row})" if url is not None else f"in row {row} (host {host!r})",
+                url if url is not None else f"in row {row} (host {host!r})",
                 error, requeue_advice(exc),
                 " Further rows set aside are only counted (frontier/store/undecodable)."
                 if count == QUARANTINE_LOGGED
