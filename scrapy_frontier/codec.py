@@ -10,11 +10,22 @@ Every row starts with a format byte:
   (``FormRequest``, ``JsonRequest``, your own) and anything the compact form
   does not cover; rebuilt by Scrapy's ``request_from_dict``.
 
+* ``0x03`` -- *sealed*: a compact or full row behind a 16-byte tag, a keyed
+  BLAKE2b of the row under the first key of ``FRONTIER_SIGNING_KEYS``
+  (:class:`RowKeys`).
+
 Any other first byte is refused with an :class:`UndecodableRow`: the row is
 corrupt (another state version is refused when the file is opened), and guessing
 would rebuild the wrong request. So is a row that does not unpickle. A callback
 the spider no longer has is a plain :class:`StoreError`: the spider's code
 changed, which concerns every row that names it, not one.
+
+Whom a row is trusted by (:class:`RowTrust`, see docs/security.rst): a row is
+unpickled in full (any class its meta holds) only if its tag verifies, or if its
+store is inside the code's own boundary (a JOBDIR only its user can write). Any
+other row is read by :class:`RestrictedUnpickler`, which builds plain types and the
+classes of :data:`ALLOWED_GLOBALS` and nothing else, so no byte of it runs code;
+with keys set, such a row is not read at all but set aside (:class:`UntrustedRow`).
 
 Rebuilding a request normally runs ``Request.__init__``, which passes the URL
 through ``w3lib.url.safe_url_string`` again -- most of the cost of a dequeue.
@@ -38,11 +49,15 @@ any value differs, the decoder uses ``Request(...)`` for every compact row.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import inspect
+import io
 import logging
 import pickle
 import pickletools
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -50,7 +65,13 @@ from scrapy import Request
 from scrapy.http.headers import Headers
 from scrapy.utils.request import request_from_dict
 
-from scrapy_frontier.errors import MissingCallback, StoreError, UndecodableRow, Unserializable
+from scrapy_frontier.errors import (
+    MissingCallback,
+    StoreError,
+    UndecodableRow,
+    Unserializable,
+    UntrustedRow,
+)
 from scrapy_frontier.hostkey import PLAIN_URL
 
 logger = logging.getLogger("scrapy_frontier.codec")
@@ -68,9 +89,150 @@ class Codec(Generic[T]):
 
 COMPACT = 0x01
 FULL = 0x02
+SEALED = 0x03
 _COMPACT_TAG = bytes([COMPACT])
 _FULL_TAG = bytes([FULL])
+_SEALED_TAG = bytes([SEALED])
 _PROTOCOL = 5
+#: Bytes of a sealed row's tag (128 bits).
+TAG_BYTES = 16
+#: The shortest signing key accepted (characters).
+MIN_KEY_LENGTH = 16
+
+#: The globals an unsealed row may name: constructors of plain values, none of which
+#: runs code of the row's choosing. Containers, strings, bytes and numbers need none.
+ALLOWED_GLOBALS = frozenset({
+    *(("builtins", name) for name in (
+        "bool", "bytearray", "bytes", "complex", "dict", "float", "frozenset", "int", "list",
+        "range", "set", "slice", "str", "tuple")),
+    *(("datetime", name) for name in ("date", "datetime", "time", "timedelta", "timezone")),
+    ("decimal", "Decimal"),
+    ("fractions", "Fraction"),
+    ("collections", "OrderedDict"),
+    ("collections", "deque"),
+    ("uuid", "UUID"),
+})
+class RestrictedUnpickler(pickle.Unpickler):
+    """Builds plain values and the classes of :data:`ALLOWED_GLOBALS`; refuses any other
+    global (a function or class a forged row would call) and persistent ids."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in ALLOWED_GLOBALS:
+            return super().find_class(module, name)
+        raise UntrustedRow(
+            f"it names {module}.{name}, which a row read without a verified seal may not hold "
+            "(see FRONTIER_SIGNING_KEYS)")
+
+
+def restricted_loads(data: bytes) -> Any:
+    return RestrictedUnpickler(io.BytesIO(data)).load()
+
+
+def _names_a_global(payload: bytes) -> bool:
+    """False if a protocol-5 pickle names no global: it has no STACK_GLOBAL or EXT1/2/4
+    opcode byte (one inside a string gives a false True: the caller then unpickles it
+    restricted to be sure)."""
+    return b"\x93" in payload or b"\x82" in payload or b"\x83" in payload or \
+        b"\x84" in payload
+
+
+class RowKeys:
+    """The keyring of ``FRONTIER_SIGNING_KEYS``: the first key seals rows, every key
+    verifies them (so a key can be rotated: add the new one first, drop the old one once
+    no row sealed with it is queued)."""
+
+    def __init__(self, secrets: Sequence[str]) -> None:
+        if not secrets:
+            raise ValueError("a keyring needs at least one key")
+        # BLAKE2b's own keyed mode is a MAC; the key is the secret's hash, of any length.
+        self._keys = tuple(
+            hashlib.blake2b(s.encode(), digest_size=32, person=b"frontier-rows").digest()
+            for s in secrets)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    @staticmethod
+    def _tag(key: bytes, row: bytes) -> bytes:
+        return hashlib.blake2b(row, key=key, digest_size=TAG_BYTES).digest()
+
+    def seal(self, row: bytes) -> bytes:
+        return _SEALED_TAG + self._tag(self._keys[0], row) + row
+
+    def verified(self, data: bytes) -> bytes | None:
+        """The row inside sealed ``data`` if its tag verifies under a key, else None."""
+        tag, row = data[1:1 + TAG_BYTES], data[1 + TAG_BYTES:]
+        for key in self._keys:
+            if hmac.compare_digest(self._tag(key, row), tag):
+                return row
+        return None
+
+
+@dataclass(frozen=True)
+class RowTrust:
+    """Who a store's rows are trusted by: ``keys`` (FRONTIER_SIGNING_KEYS, or None) and
+    whether the store itself is inside the code's boundary (``private``: a JOBDIR only
+    the crawl's user can write; never a shared Redis)."""
+
+    keys: RowKeys | None = None
+    private: bool = False
+
+    @classmethod
+    def of(cls, secrets: Sequence[str], *, private: bool) -> RowTrust:
+        return cls(RowKeys(secrets) if secrets else None, private)
+
+    @property
+    def checks(self) -> bool:
+        """Rows are checked when read: sealed, or from a store outside the code's boundary."""
+        return self.keys is not None or not self.private
+
+    def opened(self, data: bytes) -> tuple[bytes, bool]:
+        """(the compact or full row inside ``data``, whether it may be unpickled in full).
+        Raises :class:`UntrustedRow` for a row that must not be read at all."""
+        if data[:1] == _SEALED_TAG:
+            if len(data) <= 1 + TAG_BYTES:
+                raise UntrustedRow("it is a sealed row too short to hold a tag")
+            if self.keys is None:
+                return data[1 + TAG_BYTES:], self.private
+            row = self.keys.verified(data)
+            if row is None:
+                raise UntrustedRow(
+                    "its tag matches no key of FRONTIER_SIGNING_KEYS: it was forged, damaged, "
+                    "or sealed with a key no longer listed")
+            return row, True
+        if self.keys is not None and not self.private:
+            raise UntrustedRow(
+                "it is not sealed, and every row of a crawl with FRONTIER_SIGNING_KEYS is: "
+                "a client without the key wrote it")
+        return data, self.private
+
+    def check(self, data: bytes) -> str | None:
+        """Why ``data`` would not be read as a trusted row, or None: the seal, then (for a
+        row read restricted) every global its pickle names. Needs no spider; runs no code."""
+        try:
+            row, full = self.opened(data)
+            if not full and row[:1] in (_COMPACT_TAG, _FULL_TAG):
+                value = restricted_loads(row[1:])
+                if row[:1] == _FULL_TAG and isinstance(value, dict):
+                    request_class(value.get("_class"))
+        except UntrustedRow as exc:
+            return str(exc)
+        except Exception as exc:  # noqa: BLE001 -- any failure is a refusal, named
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+
+def request_class(path: Any) -> type[Request]:
+    """The Request subclass a full row names, if its module is already imported: an
+    unsealed row must not make the worker import a module (importing runs its code)."""
+    if path is None:
+        return Request
+    module, _, name = str(path).rpartition(".")
+    found = getattr(sys.modules.get(module), name, None)
+    if isinstance(found, type) and issubclass(found, Request):
+        return found
+    raise UntrustedRow(f"it names the class {path!r}, which is not a Request subclass "
+                       "already imported")
 
 #: The slots the compact decoder sets, in Request.__init__'s terms.
 _KNOWN_SLOTS = frozenset(
@@ -92,14 +254,18 @@ _KNOWN_SLOTS = frozenset(
 )
 
 
-def request_codec(spider: Any, *, compact: bool = True) -> Codec[Any]:
+def request_codec(spider: Any, *, compact: bool = True,
+                  trust: RowTrust | None = None) -> Codec[Any]:
     """The codec of queued requests; callbacks must be methods of ``spider``.
 
     Plain requests are written in the compact form if this Scrapy's ``Request``
     passes :func:`compact_layout`. ``compact=False`` writes every request in
     the full form, as on a Scrapy that fails it (tests run that path on any
-    Scrapy with it).
+    Scrapy with it). ``trust`` says how rows are sealed and read (default: no
+    keys, a private store, as in a JOBDIR only its user writes).
     """
+    trust = RowTrust(private=True) if trust is None else trust
+    keys = trust.keys
     names: dict[Any, str] = {}  # callback function -> spider method name
 
     def method_name(func: Any) -> str | None:
@@ -122,6 +288,20 @@ def request_codec(spider: Any, *, compact: bool = True) -> Codec[Any]:
             return _FULL_TAG + pickle.dumps(request.to_dict(spider=spider), protocol=_PROTOCOL)
         except Exception as exc:  # ValueError for lambdas, PicklingError and others for meta
             raise Unserializable(f"{request}: {exc}") from exc
+
+    def readable(request: Any, row: bytes) -> bytes:
+        """``row`` as stored: sealed with keys; else, in a shared store, only if the
+        restricted unpickler can read it back (a meta of other classes needs keys)."""
+        if keys is not None:
+            return keys.seal(row)
+        if not trust.private and _names_a_global(row):
+            try:
+                restricted_loads(row[1:])
+            except Exception as exc:  # noqa: BLE001 -- the reason is the message
+                raise Unserializable(
+                    f"{request}: {exc}. Set FRONTIER_SIGNING_KEYS to keep such requests in a "
+                    "shared store") from None
+        return row
 
     def compact_fields(request: Any) -> tuple[Any, ...]:
         """The compact form's fields, read from the slots (no lazy default is built)."""
@@ -153,17 +333,21 @@ def request_codec(spider: Any, *, compact: bool = True) -> Codec[Any]:
     def callback(name: str | None) -> Any:
         if name is None:
             return None
+        if not isinstance(name, str) or name.startswith("__"):
+            raise UntrustedRow(f"its callback {name!r} is not a method name")
         try:
             return getattr(spider, name)
         except AttributeError:
             raise MissingCallback(f"Method {name!r} not found in: {spider}") from None
 
-    def from_dict(d: dict[str, Any]) -> Any:
+    def from_dict(d: dict[str, Any], full: bool) -> Any:
+        if not full:
+            request_class(d.get("_class"))  # no import for an untrusted row
         # Checked first so that a missing method is told apart from a corrupt row.
         for key in ("callback", "errback"):
             name = d.get(key)
-            if isinstance(name, str) and not hasattr(spider, name):
-                raise MissingCallback(f"Method {name!r} not found in: {spider}")
+            if isinstance(name, str):
+                callback(name)
         return request_from_dict(d, spider=spider)
 
     def construct(fields: tuple[Any, ...]) -> Request:
@@ -201,21 +385,28 @@ def request_codec(spider: Any, *, compact: bool = True) -> Codec[Any]:
 
     compact = compact and compact_layout(compact_fields, construct)
     fast = compact and _fill_matches_init(fill, construct, compact_fields)
-    encode = encode_compact if compact else encode_full
+    encode_row = encode_compact if compact else encode_full
 
-    def decode_compact(data: bytes) -> Request:
-        fields = pickle.loads(memoryview(data)[1:])
+    def encode(request: Any) -> bytes:
+        return readable(request, encode_row(request))
+
+    def decode_compact(row: bytes, loads: Callable[[Any], Any]) -> Request:
+        fields = loads(row[1:])
         if fast and plain(fields[0]):
             return fill(fields)
         return construct(fields)
 
     def decode(data: bytes) -> Any:
-        tag = data[0] if data else None
+        row, full = trust.opened(data)  # UntrustedRow: set aside by the store
+        tag = row[0] if row else None
+        loads = pickle.loads if full else restricted_loads
         try:
             if tag == COMPACT:
-                return decode_compact(data)
+                return decode_compact(row, loads)
             if tag == FULL:
-                return from_dict(pickle.loads(memoryview(data)[1:]))
+                return from_dict(loads(row[1:]), full)
+        except UntrustedRow:
+            raise
         except MissingCallback as exc:
             raise StoreError(
                 f"cannot rebuild a saved request ({exc}). Was the spider's code changed (a "
@@ -241,6 +432,8 @@ def saved_url(data: bytes) -> str | None:
     unpickle does not hide the URL: the first string of a compact row, the value
     after the ``"url"`` key of a full row. None for a row of an unknown format byte.
     """
+    if data[:1] == _SEALED_TAG:
+        data = data[1 + TAG_BYTES:]
     tag = data[:1]
     if tag not in (_COMPACT_TAG, _FULL_TAG):
         return None

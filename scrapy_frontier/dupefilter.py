@@ -82,7 +82,7 @@ class FrontierDupeFilter(BaseDupeFilter):
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FrontierDupeFilter:
         config = FrontierConfig.from_settings(crawler.settings)
-        size, policy = config.seen_cache_size, config.seen_cache_policy
+        size, policy = config.seen_cache
         cache = make_cache(policy, size, rng=random.Random(config.seed))
         store: FingerprintStore
         path: Path | None = None

@@ -44,6 +44,21 @@ class UndecodableRow(StoreError):
     not unpickle) while the others can: a store sets it aside instead of stopping."""
 
 
+class UntrustedRow(UndecodableRow):
+    """A saved request fails the trust check (a seal that matches no key, no seal where
+    rows must be sealed, or a class an unsealed row may not hold): it is set aside unread,
+    and ``scrapy frontier quarantine --requeue`` refuses it."""
+
+
+def requeue_advice(exc: BaseException) -> str:
+    """What ``scrapy frontier quarantine --requeue`` does with a row set aside for ``exc``."""
+    if isinstance(exc, UntrustedRow):
+        return ("It is never unpickled, and scrapy frontier quarantine --requeue refuses it: "
+                "a client that can write the crawl's store wrote it (docs/security.rst)")
+    return ("Once the spider can rebuild it, scrapy frontier quarantine --requeue puts it "
+            "back")
+
+
 class MissingCallback(FrontierError, ValueError):
     """A saved request names a callback or errback the spider does not have (any more)."""
 

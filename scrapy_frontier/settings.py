@@ -17,6 +17,7 @@ from typing import Any
 
 from scrapy.settings import BaseSettings
 
+from scrapy_frontier.codec import MIN_KEY_LENGTH
 from scrapy_frontier.core.host_policy import (
     HostPolicies,
     HostPolicy,
@@ -83,6 +84,7 @@ DEFAULTS: dict[str, Any] = {
     "FRONTIER_HISTORY_MAX_PAGES": 0,
     "FRONTIER_SITEMAPS": None,  # off; "robots", or a list of sitemap / feed URLs
     "FRONTIER_SITEMAP_TIMEOUT": 30.0,
+    "FRONTIER_SIGNING_KEYS": None,  # the environment variable of the same name, else none
     "FRONTIER_HISTORY_RETIRE_AFTER": 5,
     "FRONTIER_QUALITY": "depth",
     "FRONTIER_REDIS_KEY": "%(spider)s:frontier:",
@@ -229,8 +231,8 @@ class FrontierConfig:
     recrawl: RecrawlSettings = field(default_factory=RecrawlSettings)
     priority_rules: dict[str, int] = field(default_factory=dict)
     """FRONTIER_PRIORITY_RULES: host suffix -> priority boost."""
-    seen_cache_size: int = DEFAULT_CACHE_SIZE
-    seen_cache_policy: str = "clock"
+    seen_cache: tuple[int, str] = (DEFAULT_CACHE_SIZE, "clock")
+    """FRONTIER_SEEN_CACHE_SIZE and FRONTIER_SEEN_CACHE_POLICY."""
     redis: RedisConfig = field(default_factory=RedisConfig)
     observe: ObserveConfig = field(default_factory=ObserveConfig)
     host_budget: int = 0
@@ -245,6 +247,9 @@ class FrontierConfig:
     capacity: int = 0
     """FRONTIER_CAPACITY: the most connections a host's measured capacity may give it
     (0: off); each host's policy concurrency is then its cap."""
+    signing_keys: tuple[str, ...] = field(default=(), repr=False)
+    """FRONTIER_SIGNING_KEYS (or the environment variable): the keys that seal stored
+    requests, the first one sealing; never logged."""
 
     def budget_for(self, host: str) -> int:
         """FRONTIER_HOST_BUDGETS' entry for ``host``, else its per-host policy's budget,
@@ -362,9 +367,8 @@ class FrontierConfig:
             backend=backend,
             recrawl=recrawl,
             priority_rules=_priority_rules(settings),
-            seen_cache_size=_int(settings, "FRONTIER_SEEN_CACHE_SIZE", minimum=1,
-                                 maximum=MAX_CACHE_SIZE),
-            seen_cache_policy=_cache_policy(settings),
+            seen_cache=(_int(settings, "FRONTIER_SEEN_CACHE_SIZE", minimum=1,
+                             maximum=MAX_CACHE_SIZE), _cache_policy(settings)),
             redis=_redis(settings),
             observe=_observe(settings),
             host_budget=_int(settings, "FRONTIER_HOST_BUDGET", minimum=0),
@@ -374,6 +378,7 @@ class FrontierConfig:
                 _float(settings, "FRONTIER_SITEMAP_TIMEOUT", minimum=0.001)),
             host_policies=policies,
             capacity=capacity,
+            signing_keys=signing_keys(settings),
         )
 
 
@@ -613,6 +618,31 @@ def _priority_rules(settings: BaseSettings) -> dict[str, int]:
             "FRONTIER_PRIORITY_RULES boosts must be whole numbers (Scrapy priorities are "
             f"integers), got {raw!r}")
     return out
+
+
+def signing_keys(settings: BaseSettings) -> tuple[str, ...]:
+    """FRONTIER_SIGNING_KEYS: a list of keys, or one string of comma-separated keys; unset,
+    the environment variable FRONTIER_SIGNING_KEYS (keys are secrets: they belong in the
+    environment or a secrets store, not in a project's settings.py)."""
+    raw = _raw(settings, "FRONTIER_SIGNING_KEYS", None)
+    if raw is None:
+        raw = os.environ.get("FRONTIER_SIGNING_KEYS") or None
+    if raw is None:
+        return ()
+    if isinstance(raw, str):
+        raw = raw.split(",")
+    if not isinstance(raw, list | tuple) or not all(isinstance(k, str) for k in raw):
+        raise FrontierConfigError(
+            "FRONTIER_SIGNING_KEYS must be a list of strings, or one string of "
+            f"comma-separated keys; got a {type(raw).__name__}")
+    keys = tuple(k.strip() for k in raw)
+    for i, key in enumerate(keys):
+        if len(key) < MIN_KEY_LENGTH:
+            raise FrontierConfigError(
+                f"FRONTIER_SIGNING_KEYS: key {i + 1} of {len(keys)} has {len(key)} characters; "
+                f"a key needs at least {MIN_KEY_LENGTH} (for example: python -c \"import "
+                "secrets; print(secrets.token_urlsafe(32))\")")
+    return keys
 
 
 def _sitemaps(settings: BaseSettings) -> tuple[str, ...]:

@@ -29,6 +29,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
+from scrapy_frontier.codec import RowTrust
+
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
@@ -265,6 +267,8 @@ class Backend(ABC):
     persistent: bool = False
     #: Where the state lives, for the opening line.
     location: str = "in this process"
+    #: How its stored requests are sealed and read (see codec.RowTrust); known once open.
+    row_trust: RowTrust = RowTrust(private=True)
 
     queue: QueuePort
     history: HistoryPort

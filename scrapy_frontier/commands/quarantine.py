@@ -6,6 +6,11 @@ run. This lists them (``quarantine``), puts them back once the spider or the rel
 read them (``--requeue``: requests go back to the front queues, bypassing the dupe filter;
 page records go back to the history, due at once), or clears them (``--drop``).
 
+``--requeue`` refuses what fails the trust check (:class:`~scrapy_frontier.codec.RowTrust`,
+docs/security.rst): a request, or a page record's kept request, that is sealed with no key
+of ``FRONTIER_SIGNING_KEYS``, is not sealed where rows must be, or (read without a seal)
+names a class outside the plain values. It stays in the quarantine; nothing of it runs.
+
 SQLite: the crawl's files are written by the crawl alone, so ``--requeue`` and ``--drop``
 take the files' locks and refuse while a crawl runs. Redis: every change is one command on
 the shared keys, safe beside running workers; an entry is removed only after it is queued
@@ -14,6 +19,8 @@ again, so a failure in between leaves a duplicate, never a loss.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import sqlite3
 from collections.abc import Iterator
@@ -21,9 +28,10 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+from scrapy_frontier.backends.sqlite.files import exposed
 from scrapy_frontier.backends.sqlite.history import STORE_NAME as HISTORY_FILE
 from scrapy_frontier.backends.sqlite.lock import FileLock
-from scrapy_frontier.codec import saved_url
+from scrapy_frontier.codec import RowTrust, saved_url
 from scrapy_frontier.core.history import record_url
 from scrapy_frontier.errors import FrontierCommandError
 
@@ -41,6 +49,24 @@ def _request_row(url: str | None, host: str, level: int, error: str, at: str) ->
 def _record_row(fp: int, data: Any, error: str, at: str) -> dict[str, Any]:
     return {"fp": fp, "url": record_url(data if isinstance(data, str | bytes) else str(data)),
             "error": error, "at": at}
+
+
+def _record_refused(data: Any, trust: RowTrust) -> str | None:
+    """Why a quarantined page record's kept request fails the trust check, or None (also
+    for a record too damaged to show one: it goes back as it is, for a release to read)."""
+    try:
+        kept = json.loads(data).get("rq")
+        raw = None if kept is None else base64.b64decode(kept, validate=True)
+    except (TypeError, ValueError, AttributeError, binascii.Error):
+        return None
+    return None if raw is None else trust.check(raw)
+
+
+def _refusals(done: str, requests: int, records: int) -> str:
+    if requests or records:
+        done += (f"; {requests} requests and {records} page records stay in the quarantine: "
+                 "they fail the trust check (docs/security.rst), and nothing of them is run")
+    return done
 
 
 def result(action: str, requests: list[dict[str, Any]], records: list[dict[str, Any]],
@@ -69,12 +95,14 @@ def sqlite_quarantine(inspector: Any, action: str, limit: int) -> dict[str, Any]
     if inspector.history is not None:
         paths.append(inspector.directory / HISTORY_FILE)
     listed = _sqlite_list(inspector, limit)
+    trust = RowTrust.of(inspector.config.signing_keys, private=exposed(
+        inspector.directory, (inspector.path.name, HISTORY_FILE)) is None)
     with ExitStack() as stack:
         for path in paths:  # a crawl that starts meanwhile waits for them
             stack.callback(FileLock(path, _refused).release)
-        requests = _sqlite_move_requests(inspector.path, action)
-        records, kept = (_sqlite_move_records(paths[1], action) if len(paths) > 1
-                         else (0, 0))
+        requests, bad_requests = _sqlite_move_requests(inspector.path, action, trust)
+        records, kept, bad_records = (_sqlite_move_records(paths[1], action, trust)
+                                      if len(paths) > 1 else (0, 0, 0))
     if action == "drop":
         done = f"{requests} requests and {records} page records dropped"
     else:
@@ -83,6 +111,7 @@ def sqlite_quarantine(inspector: Any, action: str, limit: int) -> dict[str, Any]
         if kept:
             done += (f"; {kept} page records stay in the quarantine: the page was fetched "
                      "again since, and its new record is kept")
+        done = _refusals(done, bad_requests, bad_records)
     return result(action, listed["requests"], listed["records"],
                   (listed["total"]["requests"], listed["total"]["records"]), done)
 
@@ -130,45 +159,51 @@ def _transaction(path: Path) -> Iterator[sqlite3.Connection]:
         conn.close()
 
 
-def _sqlite_move_requests(path: Path, action: str) -> int:
-    with _transaction(path) as conn:
-        if not _has_table(conn):
-            return 0
-        if action == "requeue":
-            # New ids after every row the file holds: each goes to the back of its level.
-            next_id = 1 + max(
-                conn.execute(f"SELECT COALESCE(MAX(id), 0) FROM {table}").fetchone()[0]
-                for table in ("front", "back"))
-            rows = conn.execute(
-                "SELECT rowid, level, host, data FROM quarantine ORDER BY rowid").fetchall()
-            conn.executemany("INSERT INTO front(id, level, host, data) VALUES (?, ?, ?, ?)",
-                             [(next_id + i, level, host, data)
-                              for i, (_, level, host, data) in enumerate(rows)])
-            moved = len(rows)
-        else:
-            moved = conn.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
-        conn.execute("DELETE FROM quarantine")
-    return int(moved)
-
-
-def _sqlite_move_records(path: Path, action: str) -> tuple[int, int]:
-    """(records moved or dropped, records kept because the page has a newer one)."""
+def _sqlite_move_requests(path: Path, action: str, trust: RowTrust) -> tuple[int, int]:
+    """(requests moved or dropped, requests refused by the trust check)."""
     with _transaction(path) as conn:
         if not _has_table(conn):
             return 0, 0
-        kept = 0
-        if action == "requeue":
-            before = conn.total_changes
-            conn.execute("INSERT OR IGNORE INTO pages(fp, eligible, weight, retired, data) "
-                         "SELECT fp, 0, 1.0, 0, data FROM quarantine")
-            moved = conn.total_changes - before
-            conn.execute("DELETE FROM quarantine WHERE fp IN (SELECT q.fp FROM quarantine q "
-                         "JOIN pages p ON p.fp = q.fp AND p.data IS q.data)")
-            kept = conn.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
-        else:
+        if action != "requeue":
             moved = conn.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
             conn.execute("DELETE FROM quarantine")
-    return int(moved), int(kept)
+            return int(moved), 0
+        # New ids after every row the file holds: each goes to the back of its level.
+        next_id = 1 + max(
+            conn.execute(f"SELECT COALESCE(MAX(id), 0) FROM {table}").fetchone()[0]
+            for table in ("front", "back"))
+        rows = [row for row in conn.execute(
+            "SELECT rowid, level, host, data FROM quarantine ORDER BY rowid")
+            if row[3] is not None and trust.check(bytes(row[3])) is None]
+        conn.executemany("INSERT INTO front(id, level, host, data) VALUES (?, ?, ?, ?)",
+                         [(next_id + i, level, host, data)
+                          for i, (_, level, host, data) in enumerate(rows)])
+        conn.executemany("DELETE FROM quarantine WHERE rowid = ?", [(r[0],) for r in rows])
+        refused = conn.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
+    return len(rows), int(refused)
+
+
+def _sqlite_move_records(path: Path, action: str, trust: RowTrust) -> tuple[int, int, int]:
+    """(records moved or dropped, records kept because the page has a newer one, records
+    refused by the trust check)."""
+    with _transaction(path) as conn:
+        if not _has_table(conn):
+            return 0, 0, 0
+        if action != "requeue":
+            moved = conn.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
+            conn.execute("DELETE FROM quarantine")
+            return int(moved), 0, 0
+        rows = conn.execute("SELECT fp, data FROM quarantine").fetchall()
+        fine = [(fp,) for fp, data in rows if _record_refused(data, trust) is None]
+        refused = len(rows) - len(fine)
+        before = conn.total_changes
+        conn.executemany("INSERT OR IGNORE INTO pages(fp, eligible, weight, retired, data) "
+                         "SELECT fp, 0, 1.0, 0, data FROM quarantine WHERE fp = ?", fine)
+        moved = conn.total_changes - before
+        conn.execute("DELETE FROM quarantine WHERE fp IN (SELECT q.fp FROM quarantine q "
+                     "JOIN pages p ON p.fp = q.fp AND p.data IS q.data)")
+        left = conn.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
+    return int(moved), int(left) - refused, refused
 
 
 # -- Redis --------------------------------------------------------------------------------
@@ -211,11 +246,13 @@ def redis_quarantine(inspector: Any, action: str, limit: int) -> dict[str, Any]:
         return result(action, requests, records, counts,
                       "nothing changed" if any(counts) else "the quarantine is empty")
     if action == "requeue":
-        moved = refused = back = kept = 0
+        moved = refused = back = kept = bad_requests = bad_records = 0
+        trust = RowTrust.of(inspector.config.signing_keys, private=False)
         for i in range(inspector.count):
-            m, r = _redis_requeue_requests(inspector, i)
-            b, k = _redis_requeue_records(inspector, i)
+            m, r, u = _redis_requeue_requests(inspector, i, trust)
+            b, k, v = _redis_requeue_records(inspector, i, trust)
             moved, refused, back, kept = moved + m, refused + r, back + b, kept + k
+            bad_requests, bad_records = bad_requests + u, bad_records + v
         done = (f"{moved} requests queued again and {back} page records back in the history "
                 "(due now); the workers take them at once")
         if refused:
@@ -224,6 +261,7 @@ def redis_quarantine(inspector: Any, action: str, limit: int) -> dict[str, Any]:
         if kept:
             done += (f"; {kept} page records stay in the quarantine: the page was fetched "
                      "again since, and its new record is kept")
+        done = _refusals(done, bad_requests, bad_records)
     else:
         def delete(queue_key: str, history_key: str) -> list[Any]:
             pipe = client.pipeline(transaction=not inspector.cluster)
@@ -248,9 +286,11 @@ def _guard(inspector: Any, doing: str, fn: Any) -> Any:
     return guard(inspector.client, inspector.prefix, doing, fn)
 
 
-def _redis_requeue_requests(inspector: Any, partition: int) -> tuple[int, int]:
+def _redis_requeue_requests(inspector: Any, partition: int,
+                            trust: RowTrust) -> tuple[int, int, int]:
+    """(requests queued again, refused for a retired host, refused by the trust check)."""
     remote = inspector.frontier(partition)
-    moved = refused = 0
+    moved = refused = untrusted = 0
     total = remote.quarantine_size()
     start = 0
     while start < total:  # bounded: entries set aside meanwhile wait for the next call
@@ -259,7 +299,10 @@ def _redis_requeue_requests(inspector: Any, partition: int) -> tuple[int, int]:
             break
         kept = 0
         for raw, q in chunk:
-            if remote.push(q.host, q.level, q.item):
+            if trust.check(q.item[8:]) is not None:
+                untrusted += 1
+                kept += 1
+            elif remote.push(q.host, q.level, q.item):
                 remote.unquarantine(raw)  # only once queued: a failure leaves a duplicate
                 moved += 1
             else:
@@ -267,18 +310,23 @@ def _redis_requeue_requests(inspector: Any, partition: int) -> tuple[int, int]:
                 kept += 1
         start += kept  # the entries removed shift the rest down
         total -= len(chunk) - kept
-    return moved, refused
+    return moved, refused, untrusted
 
 
-def _redis_requeue_records(inspector: Any, partition: int) -> tuple[int, int]:
-    """(records put back, records kept because the page has a newer one)."""
+def _redis_requeue_records(inspector: Any, partition: int,
+                           trust: RowTrust) -> tuple[int, int, int]:
+    """(records put back, records kept because the page has a newer one, records refused
+    by the trust check)."""
     client = inspector.client
     h = inspector.layout.history_prefix(partition)
 
-    def run() -> tuple[int, int]:
-        back = kept = 0
+    def run() -> tuple[int, int, int]:
+        back = kept = untrusted = 0
         for fp, raw in client.hscan_iter(h + "quarantine", count=500):
             data = json.loads(raw).get("data", "")
+            if _record_refused(data, trust) is not None:
+                untrusted += 1
+                continue
             if not client.hsetnx(h + "pages", fp, data):
                 kept += 1
                 continue
@@ -288,6 +336,6 @@ def _redis_requeue_records(inspector: Any, partition: int) -> tuple[int, int]:
             pipe.hdel(h + "quarantine", fp)  # only once back: a failure leaves a copy
             pipe.execute()
             back += 1
-        return back, kept
+        return back, kept, untrusted
 
     return _guard(inspector, "putting page records back", run)

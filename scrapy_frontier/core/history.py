@@ -22,7 +22,7 @@ import json
 import math
 import re
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Protocol
@@ -105,8 +105,19 @@ class PageRecord:
         return json.dumps(out, separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, fp: int, text: str) -> PageRecord:
-        """Inverse of :meth:`to_json`; raises ValueError on anything it cannot read."""
+    def from_json(cls, fp: int, text: str,
+                  check: Callable[[bytes], str | None] | None = None) -> PageRecord:
+        """Inverse of :meth:`to_json`; raises ValueError on anything it cannot read, and on
+        a kept request that ``check`` refuses (it says why: see codec.RowTrust.check)."""
+        record = cls._parse(fp, text)
+        if check is not None and record.request is not None:
+            refused = check(record.request)
+            if refused is not None:
+                raise ValueError(f"{REFUSED}: {refused}")
+        return record
+
+    @classmethod
+    def _parse(cls, fp: int, text: str) -> PageRecord:
         try:
             data = json.loads(text)
         except (TypeError, ValueError) as exc:
@@ -145,6 +156,8 @@ class PageRecord:
 
 _URL_IN_RECORD = re.compile(r'"u"\s*:\s*"((?:[^"\\]|\\.){1,2000})"')
 
+#: How a record whose kept request fails the trust check is named (see from_json).
+REFUSED = "its kept request is refused"
 #: Unreadable page records logged one by one by a store; later ones are only counted.
 QUARANTINE_LOGGED = 10
 
@@ -178,9 +191,12 @@ def quarantine_message(where: str, fp: int, raw: str | bytes, error: str, count:
     page = f"page {url} (fingerprint {fp})" if url else f"page of fingerprint {fp}"
     last = (f" Further records set aside are only counted ({stat})."
             if count == QUARANTINE_LOGGED else "")
+    requeue = ("--requeue refuses it: a client that can write the crawl's store wrote it, "
+               "see docs/security.rst" if error.startswith(REFUSED)
+               else "--requeue puts it back for a release that reads it")
     return (f"{where}: the history record of the {page} cannot be read ({error}). It is "
-            "set aside in the history's quarantine (scrapy frontier quarantine lists it; "
-            "--requeue puts it back for a release that reads it), and the crawl goes on. "
+            f"set aside in the history's quarantine (scrapy frontier quarantine lists it; "
+            f"{requeue}), and the crawl goes on. "
             "The page stays seen but has no recrawl schedule until it is fetched again (a "
             f"start request with meta['frontier_force'] = True fetches it).{last}")
 

@@ -167,7 +167,8 @@ class FrontierScheduler:
                         "lowest-quality pages go first), and JOBDIR or FRONTIER_PATH keeps it "
                         "on disk instead.")
                 recrawl = RecrawlHooks.with_store(self.config.recrawl,
-                                                  self.backend.history.open_history())
+                                                  self.backend.history.open_history(),
+                                                  self.backend.row_trust)
         except FrontierError as exc:
             observer.stop()
             self._abandon()

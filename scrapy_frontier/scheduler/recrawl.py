@@ -21,14 +21,17 @@ from scrapy_frontier.validators import add_validators
 if TYPE_CHECKING:
     from scrapy.spiders import Spider
 
+    from scrapy_frontier.codec import RowTrust
     from scrapy_frontier.core.history import HistoryStore, PageRecord
 
 logger = logging.getLogger("scrapy_frontier.recrawl")
 
 
 class RecrawlHooks:
-    def __init__(self, recrawler: Recrawler) -> None:
+    def __init__(self, recrawler: Recrawler, trust: RowTrust | None = None) -> None:
         self.recrawler = recrawler
+        #: How the backend's stored requests are sealed and read (codec.RowTrust).
+        self.trust = trust
         #: When the scheduler next asks the history for due pages (its clock).
         self.feed_at = 0.0
         self._missing_callbacks: set[str] = set()
@@ -36,8 +39,9 @@ class RecrawlHooks:
         self._replay: RequestReplay | None = None
 
     @classmethod
-    def with_store(cls, settings: RecrawlSettings, store: HistoryStore) -> RecrawlHooks:
-        return cls(Recrawler(settings, store, quality=settings.quality_callable))
+    def with_store(cls, settings: RecrawlSettings, store: HistoryStore,
+                   trust: RowTrust | None = None) -> RecrawlHooks:
+        return cls(Recrawler(settings, store, quality=settings.quality_callable), trust)
 
     @property
     def settings(self) -> RecrawlSettings:
@@ -61,7 +65,7 @@ class RecrawlHooks:
 
     def _replay_for(self, spider: Spider) -> RequestReplay:
         if self._replay is None:
-            self._replay = RequestReplay(spider)
+            self._replay = RequestReplay(spider, self.trust)
         return self._replay
 
     def request_for(self, record: PageRecord, spider: Spider | None) -> Request | None:

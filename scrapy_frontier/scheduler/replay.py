@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from scrapy_frontier.codec import Codec, request_codec
+from scrapy_frontier.codec import Codec, RowTrust, request_codec
 from scrapy_frontier.errors import StoreError
 from scrapy_frontier.hostkey import url_host_key_or_none
 from scrapy_frontier.meta import SITEMAP_META, START_META, UNSAFE_META
@@ -62,8 +62,8 @@ def replayable(request: Request) -> bool:
 class RequestReplay:
     """Encodes a fetched request for the history, and rebuilds it for a recrawl."""
 
-    def __init__(self, spider: Any) -> None:
-        self._codec: Codec[Any] = request_codec(spider)
+    def __init__(self, spider: Any, trust: RowTrust | None = None) -> None:
+        self._codec: Codec[Any] = request_codec(spider, trust=trust)
         self._warned: set[str] = set()
         self.counters: dict[str, int] = {}
 

@@ -27,6 +27,7 @@ pytestmark = pytest.mark.crawl
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = 10
+KEY = "a-signing-key-of-the-tests-0123456789"
 
 
 def _site(site: StyleSite) -> None:
@@ -86,6 +87,8 @@ def test_set_aside_listed_and_requeued_once_the_spider_is_fixed(
     b.crawl["FRONTIER_REDIS_IDLE_GRACE"] = 0.5
     if backend == "redis":
         b.args = ["--spider", "quarantine"]
+        # Other classes than plain values in meta: a shared store needs its rows sealed.
+        b.crawl["FRONTIER_SIGNING_KEYS"] = b.command["FRONTIER_SIGNING_KEYS"] = KEY
     fragile = {f"/p/{n}" for n in FRAGILE_PAGES}
     with StyleSite() as site:
         _site(site)
@@ -139,3 +142,116 @@ def test_set_aside_listed_and_requeued_once_the_spider_is_fixed(
     fetched = [path for _, path, status in site.log if status == 200]
     for path in fragile:
         assert fetched.count(path) == 1, (path, fetched)
+
+
+# -- trust: a forged row or record runs no code ------------------------------------------
+
+
+class Payload:
+    """What a forged row holds: unpickled, it runs a shell command that leaves a file."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return os.system, (f"touch {self.marker}",)
+
+
+def _forged_row(marker: Path) -> bytes:
+    """A compact row (format byte 0x01) whose pickle calls os.system when loaded."""
+    import pickle
+
+    return b"\x01" + pickle.dumps(Payload(marker), protocol=5)
+
+
+def _forge(b: Backend, redis_server: RedisServer, base: str, marker: Path) -> tuple[int, str]:
+    """Push a forged queue row and a page record with a forged kept request into the
+    crawl's store, as a plain client would; the fingerprint and URL of that record."""
+    import base64
+
+    host = base.split("//", 1)[1].split(":")[0]
+    row = (12345).to_bytes(8, "big", signed=True) + _forged_row(marker)
+    url = f"{base}/p/1"
+    if b.name == "sqlite":
+        job = Path(b.crawl["JOBDIR"])
+        db = sqlite3.connect(job / "frontier.sqlite")
+        with db:
+            top = max(db.execute(f"SELECT COALESCE(MAX(id), 0) FROM {t}").fetchone()[0]
+                      for t in ("front", "back"))
+            db.execute("INSERT INTO front(id, level, host, data) VALUES (?, 1, ?, ?)",
+                       (top + 1, host, _forged_row(marker)))
+        db.close()
+        db = sqlite3.connect(job / "history.sqlite")
+        with db:
+            [(fp, data)] = [(fp, data) for fp, data in db.execute("SELECT fp, data FROM pages")
+                            if json.loads(data)["u"] == url]
+            record = json.loads(data)
+            record["rq"] = base64.b64encode(_forged_row(marker)).decode()
+            db.execute("UPDATE pages SET data = ?, eligible = 0 WHERE fp = ?",
+                       (json.dumps(record), fp))
+        db.close()
+        return int(fp), url
+    client = redis_server.client()
+    prefix, history = b.crawl["FRONTIER_REDIS_KEY"], b.crawl["FRONTIER_REDIS_HISTORY_KEY"]
+    client.rpush(prefix + "f:1", host.encode() + b"\0" + row)
+    client.hincrby(prefix + "count", "front", 1)
+    [(fp, data)] = [(f, d) for f, d in client.hgetall(history + "pages").items()
+                    if json.loads(d)["u"] == url]
+    record = json.loads(data)
+    record["rq"] = base64.b64encode(_forged_row(marker)).decode()
+    client.hset(history + "pages", fp, json.dumps(record))
+    client.zadd(history + "due", {fp: 0.0})
+    client.close()
+    return int(fp), url
+
+
+@pytest.mark.parametrize("backend,keys", [
+    ("sqlite", False), ("redis", False), pytest.param("redis", True, marks=pytest.mark.slow)])
+def test_a_forged_row_and_record_run_no_code_and_are_set_aside(
+        backend: str, keys: bool, tmp_path: Path, redis_server: RedisServer) -> None:
+    """A queue row and a page record's kept request, each a pickle that calls os.system,
+    written by a plain client: no worker runs them; each is set aside and named, and
+    ``quarantine --requeue`` refuses them. SQLite: a JOBDIR others may write is a shared
+    store; Redis: with FRONTIER_SIGNING_KEYS an unsealed row is refused unread."""
+    b = Backend(backend, tmp_path, redis_server)
+    b.crawl["FRONTIER_REDIS_IDLE_GRACE"] = 0.5
+    if backend == "redis":
+        b.args = ["--spider", "quarantine"]
+    if keys:
+        b.crawl["FRONTIER_SIGNING_KEYS"] = b.command["FRONTIER_SIGNING_KEYS"] = KEY
+    marker = tmp_path / "payload-ran"
+    with StyleSite() as site:
+        _site(site)
+        base = site.base
+        _crawl(site, b, tmp_path / "run1", fixed=True)
+        fp, url = _forge(b, redis_server, base, marker)
+        if backend == "sqlite":
+            os.chmod(b.crawl["JOBDIR"], 0o775)  # the group may write it: a shared store
+        fetched_before = len(site.log)
+        items, stats, out = _crawl(site, b, tmp_path / "run2", fixed=True)
+        assert not marker.exists(), out[-3000:]
+        assert stats["finish_reason"] == "finished", out[-3000:]
+        untrusted = "frontier/store/untrusted" if backend == "sqlite" \
+            else "frontier/redis/untrusted"
+        assert stats.get(untrusted) == 1, out[-3000:]
+        assert stats.get("frontier/history/quarantined") == 1, out[-3000:]
+        why = ("it is not sealed" if keys else "it names posix.system")
+        assert any("cannot be rebuilt" in line and why in line and "refuses it" in line
+                   for line in out.splitlines()), out[-3000:]
+        assert any(f"page {url} (fingerprint {fp})" in line and why in line
+                   for line in out.splitlines()), out[-3000:]
+        if backend == "sqlite":
+            assert "may be written by others" in out
+        # The forged record's page is not fetched with the forged request (nor at all).
+        assert all(path != "/p/1" for _, path, _ in site.log[fetched_before:])
+
+        listed = as_json(b.run(["quarantine", "--json"]))
+        assert listed["total"] == {"requests": 1, "records": 1}, listed
+        assert [r["fp"] for r in listed["records"]] == [fp]
+        assert why in listed["requests"][0]["error"]
+        requeued = as_json(b.run(["quarantine", "--requeue", "--json"]))
+        assert "1 requests and 1 page records stay in the quarantine: they fail the trust " \
+            "check" in requeued["applied"], requeued
+        assert as_json(b.run(["quarantine", "--json"]))["total"] == {"requests": 1,
+                                                                      "records": 1}
+        assert not marker.exists()

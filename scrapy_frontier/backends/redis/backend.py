@@ -10,6 +10,7 @@ from scrapy_frontier.backends.redis.driver import RedisDriver
 from scrapy_frontier.backends.redis.events import RedisHistory
 from scrapy_frontier.backends.redis.inspection import RedisInspection
 from scrapy_frontier.backends.redis.queue import RedisQueue
+from scrapy_frontier.codec import RowTrust
 
 if TYPE_CHECKING:
     from scrapy.spiders import Spider
@@ -35,6 +36,12 @@ class RedisBackend(Backend):
     @property
     def location(self) -> str:  # type: ignore[override]
         return self.driver.location
+
+    @property
+    def row_trust(self) -> RowTrust:  # type: ignore[override]
+        session = self.driver.session
+        assert session is not None, "asked after open"
+        return session.trust
 
     def open(self, spider: Spider) -> None:
         self.driver.open(spider)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from scrapy_frontier.backends.redis.connection import guard, text
@@ -57,9 +57,12 @@ def trust_counts(raw: dict[Any, Any]) -> dict[str, tuple[int, int]]:
 class RedisHistoryStore:
     """A :class:`~scrapy_frontier.core.history.HistoryStore` in Redis."""
 
-    def __init__(self, client: Any, prefix: str) -> None:
+    def __init__(self, client: Any, prefix: str,
+                 check_request: Callable[[bytes], str | None] | None = None) -> None:
         self.client = client
         self.prefix = prefix
+        #: Refuses a record whose kept request fails the trust check (codec.RowTrust).
+        self.check_request = check_request
         self._pending: dict[int, PageRecord] = {}
         self._trust: dict[str, tuple[int, int]] = {}
         # Records read ahead by prefetch, each handed out once by get.
@@ -97,7 +100,7 @@ class RedisHistoryStore:
     def _decode(self, fp: int, raw: Any) -> PageRecord | None:
         """The record, or None for one that cannot be read (set aside, see the module)."""
         try:
-            return PageRecord.from_json(fp, text(raw))
+            return PageRecord.from_json(fp, text(raw), self.check_request)
         except ValueError as exc:
             self._quarantine(fp, raw, str(exc))
             return None
@@ -244,7 +247,7 @@ class RedisHistoryStore:
         bad: list[tuple[int, Any, str]] = []
         for field, raw in self.client.hscan_iter(self.key("pages"), count=1000):
             try:
-                record = PageRecord.from_json(int(field), text(raw))
+                record = PageRecord.from_json(int(field), text(raw), self.check_request)
             except ValueError as exc:
                 bad.append((int(field), raw, str(exc)))  # set aside once the scan is done
                 continue

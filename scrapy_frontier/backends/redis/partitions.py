@@ -639,8 +639,10 @@ def open_seen(client: Any, layout: Layout, *, expected: int) -> PartitionedSeen:
                             for i in range(layout.count)])
 
 
-def open_history(client: Any, layout: Layout) -> RedisHistoryStore | PartitionedHistory:
+def open_history(client: Any, layout: Layout,
+                 check: Callable[[bytes], str | None] | None = None,
+                 ) -> RedisHistoryStore | PartitionedHistory:
     if not layout.tagged:
-        return RedisHistoryStore(client, layout.history)
-    return PartitionedHistory([RedisHistoryStore(client, layout.history_prefix(i))
+        return RedisHistoryStore(client, layout.history, check)
+    return PartitionedHistory([RedisHistoryStore(client, layout.history_prefix(i), check)
                                for i in range(layout.count)])

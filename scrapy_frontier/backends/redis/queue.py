@@ -32,7 +32,7 @@ from scrapy_frontier.backends.redis.round import LeaseEnd, Pushed, Round, RoundA
 from scrapy_frontier.codec import request_codec, saved_url
 from scrapy_frontier.core.frontier import Frontier
 from scrapy_frontier.core.history import QUARANTINE_LOGGED
-from scrapy_frontier.errors import StoreError, Unserializable
+from scrapy_frontier.errors import StoreError, Unserializable, UntrustedRow, requeue_advice
 from scrapy_frontier.reactor.timer import call_later
 from scrapy_frontier.validators import add_validators
 
@@ -132,7 +132,9 @@ class RedisQueue(QueuePort):
 
     def open(self, spider: Spider) -> None:
         self._spider = spider
-        self._codec = request_codec(spider)
+        session = self.driver.session
+        assert session is not None  # the driver opens first
+        self._codec = request_codec(spider, trust=session.trust)
 
     def closing(self) -> None:
         self._lapses.close()
@@ -312,6 +314,8 @@ class RedisQueue(QueuePort):
         """A claimed request that cannot be rebuilt goes to the quarantine key, and its
         lease completes unfetched (its host is free for the next URL)."""
         self.count("redis/undecodable")
+        if isinstance(exc, UntrustedRow):
+            self.count("redis/untrusted")
         error = str(exc.__cause__ or exc)
         nxt = self.driver.next
         nxt.quarantine.append(Quarantined(
@@ -324,12 +328,12 @@ class RedisQueue(QueuePort):
         if count <= QUARANTINE_LOGGED:
             url = saved_url(lease.item[8:])
             logger.error(
-                "The request %s claimed from Redis cannot be rebuilt (%s). It is not crawled: "
-                "it is kept in %s, and the crawl goes on without it. scrapy frontier "
-                "quarantine lists what is there; once the spider can rebuild it, scrapy "
-                "frontier quarantine --requeue puts it back.%s",
-                url if url is not None else f"of host {lease.host!r}", error,
+                "The request %s claimed from Redis (host %r, level %d) cannot be rebuilt (%s). "
+                "It is not crawled: it is kept in %s, and the crawl goes on without it. "
+                "scrapy frontier quarantine lists what is there. %s.%s",
+                url if url is not None else "", lease.host, lease.level, error,
                 session.remote.key("quarantine"),
+                requeue_advice(exc),
                 " Further requests set aside are only counted (frontier/redis/undecodable)."
                 if count == QUARANTINE_LOGGED else "")
 

@@ -25,6 +25,7 @@ from scrapy_frontier.backends.redis.partitions import (
     open_seen,
 )
 from scrapy_frontier.backends.redis.round import Round, RoundAnswer, RoundRunner
+from scrapy_frontier.codec import RowTrust
 from scrapy_frontier.errors import RedisFrontierError
 
 if TYPE_CHECKING:
@@ -51,6 +52,8 @@ class RedisSession:
                  clock: Callable[[], float], unfetched: set[int],
                  lost: Callable[[list[int]], None]) -> None:
         self.client = client
+        #: A shared store: its rows are sealed (FRONTIER_SIGNING_KEYS), or read restricted.
+        self.trust = RowTrust.of(config.signing_keys, private=False)
         layout = self.layout = Layout(*config.redis.keys_for(spider.name),
                                       count=config.redis.partitions,
                                       tagged=config.redis.tagged)
@@ -92,7 +95,7 @@ class RedisSession:
         return self.rounds.recrawler
 
     def open_history(self) -> HistoryStore:
-        return open_history(self.client, self.layout)
+        return open_history(self.client, self.layout, self.trust.check)
 
     def run(self, rnd: Round) -> RoundAnswer:
         """In the I/O thread: one round against Redis."""

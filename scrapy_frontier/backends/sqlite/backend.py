@@ -30,12 +30,13 @@ from typing import TYPE_CHECKING
 from scrapy_frontier.backends.memory import MemoryBackend
 from scrapy_frontier.backends.memory.ports import LocalHistory, LocalQueue
 from scrapy_frontier.backends.sqlite.control import ControlFile
+from scrapy_frontier.backends.sqlite.files import exposed
 from scrapy_frontier.backends.sqlite.history import STORE_NAME as HISTORY_FILE
 from scrapy_frontier.backends.sqlite.history import SQLiteHistoryStore
 from scrapy_frontier.backends.sqlite.queue import SQLiteStore
 from scrapy_frontier.backends.sqlite.seen import SQLiteFingerprintStore
 from scrapy_frontier.backends.sqlite.steering import ControlPoller, select_records
-from scrapy_frontier.codec import request_codec
+from scrapy_frontier.codec import RowTrust, request_codec
 from scrapy_frontier.core.politeness import saved_delay_rule
 from scrapy_frontier.errors import StoreError, UndecodableRow
 
@@ -184,10 +185,12 @@ class SQLiteHistory(LocalHistory):
         self.state_dir = state_dir
         self.queue = queue
         self.control: ControlPoller | None = None
+        self.trust = RowTrust(private=True)
 
     def open_history(self) -> HistoryStore:
         path = Path(self.state_dir) / HISTORY_FILE
-        store = SQLiteHistoryStore(path)
+        trust = self.trust
+        store = SQLiteHistoryStore(path, check_request=trust.check if trust.checks else None)
         logger.debug("Page history: %s (%d pages)", path, len(store))
         return store
 
@@ -233,6 +236,7 @@ class SQLiteBackend(MemoryBackend):
             early.close()
         if steered:
             self.ctx.config.host_policies.steer(steered)
+        self.row_trust = self.history.trust = self._trust()
         self._open_store(spider)
         # Steering (scrapy frontier block, delay, retire, budget, policy): applied now,
         # then looked at once a second from a timer.
@@ -242,11 +246,25 @@ class SQLiteBackend(MemoryBackend):
         control.steer_to = self.controls.steer_policies
         control.start()
 
+    def _trust(self) -> RowTrust:
+        """Rows are read in full from a directory only this user can write (as the
+        spider's own code); from any other, as from a shared store (docs/security.rst)."""
+        keys = self.ctx.config.signing_keys
+        reason = exposed(self.state_dir, (STATE_FILE, HISTORY_FILE))
+        if reason is not None and not keys:
+            logger.warning(
+                "%s: its saved requests are read as a shared store's, with plain values in "
+                "meta only, and a request whose meta holds other classes stays in memory. "
+                "Make the crawl's directory writable by this user alone (chmod go-w), or set "
+                "FRONTIER_SIGNING_KEYS (docs/security.rst).", reason)
+        return RowTrust.of(keys, private=reason is None)
+
     def _open_store(self, spider: Spider) -> None:
         config, stats = self.ctx.config, self.ctx.stats
         path = Path(self.state_dir) / STATE_FILE
         store: SQLiteStore[Request] = SQLiteStore(
-            path, levels=config.front_queues, spider=spider.name, codec=request_codec(spider)
+            path, levels=config.front_queues, spider=spider.name,
+            codec=request_codec(spider, trust=self.row_trust)
         )
         store.save_meta(saved_delay_rule(config.policy))
         hosts, rests = store.recover()

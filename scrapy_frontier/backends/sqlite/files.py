@@ -314,3 +314,24 @@ def sync_wal(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def exposed(directory: str | os.PathLike[str], names: tuple[str, ...]) -> str | None:
+    """Why the crawl's files are outside its user's own boundary, or None: the directory
+    or one of its files ``names`` (those that exist) is owned by another user, or may be
+    written by the group or others. Such a file's rows are read as a shared store's."""
+    getuid = getattr(os, "getuid", None)
+    if getuid is None:
+        return None  # no POSIX owner and mode bits to go by
+    me = getuid()
+    base = Path(directory)
+    for path in (base, *(base / name for name in names)):
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            continue
+        if st.st_uid != me:
+            return f"{path} is owned by user id {st.st_uid}, not this user ({me})"
+        if st.st_mode & 0o022:
+            return f"{path} may be written by others (mode {st.st_mode & 0o777:o})"
+    return None

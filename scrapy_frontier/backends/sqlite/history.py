@@ -71,8 +71,11 @@ class SQLiteHistoryStore(WALFileStore):
         batch_size: int = 2048,
         flush_interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        check_request: Callable[[bytes], str | None] | None = None,
     ) -> None:
         self.path = Path(path)
+        #: Refuses a record whose kept request fails the trust check (codec.RowTrust).
+        self.check_request = check_request
         self._file = SQLiteFile(self.path, HistoryStoreError, fmt=FORMAT, version=VERSION,
                                 what="page history")
         self.batch_size = batch_size
@@ -121,7 +124,7 @@ class SQLiteHistoryStore(WALFileStore):
         """The record, or None for one that cannot be read: set aside now, or added to
         ``bad`` for the caller to set aside once its cursor is done."""
         try:
-            return PageRecord.from_json(fp, text)
+            return PageRecord.from_json(fp, text, self.check_request)
         except ValueError as exc:
             if bad is None:
                 self._set_aside([(fp, text, str(exc))])

@@ -33,7 +33,13 @@ from scrapy_frontier.backends.sqlite import recovery
 from scrapy_frontier.backends.sqlite.state import FORMAT, VERSION, StateFile
 from scrapy_frontier.backends.sqlite.writes import PendingWrites
 from scrapy_frontier.codec import Codec, saved_url
-from scrapy_frontier.errors import StoreError, UndecodableRow, Unserializable
+from scrapy_frontier.errors import (
+    StoreError,
+    UndecodableRow,
+    Unserializable,
+    UntrustedRow,
+    requeue_advice,
+)
 
 __all__ = ["FORMAT", "QUARANTINE_LOGGED", "VERSION", "SQLiteStore", "StoreCounts"]
 
@@ -111,6 +117,8 @@ class SQLiteStore(Generic[T]):
         self.counts = StoreCounts()
         #: Rows moved to the quarantine table by this process (frontier/store/undecodable).
         self.undecodable = 0
+        #: Of those, rows that failed the trust check (frontier/store/untrusted).
+        self.untrusted = 0
         self._volatile: dict[int, T] = {}  # by row: items that cannot be encoded
         self._state = StateFile(self.path, spider)
         self._next_id = 1 + recovery.last_id(self._state.db)
@@ -206,7 +214,7 @@ class SQLiteStore(Generic[T]):
         try:
             return self.codec.decode(data)
         except UndecodableRow as exc:
-            raise UndecodableRow(f"{self.path}, row {row}: {exc}") from exc
+            raise type(exc)(f"{self.path}, row {row}: {exc}") from exc
         except StoreError as exc:
             raise StoreError(f"{self.path}, row {row}: {exc}") from exc
 
@@ -409,17 +417,18 @@ class SQLiteStore(Generic[T]):
         error = str(exc.__cause__ or exc)  # the codec's words; the log names file and row
         writes.quarantine.append((row, host, level, data, error, at))
         self.undecodable += 1
+        if isinstance(exc, UntrustedRow):
+            self.untrusted += 1
         count = self.undecodable
         if count <= QUARANTINE_LOGGED:
             url = saved_url(data)
             logger.error(
                 "%s: the queued request %s cannot be rebuilt (%s). It is not crawled: it is "
                 "kept in the quarantine of that file, and the crawl goes on without it. "
-                "scrapy frontier quarantine lists what is there; once the spider can "
-                "rebuild it, scrapy frontier quarantine --requeue puts it back.%s",
+                "scrapy frontier quarantine lists what is there. %s.%s",
                 self.path,
                 url if url is not None else f"in row {row} (host {host!r})",
-                error,
+                error, requeue_advice(exc),
                 " Further rows set aside are only counted (frontier/store/undecodable)."
                 if count == QUARANTINE_LOGGED
                 else "",
