@@ -32,9 +32,9 @@ WORKER_COMMANDS = (
     "zadd", "zrem", "zscore", "zmscore", "zcard", "zcount", "zrange", "zrangebyscore",
     "zremrangebyscore",
 )
-#: What ``scrapy frontier`` runs besides: ``budget`` (HKEYS, SMEMBERS), ``quarantine``
-#: (HSCAN, LREM) and ``reset`` (UNLINK). status, hosts, block, policy and recrawl need no more.
-OPERATOR_COMMANDS = ("hkeys", "smembers", "hscan", "lrem", "unlink")
+#: What ``scrapy frontier`` runs besides: status and hosts on a cluster, budget and policy
+#: (HKEYS, SMEMBERS), recrawl (INCRBY), quarantine (HSCAN, LREM) and reset (UNLINK).
+OPERATOR_COMMANDS = ("hkeys", "smembers", "incrby", "hscan", "lrem", "unlink")
 #: What redis-py's cluster client and the frontier run on a Redis Cluster besides.
 CLUSTER_COMMANDS = ("cluster|slots", "cluster|getkeysinslot", "command")
 #: What scrapy-redis's RedisSpider runs on its start-URL key, by the key's kind.
@@ -68,7 +68,7 @@ def start_url_commands(spider: Any, settings: Any) -> tuple[tuple[str, ...], str
     """The commands and the key of a scrapy-redis RedisSpider's start URLs; none for another
     spider."""
     key = getattr(spider, "redis_key", None)
-    if not isinstance(key, str) or not hasattr(spider, "redis_batch_size"):
+    if settings is None or not isinstance(key, str) or not hasattr(spider, "redis_batch_size"):
         return (), None
     if settings.getbool("REDIS_START_URLS_AS_SET"):
         return START_URL_COMMANDS["set"], key
@@ -77,24 +77,69 @@ def start_url_commands(spider: Any, settings: Any) -> tuple[tuple[str, ...], str
     return START_URL_COMMANDS["list"], key
 
 
-def check_permissions(client: Any, keys: list[str], *, extra: tuple[str, ...] = ()) -> None:
+#: A well-formed call of each command, to ask the ACL about (KEY: the key it is asked
+#: for). Redis 7 reads past the arguments of a call shorter than the command's arity while
+#: checking it (fixed in redis/redis#14847), so every call here is whole.
+KEY = "\x00key"
+PROBE_CALLS: dict[str, tuple[str, ...]] = {
+    "evalsha": ("evalsha", "0" * 40, "1", KEY), "script|load": ("script", "load", "return 1"),
+    "multi": ("multi",), "exec": ("exec",), "ping": ("ping",), "time": ("time",),
+    "scan": ("scan", "0"), "type": ("type", KEY), "exists": ("exists", KEY),
+    "del": ("del", KEY), "get": ("get", KEY), "incr": ("incr", KEY),
+    "hget": ("hget", KEY, "f"), "hmget": ("hmget", KEY, "f"), "hgetall": ("hgetall", KEY),
+    "hexists": ("hexists", KEY, "f"), "hlen": ("hlen", KEY), "hset": ("hset", KEY, "f", "v"),
+    "hsetnx": ("hsetnx", KEY, "f", "v"), "incrby": ("incrby", KEY, "1"), "hdel": ("hdel", KEY, "f"),
+    "hincrby": ("hincrby", KEY, "f", "1"), "hkeys": ("hkeys", KEY),
+    "hscan": ("hscan", KEY, "0"), "llen": ("llen", KEY), "lrange": ("lrange", KEY, "0", "-1"),
+    "lpush": ("lpush", KEY, "v"), "rpush": ("rpush", KEY, "v"), "lpop": ("lpop", KEY),
+    "ltrim": ("ltrim", KEY, "0", "-1"), "lrem": ("lrem", KEY, "0", "v"),
+    "sadd": ("sadd", KEY, "m"), "srem": ("srem", KEY, "m"), "sismember": ("sismember", KEY, "m"),
+    "scard": ("scard", KEY), "smembers": ("smembers", KEY), "spop": ("spop", KEY),
+    "zadd": ("zadd", KEY, "1", "m"), "zrem": ("zrem", KEY, "m"), "zscore": ("zscore", KEY, "m"),
+    "zmscore": ("zmscore", KEY, "m"), "zcard": ("zcard", KEY),
+    "zcount": ("zcount", KEY, "0", "1"), "zrange": ("zrange", KEY, "0", "-1"),
+    "zrangebyscore": ("zrangebyscore", KEY, "0", "1"),
+    "zremrangebyscore": ("zremrangebyscore", KEY, "0", "1"),
+    "zrevrange": ("zrevrange", KEY, "0", "-1"),
+    "zremrangebyrank": ("zremrangebyrank", KEY, "0", "-1"), "unlink": ("unlink", KEY),
+    "cluster|slots": ("cluster", "slots"),
+    "cluster|getkeysinslot": ("cluster", "getkeysinslot", "0", "1"), "command": ("command",),
+}
+
+
+def check_permissions(client: Any, keys: list[str], *, extra: tuple[str, ...] = (),
+                      extra_key: str | None = None) -> None:
     """Refuse to start, naming what is denied, when the Redis user may not run one of the
-    worker's commands (and ``extra``) or may not read and write one of ``keys``."""
-    commands = list(dict.fromkeys([*WORKER_COMMANDS, *extra,
-                                   *(CLUSTER_COMMANDS if is_cluster(client) else ())]))
+    worker's commands on ``keys[0]`` (and ``extra`` on ``extra_key``), or may not read and
+    write one of ``keys``. Nothing is written."""
+    calls = [_call(name, keys[0]) for name in WORKER_COMMANDS]
+    if is_cluster(client):
+        calls += [_call(name, keys[0]) for name in CLUSTER_COMMANDS]
+    if extra_key is not None:
+        calls += [_call(name, extra_key) for name in extra]
+        keys = [*keys, extra_key]
+    args: list[Any] = [len(calls)]
+    for call in calls:
+        args += [len(call), *call]
     probe = client.register_script(lua_source("acl_probe"))
     try:
-        reply = probe(keys=[], args=[len(commands), *commands, *keys])
+        reply = probe(keys=[], args=[*args, *keys])
     except redis.exceptions.NoPermissionError as exc:  # EVALSHA or SCRIPT LOAD itself
         said = str(exc)
         raise refusal(client, [said.split("'")[1]] if "'" in said else [], [], said) from exc
     except (redis.exceptions.RedisError, ValueError) as exc:
         error = frontier_error(client, "", "checking the Redis user's permissions", exc)
         raise error from exc
-    denied_commands = [_text(c) for c in reply[0]]
     denied_keys = [_text(k) for k in reply[1]]
-    if denied_commands or denied_keys:
-        raise refusal(client, denied_commands, denied_keys, None)
+    # Every command is asked about on the frontier's key: with that key denied, naming the
+    # key says it all.
+    denied = [] if keys[0] in denied_keys else list(dict.fromkeys(_text(c) for c in reply[0]))
+    if denied or denied_keys:
+        raise refusal(client, denied, denied_keys, None)
+
+
+def _call(name: str, key: str) -> tuple[str, ...]:
+    return tuple(key if arg == KEY else arg for arg in PROBE_CALLS[name])
 
 
 def refusal(client: Any, commands: list[str], keys: list[str],

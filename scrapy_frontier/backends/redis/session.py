@@ -52,11 +52,8 @@ def _check_user(client: Any, layout: Layout, config: FrontierConfig, spider: Spi
     keys = [layout.frontier_prefix(0) + "meta", layout.seen_prefix(0) + "meta"]
     if config.recrawl.mode != "off":
         keys.append(layout.history_prefix(0) + "meta")
-    extra: tuple[str, ...] = ()
-    if settings is not None:
-        extra, start_key = start_url_commands(spider, settings)
-        keys += [start_key] if start_key is not None else []
-    check_permissions(client, keys, extra=extra)
+    extra, start_key = start_url_commands(spider, settings)
+    check_permissions(client, keys, extra=extra, extra_key=start_key)
 
 
 class RedisSession:
