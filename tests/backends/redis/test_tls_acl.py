@@ -123,6 +123,11 @@ def test_a_crawl_over_tls_as_least_privilege_users_fetches_every_page(
     _frontier(["hosts"], operator)
     _frontier(["block", host], operator, new_host=True)  # the crawl ended: it is forgotten
     _frontier(["unblock", host], operator, new_host=True)
+    _frontier(["url", web.start_urls[0]], operator)
+    _frontier(["delay", host, "0.5"], operator, new_host=True)
+    _frontier(["budget", host, "10"], operator, new_host=True)
+    _frontier(["retire", host], operator, new_host=True)
+    _frontier(["unretire", host], operator, new_host=True)
     _frontier(["policy", host, "budget=3"], operator)
     _frontier(["policy", host], operator, clear=True)
     _frontier(["recrawl"], operator, recrawl_host=host)
