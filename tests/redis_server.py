@@ -14,8 +14,13 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import redis
+
+if TYPE_CHECKING:
+    from tests.redis_tls import TlsFiles
 
 REDIS_SERVER = os.environ.get("FRONTIER_TEST_REDIS_SERVER", "/usr/bin/redis-server")
 
@@ -30,8 +35,10 @@ class RedisServer:
     """One redis-server process; ``start()`` waits for PING, ``stop()`` kills it."""
 
     def __init__(self, *, persistence: bool = False, directory: str | None = None,
-                 extra: tuple[str, ...] = ()) -> None:
+                 extra: tuple[str, ...] = (), tls: TlsFiles | None = None) -> None:
         self.persistence = persistence
+        #: With TLS files, the server takes TLS connections only (no plain port).
+        self.tls = tls
         #: More redis-server arguments (e.g. cluster mode's).
         self.extra = extra
         self._own_dir = directory is None
@@ -41,10 +48,15 @@ class RedisServer:
 
     @property
     def url(self) -> str:
+        if self.tls is not None:
+            return (f"rediss://127.0.0.1:{self.port}/0"
+                    f"?ssl_ca_certs={quote(str(self.tls.ca), safe='/')}")
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port)
+    def client(self, **kwargs: Any) -> redis.Redis:
+        if self.tls is not None:
+            kwargs = {"ssl": True, "ssl_ca_certs": str(self.tls.ca), **kwargs}
+        return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
 
     def start(self, port: int | None = None, timeout: float = 10.0) -> RedisServer:
         exe = shutil.which(REDIS_SERVER)
@@ -56,7 +68,12 @@ class RedisServer:
                 "Install it (apt-get install redis-server) or set FRONTIER_TEST_REDIS_SERVER."
             )
         self.port = port or free_port()
-        args = [exe, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", self.dir,
+        ports = ["--port", str(self.port)]
+        if self.tls is not None:
+            ports = ["--port", "0", "--tls-port", str(self.port), "--tls-auth-clients", "no",
+                     "--tls-cert-file", str(self.tls.cert), "--tls-key-file", str(self.tls.key),
+                     "--tls-ca-cert-file", str(self.tls.ca)]
+        args = [exe, "--bind", "127.0.0.1", *ports, "--dir", self.dir,
                 "--protected-mode", "yes", "--daemonize", "no", "--loglevel", "warning",
                 "--logfile", str(Path(self.dir) / "redis.log")]
         if self.persistence:

@@ -139,9 +139,13 @@ def _rebudget(inspector: Any, key: str) -> int:
     config.host_policies.steer(inspector.frontier(0).policies())
     exact = key[1:] if key.startswith("=") else None
     reopened = 0
+    client = inspector.client
     for i in range(inspector.count):
-        hosts = {text(h) for h in inspector.client.hkeys(inspector.k("fetched", i))}
-        hosts |= {text(h) for h in inspector.client.smembers(inspector.k("capped", i))}
+        fetched, capped = inspector.k("fetched", i), inspector.k("capped", i)
+        hosts = {text(h) for h in inspector._read(
+            "reading the hosts' fetch counts",
+            lambda fetched=fetched, capped=capped: [*client.hkeys(fetched),
+                                                    *client.smembers(capped)])}
         covered = [h for h in hosts if h == exact or exact is None
                    and (h == key or h.endswith("." + key))]
         if covered:

@@ -28,6 +28,13 @@ CLUSTER_MOVING = (redis.exceptions.ClusterDownError, redis.exceptions.TryAgainEr
 #: The errors ``guard`` turns into frontier errors; others (DataError: a bad argument) are bugs.
 HANDLED = (*UNAVAILABLE, *CLUSTER_MOVING, redis.exceptions.ResponseError,
            redis.exceptions.InvalidResponse)
+#: What Redis says when a script's command, or a key it names, is denied to the user.
+_SCRIPT_DENIED = ("The user executing the script can't run this command",
+                  "The user executing the script can't access at least one of the keys")
+#: What OpenSSL says of a server certificate signed by an authority the client does not trust.
+_TLS_UNTRUSTED = "CERTIFICATE_VERIFY_FAILED"
+#: Where the ACL the frontier needs is documented (named in the refusals).
+ACL_DOCS = 'docs/backends.rst, "Redis users and ACLs"'
 #: First bytes of every RESP2/RESP3 reply.
 _RESP_TYPES = b"+-:$*_,#!=(%~>|"
 _PROBE_TIMEOUT = 2.0
@@ -105,6 +112,13 @@ def frontier_error(client: redis.Redis, prefix: str, doing: str,
         and _speaks_redis(client) is False
     ):
         return _not_redis(client, doing, exc)
+    if isinstance(exc, redis.exceptions.ConnectionError) and _TLS_UNTRUSTED in str(exc):
+        return RedisFrontierSettingsError(
+            f"{where} answered over TLS with a certificate this client does not trust while "
+            f"{doing} ({exc}). Give the certificate authority that signed the server's "
+            "certificate: REDIS_URL rediss://host:port/db?ssl_ca_certs=/path/to/ca.pem, or "
+            'REDIS_PARAMS {"ssl_ca_certs": "/path/to/ca.pem"}; then run the same command again.'
+        )
     if isinstance(exc, UNAVAILABLE):
         return RedisFrontierUnavailable(
             f"{where} did not answer while {doing} ({type(exc).__name__}: {exc}). "
@@ -122,11 +136,12 @@ def frontier_error(client: redis.Redis, prefix: str, doing: str,
             f"{where} is a read-only replica: it refused a write while {doing} ({exc}). Point "
             "REDIS_URL at the primary, then run the same command again; nothing was written."
         )
-    if isinstance(exc, redis.exceptions.NoPermissionError):
+    if isinstance(exc, redis.exceptions.NoPermissionError) or any(
+            said in message for said in _SCRIPT_DENIED):
         return RedisFrontierSettingsError(
             f"{where} refused a command while {doing}: the Redis user lacks the permission "
-            f"({exc}). The frontier needs reads, writes and EVALSHA on the keys under "
-            f"{prefix!r} (and its seen set and page history): grant them with ACL SETUSER or "
+            f"({exc}). The frontier needs its commands on the keys under {prefix!r} (and its "
+            f"seen set and page history): grant them (the ACL SETUSER line in {ACL_DOCS}) or "
             "connect as another user (REDIS_URL, REDIS_PARAMS), then run the same command again."
         )
     if "FRONTIER_DAMAGED " + prefix + "fetch field" in message:

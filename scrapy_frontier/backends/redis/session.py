@@ -13,6 +13,7 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from scrapy_frontier.backends.redis.acl import check_permissions, start_url_commands
 from scrapy_frontier.backends.redis.connection import describe, redis_from_settings
 from scrapy_frontier.backends.redis.fence import LeaseFence
 from scrapy_frontier.backends.redis.heartbeat import Heartbeat
@@ -45,18 +46,30 @@ redis_log = logging.getLogger("scrapy_frontier.redis")
 CLAIM_AHEAD = 0.2
 
 
+def _check_user(client: Any, layout: Layout, config: FrontierConfig, spider: Spider,
+                settings: Any) -> None:
+    """Refuse to open, naming what is denied, when the Redis user may not run the worker's
+    commands on its keys (RedisSpider's start URLs included): before any key is written."""
+    keys = [layout.frontier_prefix(0) + "meta", layout.seen_prefix(0) + "meta"]
+    if config.recrawl.mode != "off":
+        keys.append(layout.history_prefix(0) + "meta")
+    extra, start_key = start_url_commands(spider, settings)
+    check_permissions(client, keys, extra=extra, extra_key=start_key)
+
+
 class RedisSession:
     """The crawl's keys in Redis as one worker holds them open."""
 
     def __init__(self, config: FrontierConfig, spider: Spider, client: Any, *,
                  clock: Callable[[], float], unfetched: set[int],
-                 lost: Callable[[list[int]], None]) -> None:
+                 lost: Callable[[list[int]], None], settings: Any = None) -> None:
         self.client = client
         #: A shared store: its rows are sealed (FRONTIER_SIGNING_KEYS), or read restricted.
         self.trust = RowTrust.of(config.signing_keys, private=False)
         layout = self.layout = Layout(*config.redis.keys_for(spider.name),
                                       count=config.redis.partitions,
                                       tagged=config.redis.tagged)
+        _check_user(client, layout, config, spider, settings)
         self.remote: PartitionedFrontier = open_frontier(
             client, layout,
             front_queues=config.front_queues, priority_bias=config.priority_bias,
@@ -88,7 +101,8 @@ class RedisSession:
              clock: Callable[[], float], unfetched: set[int],
              lost: Callable[[list[int]], None]) -> RedisSession:
         client = client if client is not None else redis_from_settings(settings)
-        return cls(config, spider, client, clock=clock, unfetched=unfetched, lost=lost)
+        return cls(config, spider, client, clock=clock, unfetched=unfetched, lost=lost,
+                   settings=settings)
 
     @property
     def recrawler(self) -> Recrawler | None:
