@@ -22,6 +22,7 @@ from tests.commands.quarantine_spider import FRAGILE_PAGES
 from tests.commands.test_operating import Backend, as_json
 from tests.redis_server import RedisServer
 from tests.styles_site import StyleSite
+from tests.test_row_trust import forged
 
 pytestmark = pytest.mark.crawl
 
@@ -147,30 +148,13 @@ def test_set_aside_listed_and_requeued_once_the_spider_is_fixed(
 # -- trust: a forged row or record runs no code ------------------------------------------
 
 
-class Payload:
-    """What a forged row holds: unpickled, it runs a shell command that leaves a file."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return os.system, (f"touch {self.marker}",)
-
-
-def _forged_row(marker: Path) -> bytes:
-    """A compact row (format byte 0x01) whose pickle calls os.system when loaded."""
-    import pickle
-
-    return b"\x01" + pickle.dumps(Payload(marker), protocol=5)
-
-
 def _forge(b: Backend, redis_server: RedisServer, base: str, marker: Path) -> tuple[int, str]:
     """Push a forged queue row and a page record with a forged kept request into the
     crawl's store, as a plain client would; the fingerprint and URL of that record."""
     import base64
 
     host = base.split("//", 1)[1].split(":")[0]
-    row = (12345).to_bytes(8, "big", signed=True) + _forged_row(marker)
+    row = (12345).to_bytes(8, "big", signed=True) + forged(marker)
     url = f"{base}/p/1"
     if b.name == "sqlite":
         job = Path(b.crawl["JOBDIR"])
@@ -179,14 +163,14 @@ def _forge(b: Backend, redis_server: RedisServer, base: str, marker: Path) -> tu
             top = max(db.execute(f"SELECT COALESCE(MAX(id), 0) FROM {t}").fetchone()[0]
                       for t in ("front", "back"))
             db.execute("INSERT INTO front(id, level, host, data) VALUES (?, 1, ?, ?)",
-                       (top + 1, host, _forged_row(marker)))
+                       (top + 1, host, forged(marker)))
         db.close()
         db = sqlite3.connect(job / "history.sqlite")
         with db:
             [(fp, data)] = [(fp, data) for fp, data in db.execute("SELECT fp, data FROM pages")
                             if json.loads(data)["u"] == url]
             record = json.loads(data)
-            record["rq"] = base64.b64encode(_forged_row(marker)).decode()
+            record["rq"] = base64.b64encode(forged(marker)).decode()
             db.execute("UPDATE pages SET data = ?, eligible = 0 WHERE fp = ?",
                        (json.dumps(record), fp))
         db.close()
@@ -198,7 +182,7 @@ def _forge(b: Backend, redis_server: RedisServer, base: str, marker: Path) -> tu
     [(fp, data)] = [(f, d) for f, d in client.hgetall(history + "pages").items()
                     if json.loads(d)["u"] == url]
     record = json.loads(data)
-    record["rq"] = base64.b64encode(_forged_row(marker)).decode()
+    record["rq"] = base64.b64encode(forged(marker)).decode()
     client.hset(history + "pages", fp, json.dumps(record))
     client.zadd(history + "due", {fp: 0.0})
     client.close()
