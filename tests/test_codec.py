@@ -520,3 +520,14 @@ def test_a_sealed_row_too_short_for_its_tag_is_refused() -> None:
     with pytest.raises(UntrustedRow, match="too short"):
         codec(SEALED).decode(b"\x03abc")
     assert RowKeys([KEY]).verified(b"\x03" + b"\0" * 16 + b"\x01") is None
+
+
+def test_a_record_is_checked_by_its_url_and_its_kept_request() -> None:
+    sealed = request_codec(TrustSpider(), trust=SEALED).encode(Request("http://a.example/x"))
+    assert SEALED.check_record("http://a.example/x", sealed) is None
+    assert "not the one its sealed request names" in str(
+        SEALED.check_record("http://b.example/", sealed))
+    assert "is not http(s)" in str(SEALED.check_record("file:///etc/passwd", None))
+    assert "is not http(s)" in str(SHARED.check_record("file:///etc/passwd", None))
+    assert SHARED.check_record("http://a.example/x", None) is None  # nothing to verify
+    assert "may not hold" in str(SHARED.check_record("http://a.example/x", forged(Path("m"))))
