@@ -255,9 +255,9 @@ def plain_fields(fields: Any) -> tuple[Any, ...]:
     """A compact row's fields, if each has its slot's type; else :class:`UntrustedRow`."""
     if type(fields) is not tuple or len(fields) != len(_FIELD_TYPES):
         raise UntrustedRow("its fields are not a compact request's")
-    for i, (value, types) in enumerate(zip(fields, _FIELD_TYPES, strict=True)):
-        if not isinstance(value, types):
-            raise UntrustedRow(f"its field {i} is a {type(value).__name__}")
+    if not all(map(isinstance, fields, _FIELD_TYPES)):
+        i = next(i for i, types in enumerate(_FIELD_TYPES) if not isinstance(fields[i], types))
+        raise UntrustedRow(f"its field {i} is a {type(fields[i]).__name__}")
     web_url(fields[0])
     return fields
 
@@ -450,14 +450,17 @@ def request_codec(spider: Any, *, compact: bool = True,
     def encode(request: Any) -> bytes:
         return readable(request, encode_row(request))
 
+    allowed: set[str] = set()  # callback names of untrusted rows already checked
+
     def decode_compact(row: bytes, full: bool) -> Request:
         if full:
             fields = pickle.loads(row[1:])
         else:
             fields = plain_fields(restricted_loads(row[1:]))
             for name in fields[1:3]:
-                if name is not None:
+                if name is not None and name not in allowed:
                     callback_name(spider, name)
+                    allowed.add(name)
         if fast and plain(fields[0]):
             return fill(fields)
         return construct(fields)
