@@ -112,11 +112,22 @@ ALLOWED_GLOBALS = frozenset({
     ("collections", "deque"),
     ("uuid", "UUID"),
 })
+#: String subclasses a row may name, read back as the plain type they subclass: lxml's
+#: "smart strings", which Scrapy's link extractors put in meta (``link_text``).
+PLAIN_SUBSTITUTES: dict[tuple[str, str], type] = {
+    ("lxml.etree", "_ElementUnicodeResult"): str,
+    ("lxml.etree", "_ElementStringResult"): bytes,
+}
+
+
 class RestrictedUnpickler(pickle.Unpickler):
     """Builds plain values and the classes of :data:`ALLOWED_GLOBALS`; refuses any other
     global (a function or class a forged row would call) and persistent ids."""
 
     def find_class(self, module: str, name: str) -> Any:
+        substitute = PLAIN_SUBSTITUTES.get((module, name))
+        if substitute is not None:
+            return substitute
         if (module, name) in ALLOWED_GLOBALS:
             return super().find_class(module, name)
         raise UntrustedRow(
@@ -353,6 +364,10 @@ def request_codec(spider: Any, *, compact: bool = True,
         restricted unpickler can read it back (a meta of other classes needs keys)."""
         if keys is not None:
             return keys.seal(row)
+        if not trust.private and not request.url.startswith(WEB_SCHEMES):
+            raise Unserializable(
+                f"{request}: only http(s) requests are kept in a shared store without "
+                "FRONTIER_SIGNING_KEYS (a forged row must not read a file)")
         if not trust.private and _names_a_global(row):
             try:
                 restricted_loads(row[1:])

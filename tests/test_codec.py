@@ -531,3 +531,23 @@ def test_a_record_is_checked_by_its_url_and_its_kept_request() -> None:
     assert "is not http(s)" in str(SHARED.check_record("file:///etc/passwd", None))
     assert SHARED.check_record("http://a.example/x", None) is None  # nothing to verify
     assert "may not hold" in str(SHARED.check_record("http://a.example/x", forged(Path("m"))))
+
+
+def test_link_text_of_a_link_extractor_is_read_back_as_a_plain_string() -> None:
+    from scrapy.http import HtmlResponse
+    from scrapy.linkextractors import LinkExtractor
+
+    page = HtmlResponse("http://a.example/", encoding="utf-8",
+                        body=b"<html><body><a href='/x'>article 3</a></body></html>")
+    [link] = LinkExtractor().extract_links(page)
+    assert type(link.text) is not str  # lxml's smart string, a str subclass
+    c = codec(SHARED)
+    back = c.decode(c.encode(Request(link.url, meta={"link_text": link.text})))
+    assert back.meta["link_text"] == "article 3" and type(back.meta["link_text"]) is str
+
+
+def test_only_web_requests_are_kept_unsealed_in_a_shared_store() -> None:
+    for url in ("data:,a", "file:///etc/passwd"):
+        with pytest.raises(Unserializable, match="only http"):
+            codec(SHARED).encode(Request(url))
+        assert codec(SEALED).decode(codec(SEALED).encode(Request(url))).url == url
