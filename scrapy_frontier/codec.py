@@ -149,8 +149,7 @@ def _names_a_global(payload: bytes) -> bool:
 
 class RowKeys:
     """The keyring of ``FRONTIER_SIGNING_KEYS``: the first key seals rows, every key
-    verifies them (so a key can be rotated: add the new one first, drop the old one once
-    no row sealed with it is queued)."""
+    verifies them, so a key can be rotated (three steps: docs/security.rst)."""
 
     def __init__(self, secrets: Sequence[str]) -> None:
         if not secrets:
@@ -239,10 +238,14 @@ class RowTrust:
         row read restricted) every global its pickle names. Needs no spider; runs no code."""
         try:
             row, full = self.opened(data)
-            if not full and row[:1] in (_COMPACT_TAG, _FULL_TAG):
+            if not full and row[:1] == _COMPACT_TAG:
+                plain_fields(restricted_loads(row[1:]))
+            elif not full and row[:1] == _FULL_TAG:
                 value = restricted_loads(row[1:])
-                if row[:1] == _FULL_TAG and isinstance(value, dict):
-                    request_class(value.get("_class"))
+                if not isinstance(value, dict):
+                    raise UntrustedRow("it is not a request's dict")
+                request_class(value.get("_class"))
+                web_url(value.get("url"))
         except UntrustedRow as exc:
             return str(exc)
         except Exception as exc:  # noqa: BLE001 -- any failure is a refusal, named
