@@ -193,8 +193,9 @@ class RowTrust:
 
     @property
     def checks(self) -> bool:
-        """Rows are checked when read: sealed, or from a store outside the code's boundary."""
-        return self.keys is not None or not self.private
+        """A store outside the code's boundary has its rows checked when read; a private
+        one's rows are read in full, sealed or not."""
+        return not self.private
 
     def opened(self, data: bytes) -> tuple[bytes, bool]:
         """(the compact or full row inside ``data``, whether it may be unpickled in full).
