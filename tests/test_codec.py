@@ -216,11 +216,16 @@ def test_plain_urls_are_unchanged_by_safe_url_string() -> None:
     for url in ("http://h1.example/p/1", "https://a-b.example.org/x.y/z~_-/", "http://a.b/"):
         assert PLAIN_URL.fullmatch(url)
         assert Request(url).url == url
+    # Dot segments, and hosts whose last label is a number, which WHATWG parsing reads as IPv4.
+    for url in ("http://a.example/./b", "http://a.example/a/../b", "http://0/", "http://1.2.3/",
+                "http://a.0x1f/", "http://a.0x/", "http://a.09/", "http://127.0.0.1/"):
+        assert not PLAIN_URL.fullmatch(url), url
+    assert PLAIN_URL.fullmatch("http://a.0xg/") and PLAIN_URL.fullmatch("http://0a.example/")
 
 
 @given(
     scheme=st.sampled_from(["http", "https"]),
-    labels=st.lists(st.text("az09-", min_size=1, max_size=6), min_size=1, max_size=3),
+    labels=st.lists(st.text("az09x-", min_size=1, max_size=6), min_size=1, max_size=3),
     segments=st.lists(st.text("aZ09._~-", max_size=5), max_size=4),
     slash=st.booleans(),
     encoding=st.sampled_from(["utf-8", "latin-1", "cp1252"]),
