@@ -23,6 +23,9 @@ Pages that change (see :mod:`frontier_testweb.changes`):
     Send validators and answer conditional GETs even with no other change option (the pages
     then never change). Any of these options turns the change model on, and with it long
     pages, ``ETag``/``Last-Modified`` headers and 304 answers.
+``--edits``
+    Pages change only when the test edits them, one small edit per ``POST /_edit/p/N`` on the
+    page's host (``changes.edit_page``); turns the change model on.
 
 The announcement line then also has ``"changes"`` (the options; null without a change model),
 and always ``"seed"``, ``"started"`` (the server's ``time.monotonic()`` at start, which page
@@ -44,7 +47,7 @@ from frontier_testweb.changes import ChangeOptions
 from frontier_testweb.docs import doc_tree_hosts
 from frontier_testweb.log import read_log
 from frontier_testweb.server import TestWebServer
-from frontier_testweb.signals import host_kind
+from frontier_testweb.signals import KINDS, host_kind, parse_kinds
 from frontier_testweb.spec import WebSpec, skewed_web, wide_web
 
 
@@ -131,6 +134,8 @@ def serve(args: argparse.Namespace) -> int:
         hostile=args.hostile,
         changes=changes,
         trap_hosts=args.trap_host or (),
+        kinds=args.kinds or KINDS,
+        edits=args.edits,
     )
     server.start()
     announcement = {
@@ -142,10 +147,13 @@ def serve(args: argparse.Namespace) -> int:
         "seed": spec.seed,
         "started": server.started,
         "started_wall": server.started_wall,
-        "changes": None if changes is None else changes.as_dict(),
+        "changes": (None if server.changes is None
+                    else server.changes.options.as_dict()),
+        "edits": args.edits,
         "hosts": [
             {"address": h.address, "pages": h.pages, "latency": h.latency, "doc_root": h.doc_root,
-             **({"signals": host_kind(i)} if args.signals and not h.doc_root else {}),
+             **({"signals": host_kind(i, server.kinds)} if args.signals and not h.doc_root
+                else {}),
              **({"workers": h.workers} if h.workers is not None else {})}
             for i, h in enumerate(spec.hosts)
         ],
@@ -241,6 +249,13 @@ def parser() -> argparse.ArgumentParser:
         "liar (lastmod never moves), noisy (lastmod always now), silent",
     )
     s.add_argument(
+        "--kinds",
+        type=parse_kinds,
+        metavar="K1,K2,...",
+        help="with --signals, host i is of kind K[i %% len(K)] (truthful, liar, noisy, silent, "
+        "stamped: truthful, its pages with a per-response line and no validators)",
+    )
+    s.add_argument(
         "--foreign-sitemap",
         type=int,
         nargs=2,
@@ -288,6 +303,11 @@ def parser() -> argparse.ArgumentParser:
         default=0.0,
         metavar="F",
         help="fraction of pages with a per-response noise line and no ETag (default 0)",
+    )
+    c.add_argument(
+        "--edits",
+        action="store_true",
+        help="pages change only by the test's small edits (POST /_edit/p/N on their host)",
     )
     c.add_argument(
         "--conditional",

@@ -10,6 +10,12 @@ With signals on (``serve --signals``), host ``i`` is of kind ``KINDS[i % 4]``:
     Every ``<lastmod>`` is the time of the request, although nothing changed then.
 ``silent``
     No sitemap and no feed (404), no ``Sitemap:`` line: what most sites publish.
+``stamped``
+    Truthful, but its pages are noisy: each carries a line that differs on every response (a
+    timestamp, a counter), and sends no ``ETag`` and no ``Last-Modified``, as dynamic pages
+    often do. Only with ``--kinds``.
+
+``--kinds K1,K2,...`` gives host ``i`` the kind ``K[i % len(K)]`` instead.
 
 A publishing host's robots.txt names ``/sitemap.xml``: a sitemap index whose two children are
 ``/sitemap-1.xml.gz`` (gzip, the first half of the pages) and ``/sitemap-2.xml`` (the rest),
@@ -28,23 +34,34 @@ import gzip
 from collections.abc import Sequence
 from xml.sax.saxutils import escape
 
-__all__ = ["FEED_ENTRIES", "KINDS", "SITEMAP_PATHS", "atom_feed", "claimed", "host_kind",
-           "sitemap_index", "urlset", "w3c_date"]
+__all__ = ["ALL_KINDS", "FEED_ENTRIES", "KINDS", "SITEMAP_PATHS", "atom_feed", "claimed",
+           "host_kind", "parse_kinds", "sitemap_index", "urlset", "w3c_date"]
 
 KINDS = ("truthful", "liar", "noisy", "silent")
+#: Every kind a host may have (``--kinds``).
+ALL_KINDS = (*KINDS, "stamped")
 #: The paths a publishing host serves (beside robots.txt's Sitemap: line).
 SITEMAP_PATHS = ("/sitemap.xml", "/sitemap-1.xml.gz", "/sitemap-2.xml", "/feed.atom")
 FEED_ENTRIES = 20
 _NS = "http://www.sitemaps.org/schemas/sitemap/0.9"
 
 
-def host_kind(index: int) -> str:
-    return KINDS[index % len(KINDS)]
+def host_kind(index: int, kinds: Sequence[str] = KINDS) -> str:
+    return kinds[index % len(kinds)]
+
+
+def parse_kinds(text: str) -> tuple[str, ...]:
+    """``--kinds``: a comma-separated list of kinds."""
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in ALL_KINDS]
+    if not kinds or unknown:
+        raise ValueError(f"kinds must be some of {', '.join(ALL_KINDS)}; got {text!r}")
+    return kinds
 
 
 def claimed(kind: str, last_change: float, started: float, now: float) -> float:
     """The change time a host of ``kind`` claims for a page (wall clock, seconds)."""
-    if kind == "truthful":
+    if kind in ("truthful", "stamped"):
         return last_change
     if kind == "liar":
         return started
