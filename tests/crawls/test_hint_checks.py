@@ -1,0 +1,155 @@
+"""Sitemap hints judged by what they claim: that a page changed, not that it changed much.
+
+A SitemapSpider crawls the test web three times on SQLite (``serve --signals --edits``).
+Pages change only by the test's small edits (one word in about 1300: the simhash moves a few
+bits, under FRONTIER_CHANGE_THRESHOLD, so the recrawl sees no meaningful change). The hosts:
+
+* truthful -- true lastmod, ETag and Last-Modified;
+* stamped -- true lastmod; each page carries a line that differs on every response, and no
+  validators (noisy pages: their bytes differ on every visit);
+* liar -- a lastmod that never moves, although pages are edited;
+* noisy -- a lastmod that is always now, although most pages are not edited.
+
+Run 1 crawls; the test edits a share of each host's pages; run 2 takes every page as due
+(FRONTIER_RECRAWL_ALL: every page's verification visit, where each hint is checked); the test
+edits another share; run 3 fetches what the hints make due. Pages are due again only after a
+day (FRONTIER_RECRAWL_INITIAL), so in run 3 a page is fetched only because a hint said it
+changed.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scrapy.http import HtmlResponse
+
+from frontier_testweb import ServerProcess, edit_page, read_log, wide_web
+from frontier_testweb.changes import render_dynamic_page
+from frontier_testweb.log import LogEntry
+from scrapy_frontier.core.hint_trust import HintTrust
+from scrapy_frontier.core.simhash import hamming, simhash
+from scrapy_frontier.spidermiddlewares import visible_text
+from tests.crawls.test_signals import _crawl, _settings
+from tests.redis_server import RedisServer
+
+pytestmark = pytest.mark.crawl
+
+PAGES = 24
+KINDS = ("truthful", "stamped", "liar", "noisy")
+STAMPED = KINDS.index("stamped")
+#: A seed whose stamped pages' noise stays under the threshold (checked below): noise past
+#: it is a change for the recrawl and for the check alike, until the page is known noisy.
+SEED = 7
+WEB = ["--shape", "wide", "--hosts", str(len(KINDS)), "--pages", str(PAGES),
+       "--latency", "0.002", "0.005", "--cross-links", "0", "--seed", str(SEED),
+       "--signals", "--edits", "--kinds", ",".join(KINDS)]
+SPEC = wide_web(hosts=len(KINDS), pages=PAGES, seed=SEED, cross_links=0)
+#: Pages edited per host between two runs.
+EDITED = 8
+#: Seconds after a page's fetch from which its edit certainly moves its hint: lastmod is
+#: written to the second, and a hint moves when over a second (HINT_SLACK) past the visit.
+CERTAINLY_MOVED = 2.2
+
+
+def _bits(host: int, page: int, before: tuple[int, int], after: tuple[int, int]) -> int:
+    """Simhash bits between two versions of a page, as (edits, response number): the
+    response number is the stamp of a stamped host's page (each run fetches it once)."""
+    ports = {h.address: 1 for h in SPEC.hosts}
+
+    def text(edits: int, response: int) -> int:
+        stamp = f"Generated for request {response}" if host == STAMPED else None
+        body = render_dynamic_page(SPEC, host, page, ports, 0, stamp, edits)
+        return simhash(visible_text(HtmlResponse("http://x/", body=body)) or "")
+
+    return hamming(text(*before), text(*after))
+
+
+def _small_edits(run: int, edited: dict[tuple[int, int], int],
+                 rng: random.Random) -> list[tuple[int, int]]:
+    """EDITED pages of each host whose next edit, made before ``run``, is small (the
+    scenario: a test web's edits move the simhash by 3 bits or less)."""
+    chosen = []
+    for host in range(len(KINDS)):
+        small = [page for page in range(PAGES)
+                 if _bits(host, page, (edited.get((host, page), 0), run - 1),
+                          (edited.get((host, page), 0) + 1, run)) <= 3]
+        chosen += [(host, page) for page in rng.sample(small, EDITED)]
+    return chosen
+
+
+def _edit(pages: list[tuple[str, str]], log: list[LogEntry], port: int) -> None:
+    """Edit each page once, as soon as its edit certainly moves a truthful hint (at most
+    CERTAINLY_MOVED seconds after the page's last fetch)."""
+    chosen = set(pages)
+    last = max(e.end for e in log if (e.host, e.path) in chosen)
+    time.sleep(max(0.0, last + CERTAINLY_MOVED - time.monotonic()))
+    for host, path in pages:
+        assert edit_page(f"http://{host}:{port}{path}")["edits"] >= 1
+
+
+def test_truthful_and_noisy_hosts_are_trusted_and_liars_are_not(
+        tmp_path: Path, redis_server: RedisServer) -> None:
+    settings = _settings("sqlite", tmp_path, redis_server)
+    log = tmp_path / "server.jsonl"
+    rng = random.Random(7)
+    runs: list[list[LogEntry]] = []
+    stats: list[dict[str, Any]] = []
+    edits: list[set[tuple[str, str]]] = [set()]
+    edited: dict[tuple[int, int], int] = {}
+    # The premise for the stamped host: its noise alone stays under the threshold.
+    assert all(_bits(STAMPED, page, (0, n), (0, n + 1)) <= 3
+               for page in range(PAGES) for n in (1, 2)), "change the seed"
+    with ServerProcess(WEB, log_path=str(log)) as web:
+        hosts = [h["address"] for h in web.info["hosts"]]
+        assert [h["signals"] for h in web.info["hosts"]] == list(KINDS)
+        port = web.info["port"]
+        robots = [f"http://{h}:{port}/robots.txt" for h in hosts]
+        for n in (1, 2, 3):
+            if n > 1:
+                chosen = _small_edits(n, edited, rng)
+                for key in chosen:
+                    edited[key] = edited.get(key, 0) + 1
+                edits.append({(hosts[h], f"/p/{j}") for h, j in chosen})
+                _edit(sorted(edits[-1]), read_log(log), port)
+            run_settings = {**settings, "FRONTIER_RECRAWL_ALL": n == 2}
+            result, output = _crawl(run_settings, robots, tmp_path / f"run{n}")
+            assert result.get("finish_reason") == "finished", output[-3000:]
+            stats.append(result)
+            before = sum(len(r) for r in runs)
+            runs.append(read_log(log)[before:])
+    truthful, stamped, liar, noisy = hosts
+    pages = [[e for e in run if e.path.startswith("/p/")] for run in runs]
+    assert len(pages[0]) == len(pages[1]) == len(hosts) * PAGES, "run 2 visits every page"
+    with sqlite3.connect(tmp_path / "job" / "history.sqlite") as db:
+        counts = {h: (a, d) for h, a, d in db.execute(
+            "SELECT host, agreed, disagreed FROM hint_trust")}
+        records = [json.loads(data) for (data,) in db.execute("SELECT data FROM pages")]
+    # The premise, as the crawl saw it: no page changed meaningfully for the recrawl,
+    # though a third of them were edited before each run (the sitemaps did change).
+    visited = [r for r in records if "/p/" in r["u"]]
+    assert len(visited) == len(hosts) * PAGES
+    assert not [r["u"] for r in visited if "1" in r["h"]["c"]]
+    trust = HintTrust(counts)
+    states = {kind: trust.state(h) for kind, h in zip(KINDS, hosts, strict=True)}
+    assert states == {"truthful": "trusted", "stamped": "trusted", "liar": "distrusted",
+                      "noisy": "distrusted"}, counts
+    # Run 3 fetches the pages whose hints say they changed on the trusted hosts, and no
+    # other: at most the changed pages plus 10 %.
+    fetched3 = {(e.host, e.path) for e in pages[2]}
+    changed3 = edits[2]
+    assert len(pages[2]) <= 1.1 * len(changed3), (len(pages[2]), len(changed3))
+    trusted_changes = {(h, p) for h, p in changed3 if h in (truthful, stamped)}
+    assert trusted_changes <= fetched3, sorted(trusted_changes - fetched3)
+    assert not {(h, p) for h, p in fetched3 if h in (liar, noisy)}
+    third = stats[2]
+    assert third.get("frontier/signals/wrong", 0) == 0, third
+    assert third["frontier/signals/hosts_trusted"] == 2
+    assert third["frontier/signals/hosts_distrusted"] == 2
+    assert third["frontier/signals/ignored"] >= 2 * PAGES  # the liars' hints, read again
