@@ -92,8 +92,10 @@ def test_what_each_evidence_judges() -> None:
     assert found_change(False, Evidence.CHANGED_OR_NOISE) is None
 
 
-def _visit(rc: Recrawler, fp: int, text: str, **headers: str | None) -> None:
-    rc.visited(fp, f"http://{_HOST}/{fp}", replace(page(text), **headers))
+def _visit(rc: Recrawler, fp: int, text: str, etag: str | None = None,
+           last_modified: str | None = None) -> None:
+    rc.visited(fp, f"http://{_HOST}/{fp}",
+               replace(page(text), etag=etag, last_modified=last_modified))
 
 
 _HOST = "h.example"

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from scrapy.http import HtmlResponse
 
 from frontier_testweb import ServerProcess, edit_page, read_log, wide_web

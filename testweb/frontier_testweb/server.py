@@ -195,12 +195,12 @@ class _Workers:
 class _HostResource(Resource):
     isLeaf = True
 
-    def __init__(self, handler: Callable[[int, Request], int], host_index: int) -> None:
+    def __init__(self, handler: Callable[[int, Request], int | bytes], host_index: int) -> None:
         super().__init__()
         self._handler = handler
         self._index = host_index
 
-    def render(self, request: Request) -> int:
+    def render(self, request: Request) -> int | bytes:
         return self._handler(self._index, request)
 
 
@@ -389,7 +389,7 @@ class TestWebServer:
 
     # -- request handling --------------------------------------------------------------------
 
-    def _handle(self, index: int, request: Request) -> int:
+    def _handle(self, index: int, request: Request) -> int | bytes:
         start = time.monotonic()
         host = self.spec.hosts[index]
         host_header = (request.getHeader(b"host") or b"").decode("latin-1")
