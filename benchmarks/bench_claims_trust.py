@@ -21,8 +21,10 @@ due, or when every page is):
 Before each edit the benchmark waits until the edited pages' last fetch is
 ``CERTAINLY_MOVED`` seconds old (lastmod is written to the second, and a claim moves when it
 is over a second past the visit). Per run: page fetches, changed pages and how many of them
-were fetched, the ``frontier/signals/*`` checks; after run 3, each host's trust (the history's
-``hint_trust`` table).
+were fetched, the ``frontier/signals/*`` checks, the hosts' trust by kind as the run left it
+(the history's ``hint_trust`` table); after run 3, each host's trust. Then the issue's target:
+the truthful hosts trusted by run 3 (as run 2 left them), and run 3 fetching at most the
+changed pages plus 10 %.
 
     python benchmarks/bench_claims_trust.py            # 8 hosts x 50 pages
     python benchmarks/bench_claims_trust.py --quick    # 4 x 20, nothing written
@@ -87,6 +89,22 @@ def edit(pages: list[tuple[str, str]], log: list[LogEntry], port: int) -> None:
         edit_page(f"http://{host}:{port}{path}")
 
 
+def trust_counts(job: Path) -> dict[str, tuple[int, int]]:
+    with sqlite3.connect(job / "history.sqlite") as db:
+        return {host: (a, d) for host, a, d in
+                db.execute("SELECT host, agreed, disagreed FROM hint_trust")}
+
+
+def target(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The issue's target, from the rows of the three runs."""
+    truthful = runs[1]["trust_by_kind"].get("truthful", {})
+    fetches, changed = runs[2]["page_fetches"], runs[2]["changed"]
+    out = {"truthful_trusted_by_run_3": set(truthful) == {"trusted"},
+           "run_3_fetches": fetches, "run_3_limit": round(1.1 * changed, 1)}
+    out["met"] = out["truthful_trusted_by_run_3"] and fetches <= 1.1 * changed
+    return out
+
+
 def run(kinds: tuple[str, ...], pages: int, share: float, seed: int,
         tmp: Path) -> dict[str, Any]:
     web = ["--shape", "wide", "--hosts", str(len(kinds)), "--pages", str(pages),
@@ -129,16 +147,18 @@ def run(kinds: tuple[str, ...], pages: int, share: float, seed: int,
                         "deferred", "ignored", "held", "released"):
                 row[key] = int(stats.get(f"frontier/signals/{key}", 0))
             row["meaningful_changes"] = int(stats.get("frontier/recrawl/pages_changed", 0))
+            trust = HintTrust(trust_counts(job))
+            row["trust_by_kind"] = {kind: dict(Counter(trust.state(h) for h in hosts
+                                                       if kind_of[h] == kind))
+                                    for kind in dict.fromkeys(kinds)}
             runs.append(row)
-    with sqlite3.connect(job / "history.sqlite") as db:
-        counts = {host: (a, d) for host, a, d in
-                  db.execute("SELECT host, agreed, disagreed FROM hint_trust")}
+    counts = trust_counts(job)
     trust = HintTrust(counts)
     hosts_out = [{"host": h, "kind": kind_of[h], "agreed": counts.get(h, (0, 0))[0],
                   "disagreed": counts.get(h, (0, 0))[1], "state": trust.state(h)}
                  for h in hosts]
     return {"runs": runs, "hosts": hosts_out,
-            "states": dict(Counter(h["state"] for h in hosts_out))}
+            "states": dict(Counter(h["state"] for h in hosts_out)), "target": target(runs)}
 
 
 def report(result: dict[str, Any]) -> None:
@@ -150,10 +170,15 @@ def report(result: dict[str, Any]) -> None:
               f"{row['changed_fetched']}; checks {row['checked']}, wrong {row['wrong']}; "
               f"meaningful changes seen {row['meaningful_changes']}")
         print(f"       by kind, fetches (changed fetched / changed): {kinds}")
+        print(f"       trust by kind as the run left it: {row['trust_by_kind']}")
     for host in result["hosts"]:
         print(f"  {host['kind']:>9} {host['host']}: agreed {host['agreed']:3d}, disagreed "
               f"{host['disagreed']:3d} -> {host['state']}")
     print(f"hosts: {result['states']}")
+    goal = result["target"]
+    print(f"target {'met' if goal['met'] else 'NOT met'}: truthful hosts trusted by run 3: "
+          f"{'yes' if goal['truthful_trusted_by_run_3'] else 'no'}; run 3 fetches "
+          f"{goal['run_3_fetches']}, at most {goal['run_3_limit']} (changed + 10 %)")
 
 
 def main(argv: list[str] | None = None) -> int:

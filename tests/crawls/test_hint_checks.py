@@ -32,6 +32,7 @@ from scrapy.http import HtmlResponse
 from frontier_testweb import ServerProcess, edit_page, read_log, wide_web
 from frontier_testweb.changes import render_dynamic_page
 from frontier_testweb.log import LogEntry
+from scrapy_frontier.backends.redis.history import trust_counts
 from scrapy_frontier.core.hint_trust import HintTrust
 from scrapy_frontier.core.simhash import hamming, simhash
 from scrapy_frontier.spidermiddlewares import visible_text
@@ -83,25 +84,49 @@ def _small_edits(run: int, edited: dict[tuple[int, int], int],
     return chosen
 
 
-def _edit(pages: list[tuple[str, str]], log: list[LogEntry], port: int) -> None:
+def _edit(pages: list[tuple[str, str]], log: list[LogEntry], port: int,
+          edited: dict[tuple[str, str], int]) -> None:
     """Edit each page once, as soon as its edit certainly moves a truthful hint (at most
-    CERTAINLY_MOVED seconds after the page's last fetch)."""
+    CERTAINLY_MOVED seconds after the page's last fetch); ``edited`` counts each page's
+    edits, and the server must answer that count."""
     chosen = set(pages)
     last = max(e.end for e in log if (e.host, e.path) in chosen)
     time.sleep(max(0.0, last + CERTAINLY_MOVED - time.monotonic()))
     for host, path in pages:
-        assert edit_page(f"http://{host}:{port}{path}")["edits"] >= 1
+        edited[host, path] = edited.get((host, path), 0) + 1
+        assert edit_page(f"http://{host}:{port}{path}")["edits"] == edited[host, path]
 
 
-def test_truthful_and_noisy_hosts_are_trusted_and_liars_are_not(
+def _history(settings: dict[str, Any], tmp_path: Path,
+             redis_server: RedisServer) -> tuple[dict[str, tuple[int, int]], list[dict[str, Any]]]:
+    """The hosts' claim checks and the page records, as the crawl left them."""
+    if "JOBDIR" in settings:
+        with sqlite3.connect(tmp_path / "job" / "history.sqlite") as db:
+            counts = {h: (a, d) for h, a, d in db.execute(
+                "SELECT host, agreed, disagreed FROM hint_trust")}
+            data = [text for (text,) in db.execute("SELECT data FROM pages")]
+    else:
+        prefix = settings["FRONTIER_REDIS_HISTORY_KEY"]
+        client = redis_server.client()
+        counts = trust_counts(client.hgetall(prefix + "trust"))
+        data = [raw.decode() for raw in client.hvals(prefix + "pages")]
+        client.close()
+    return counts, [json.loads(text) for text in data]
+
+
+def test_truthful_hosts_are_trusted_by_run_3_and_liars_are_not(
         tmp_path: Path, redis_server: RedisServer) -> None:
+    """The issue's target: the truthful hosts are trusted by run 3, and run 3 fetches at most
+    the changed pages plus 10 %."""
     settings = _settings("sqlite", tmp_path, redis_server)
     log = tmp_path / "server.jsonl"
     rng = random.Random(7)
     runs: list[list[LogEntry]] = []
     stats: list[dict[str, Any]] = []
+    counts: list[dict[str, tuple[int, int]]] = []
     edits: list[set[tuple[str, str]]] = [set()]
     edited: dict[tuple[int, int], int] = {}
+    edit_counts: dict[tuple[str, str], int] = {}
     # The premise for the stamped host: its noise alone stays under the threshold.
     assert all(_bits(STAMPED, page, (0, n), (0, n + 1)) <= 3
                for page in range(PAGES) for n in (1, 2)), "change the seed"
@@ -116,39 +141,53 @@ def test_truthful_and_noisy_hosts_are_trusted_and_liars_are_not(
                 for key in chosen:
                     edited[key] = edited.get(key, 0) + 1
                 edits.append({(hosts[h], f"/p/{j}") for h, j in chosen})
-                _edit(sorted(edits[-1]), read_log(log), port)
+                _edit(sorted(edits[-1]), read_log(log), port, edit_counts)
             run_settings = {**settings, "FRONTIER_RECRAWL_ALL": n == 2}
             result, output = _crawl(run_settings, robots, tmp_path / f"run{n}")
             assert result.get("finish_reason") == "finished", output[-3000:]
             stats.append(result)
             before = sum(len(r) for r in runs)
             runs.append(read_log(log)[before:])
-    truthful, stamped, liar, noisy = hosts
+            counts.append(_history(settings, tmp_path, redis_server)[0])
+    kind_of = dict(zip(hosts, KINDS, strict=True))
     pages = [[e for e in run if e.path.startswith("/p/")] for run in runs]
     assert len(pages[0]) == len(pages[1]) == len(hosts) * PAGES, "run 2 visits every page"
-    with sqlite3.connect(tmp_path / "job" / "history.sqlite") as db:
-        counts = {h: (a, d) for h, a, d in db.execute(
-            "SELECT host, agreed, disagreed FROM hint_trust")}
-        records = [json.loads(data) for (data,) in db.execute("SELECT data FROM pages")]
     # The premise, as the crawl saw it: no page changed meaningfully for the recrawl,
     # though a third of them were edited before each run (the sitemaps did change).
+    records = _history(settings, tmp_path, redis_server)[1]
     visited = [r for r in records if "/p/" in r["u"]]
     assert len(visited) == len(hosts) * PAGES
     assert not [r["u"] for r in visited if "1" in r["h"]["c"]]
-    trust = HintTrust(counts)
-    states = {kind: trust.state(h) for kind, h in zip(KINDS, hosts, strict=True)}
-    assert states == {"truthful": "trusted", "stamped": "trusted", "liar": "distrusted",
-                      "noisy": "distrusted"}, counts
-    # Run 3 fetches the pages whose hints say they changed on the trusted hosts, and no
-    # other: at most the changed pages plus 10 %.
-    fetched3 = {(e.host, e.path) for e in pages[2]}
+
+    # Target, first half: the truthful hosts are trusted when run 3 starts (as run 2 left
+    # the counts), and still after it; so is the stamped host, and the liars are not.
+    expected = {"truthful": "trusted", "stamped": "trusted", "liar": "distrusted",
+                "noisy": "distrusted"}
+    for n in (1, 2):
+        trust = HintTrust(counts[n])
+        states = {h: trust.state(h) for h in hosts}
+        assert {h: expected[kind_of[h]] for h in hosts} == states, (n + 1, counts[n])
+        published = stats[n]
+        assert published["frontier/signals/hosts_trusted"] == \
+            sum(state == "trusted" for state in states.values()), (n + 1, published)
+        assert published["frontier/signals/hosts_distrusted"] == \
+            sum(state == "distrusted" for state in states.values()), (n + 1, published)
+    trusted = {h for h in hosts if expected[kind_of[h]] == "trusted"}
+
+    # Target, second half: run 3 fetches at most the pages changed since run 2 plus 10 %.
+    # Changed: edited since (each edit answered by the server); the server's log agrees,
+    # by the version (the edit count) each fetch served.
     changed3 = edits[2]
+    last_seen = {(e.host, e.path): e.version for e in pages[1]}
+    for e in pages[2]:
+        assert (e.version > last_seen[e.host, e.path]) == ((e.host, e.path) in changed3), e
     assert len(pages[2]) <= 1.1 * len(changed3), (len(pages[2]), len(changed3))
-    trusted_changes = {(h, p) for h, p in changed3 if h in (truthful, stamped)}
+    # What it fetches: every changed page of the trusted hosts, and none of the liars'.
+    fetched3 = {(e.host, e.path) for e in pages[2]}
+    trusted_changes = {(h, p) for h, p in changed3 if h in trusted}
     assert trusted_changes <= fetched3, sorted(trusted_changes - fetched3)
-    assert not {(h, p) for h, p in fetched3 if h in (liar, noisy)}
+    assert not {(h, p) for h, p in fetched3 if h not in trusted}
     third = stats[2]
     assert third.get("frontier/signals/wrong", 0) == 0, third
-    assert third["frontier/signals/hosts_trusted"] == 2
-    assert third["frontier/signals/hosts_distrusted"] == 2
-    assert third["frontier/signals/ignored"] >= 2 * PAGES  # the liars' hints, read again
+    # The liars' hints are read again, and ignored.
+    assert third["frontier/signals/ignored"] >= (len(hosts) - len(trusted)) * PAGES

@@ -69,6 +69,24 @@ def build_changes(args: argparse.Namespace) -> ChangeOptions | None:
     )
 
 
+def kinds_argument(text: str) -> tuple[str, ...]:
+    """``--kinds``, with the reason of a bad value in argparse's error."""
+    try:
+        return parse_kinds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def check_serve(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse (``p.error``: usage and exit 2) options of ``serve`` that would be ignored."""
+    if args.kinds is not None and not args.signals:
+        p.error("--kinds gives the hosts' kinds of --signals: add --signals")
+    if args.edits and (args.change_rate or args.changing_fraction is not None
+                       or args.rate_shape is not None):
+        p.error("--edits: pages change only by the test's edits, so --change-rate, "
+                "--changing-fraction and --rate-shape would be ignored")
+
+
 def build_spec(args: argparse.Namespace) -> WebSpec:
     latency = tuple(args.latency) if args.latency else None
     common: dict[str, Any] = {"seed": args.seed, "cross_links": args.cross_links}
@@ -250,7 +268,7 @@ def parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--kinds",
-        type=parse_kinds,
+        type=kinds_argument,
         metavar="K1,K2,...",
         help="with --signals, host i is of kind K[i %% len(K)] (truthful, liar, noisy, silent, "
         "stamped: truthful, its pages with a per-response line and no validators)",
@@ -350,7 +368,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if args.command == "serve":
+        check_serve(p, args)
     return int(args.func(args))
 
 

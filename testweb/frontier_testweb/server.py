@@ -56,6 +56,7 @@ from frontier_testweb.signals import (
     KINDS,
     SITEMAP_PATHS,
     atom_feed,
+    check_kinds,
     claimed,
     host_kind,
     sitemap_index,
@@ -257,11 +258,14 @@ class TestWebServer:
         #: Every host serves hostile sitemaps under /hostile/ (frontier_testweb.hostile).
         self.hostile = hostile
         #: With signals, host i is of kind kinds[i % len(kinds)].
-        self.kinds = tuple(kinds)
+        self.kinds = check_kinds(kinds)
         #: Pages change by the test's small edits (POST /_edit/p/N), with a change model.
         self.edits = edits
         if edits and changes is None:
             changes = ChangeOptions()
+        if edits and changes is not None and changes.rate:
+            raise ValueError("with edits, pages change only by the test's edits: "
+                             f"a change rate ({changes.rate}) would be ignored")
         #: Wall-clock times of each page's edits, in order.
         self._edit_times: dict[tuple[int, int], list[float]] = {}
         self._robots_hits: dict[int, int] = {}

@@ -34,8 +34,8 @@ import gzip
 from collections.abc import Sequence
 from xml.sax.saxutils import escape
 
-__all__ = ["ALL_KINDS", "FEED_ENTRIES", "KINDS", "SITEMAP_PATHS", "atom_feed", "claimed",
-           "host_kind", "parse_kinds", "sitemap_index", "urlset", "w3c_date"]
+__all__ = ["ALL_KINDS", "FEED_ENTRIES", "KINDS", "SITEMAP_PATHS", "atom_feed", "check_kinds",
+           "claimed", "host_kind", "parse_kinds", "sitemap_index", "urlset", "w3c_date"]
 
 KINDS = ("truthful", "liar", "noisy", "silent")
 #: Every kind a host may have (``--kinds``).
@@ -50,13 +50,22 @@ def host_kind(index: int, kinds: Sequence[str] = KINDS) -> str:
     return kinds[index % len(kinds)]
 
 
+def check_kinds(kinds: Sequence[str]) -> tuple[str, ...]:
+    """``kinds`` as a tuple; ValueError unless there is one at least, each of ``ALL_KINDS``."""
+    out = tuple(kinds)
+    known = ", ".join(ALL_KINDS)
+    if not out:
+        raise ValueError(f"no host kind given; the kinds are {known}")
+    unknown = [k for k in dict.fromkeys(out) if k not in ALL_KINDS]
+    if unknown:
+        raise ValueError(f"unknown host kind {', '.join(map(repr, unknown))}; "
+                         f"the kinds are {known}")
+    return out
+
+
 def parse_kinds(text: str) -> tuple[str, ...]:
-    """``--kinds``: a comma-separated list of kinds."""
-    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    unknown = [k for k in kinds if k not in ALL_KINDS]
-    if not kinds or unknown:
-        raise ValueError(f"kinds must be some of {', '.join(ALL_KINDS)}; got {text!r}")
-    return kinds
+    """``--kinds``: a comma-separated list of kinds (see :func:`check_kinds`)."""
+    return check_kinds([k.strip() for k in text.split(",") if k.strip()])
 
 
 def claimed(kind: str, last_change: float, started: float, now: float) -> float:
