@@ -90,7 +90,10 @@ def edit(pages: list[tuple[str, str]], log: list[LogEntry], port: int) -> None:
 
 
 def trust_counts(job: Path) -> dict[str, tuple[int, int]]:
+    """The hosts' claim checks in the history (none before the first check)."""
     with sqlite3.connect(job / "history.sqlite") as db:
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'hint_trust'").fetchone() is None:
+            return {}
         return {host: (a, d) for host, a, d in
                 db.execute("SELECT host, agreed, disagreed FROM hint_trust")}
 
