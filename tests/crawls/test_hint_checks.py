@@ -32,7 +32,6 @@ from scrapy.http import HtmlResponse
 from frontier_testweb import ServerProcess, edit_page, read_log, wide_web
 from frontier_testweb.changes import render_dynamic_page
 from frontier_testweb.log import LogEntry
-from scrapy_frontier.backends.redis.history import trust_counts
 from scrapy_frontier.core.hint_trust import HintTrust
 from scrapy_frontier.core.simhash import hamming, simhash
 from scrapy_frontier.spidermiddlewares import visible_text
@@ -97,22 +96,14 @@ def _edit(pages: list[tuple[str, str]], log: list[LogEntry], port: int,
         assert edit_page(f"http://{host}:{port}{path}")["edits"] == edited[host, path]
 
 
-def _history(settings: dict[str, Any], tmp_path: Path,
-             redis_server: RedisServer) -> tuple[dict[str, tuple[int, int]], list[dict[str, Any]]]:
-    """The hosts' claim checks and the page records, as the crawl left them."""
-    if "JOBDIR" in settings:
-        with sqlite3.connect(tmp_path / "job" / "history.sqlite") as db:
-            checked = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'hint_trust'")
-            counts = {h: (a, d) for h, a, d in db.execute(
-                "SELECT host, agreed, disagreed FROM hint_trust")} if checked.fetchone() else {}
-            data = [text for (text,) in db.execute("SELECT data FROM pages")]
-    else:
-        prefix = settings["FRONTIER_REDIS_HISTORY_KEY"]
-        client = redis_server.client()
-        counts = trust_counts(client.hgetall(prefix + "trust"))
-        data = [raw.decode() for raw in client.hvals(prefix + "pages")]
-        client.close()
-    return counts, [json.loads(text) for text in data]
+def _history(job: Path) -> tuple[dict[str, tuple[int, int]], list[dict[str, Any]]]:
+    """The hosts' claim checks (none before the first) and the page records in ``job``."""
+    with sqlite3.connect(job / "history.sqlite") as db:
+        checked = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'hint_trust'")
+        counts = {h: (a, d) for h, a, d in db.execute(
+            "SELECT host, agreed, disagreed FROM hint_trust")} if checked.fetchone() else {}
+        records = [json.loads(row) for (row,) in db.execute("SELECT data FROM pages")]
+    return counts, records
 
 
 @pytest.mark.slow  # about 24 s: three crawls, and two waits for the edits to move the hints
@@ -150,13 +141,13 @@ def test_truthful_hosts_are_trusted_by_run_3_and_liars_are_not(
             stats.append(result)
             before = sum(len(r) for r in runs)
             runs.append(read_log(log)[before:])
-            counts.append(_history(settings, tmp_path, redis_server)[0])
+            counts.append(_history(tmp_path / "job")[0])
     kind_of = dict(zip(hosts, KINDS, strict=True))
     pages = [[e for e in run if e.path.startswith("/p/")] for run in runs]
     assert len(pages[0]) == len(pages[1]) == len(hosts) * PAGES, "run 2 visits every page"
     # The premise, as the crawl saw it: no page changed meaningfully for the recrawl,
     # though a third of them were edited before each run (the sitemaps did change).
-    records = _history(settings, tmp_path, redis_server)[1]
+    records = _history(tmp_path / "job")[1]
     visited = [r for r in records if "/p/" in r["u"]]
     assert len(visited) == len(hosts) * PAGES
     assert not [r["u"] for r in visited if "1" in r["h"]["c"]]
