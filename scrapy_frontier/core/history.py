@@ -68,6 +68,9 @@ class PageRecord:
     hinted_change: float | None = None
     """The change time its site last hinted for it (a sitemap's lastmod, a feed's
     updated), wall clock; None if the site never said."""
+    noise: int = 0
+    """Whether its bytes change on every visit (core.change_evidence): -1 seen to repeat, 0
+    not known, else the small differences in a row (noisy from NOISY_AFTER)."""
     history: PageHistory = field(default_factory=PageHistory)
 
     @property
@@ -99,6 +102,7 @@ class PageRecord:
             ("cl", self.held_until or None),
             ("rq", None if self.request is None else base64.b64encode(self.request).decode()),
             ("cc", self.hinted_change),
+            ("nz", self.noise or None),
         ):
             if value is not None:
                 out[key] = value
@@ -153,6 +157,7 @@ class PageRecord:
                 request=None if data.get("rq") is None else base64.b64decode(
                     data["rq"], validate=True),
                 hinted_change=None if data.get("cc") is None else float(data["cc"]),
+                noise=int(data.get("nz", 0)),
                 history=PageHistory.from_dict(data["h"]),
             )
         except (KeyError, TypeError, ValueError, binascii.Error) as exc:

@@ -32,6 +32,12 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from scrapy_frontier.core.change_evidence import (
+    Evidence,
+    found_change,
+    full_visit,
+    same_validator,
+)
 from scrapy_frontier.core.hint_trust import MIN_CHECKS, HintTrust
 from scrapy_frontier.core.history import HistoryStore, PageRecord, make_due
 from scrapy_frontier.core.recrawl_priority import (
@@ -482,9 +488,10 @@ class Recrawler:
             record.history.interval = self.settings.refresh.min_interval
             self._put(record)
 
-    def _check_hint(self, record: PageRecord, changed: bool,
+    def _check_hint(self, record: PageRecord, evidence: Evidence,
                      last_modified: float | None = None) -> None:
-        """A visit found whether the page changed: was its site's hint right?
+        """A visit found whether the page changed at all (``evidence``, from
+        core/change_evidence.py): was its site's hint right?
 
         A change found after a hint that did not move is no miss when the page's
         Last-Modified is after the hint was read: it changed since (a sitemap read, then
@@ -495,6 +502,10 @@ class Recrawler:
             return
         record.hinted_change = None  # one hint, one check
         said = hinted > record.fetched_at + HINT_SLACK
+        changed = found_change(said, evidence)
+        if changed is None:
+            self._count("signals/unjudged")  # a noisy page, or noise against "not changed"
+            return
         if (changed and not said and read_at is not None and last_modified is not None
                 and last_modified >= read_at - HINT_SLACK):
             return
@@ -542,7 +553,7 @@ class Recrawler:
         )
         hinted = record.hinted_change
         last_modified = _http_date(visit.last_modified)
-        self._check_hint(record, changed, last_modified)
+        self._check_hint(record, self._evidence(record, visit, changed), last_modified)
         if first:
             self._count("recrawl/pages_new")
         elif changed:
@@ -564,6 +575,18 @@ class Recrawler:
         record.last_modified = visit.last_modified
         self._update(record, visit)
         return record, changed
+
+    @staticmethod
+    def _evidence(record: PageRecord, visit: Visit, changed: bool) -> Evidence:
+        """What this full response proves of a change since the last one (the page's noise
+        state follows); the recrawl's ``changed`` is the meaningful change."""
+        if record.digest is None or visit.digest is None:
+            return Evidence.UNKNOWN  # no full response before (or no body) to compare
+        evidence, record.noise = full_visit(
+            record.noise, same_bytes=visit.digest == record.digest, meaningful=changed,
+            validator=same_validator(record.etag, record.last_modified, visit.etag,
+                                     visit.last_modified))
+        return evidence
 
     def _simhash_of(self, visit: Visit, old_digest: str | None, old_simhash: int | None) -> None:
         """Set ``visit.simhash``, doing only the work the decision needs.
@@ -588,7 +611,7 @@ class Recrawler:
     def not_modified(self, fp: int, url: str, visit: Visit) -> PageRecord:
         """A 304: a visit that saw no change; the body it saved is counted."""
         record = self._record(fp, url)
-        self._check_hint(record, False)
+        self._check_hint(record, Evidence.SAME)
         self._count("recrawl/not_modified")
         self._count("recrawl/bytes_saved", record.size)
         self.refresher.visited(record.history, False, None)

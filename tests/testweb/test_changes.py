@@ -97,6 +97,30 @@ def test_versions_change_text_but_not_links_and_noise_moves_few_bits() -> None:
     assert sum(b <= 3 for b in noise_bits) >= 0.9 * len(noise_bits)
 
 
+def test_an_edit_replaces_one_word_and_moves_few_bits() -> None:
+    """Edit k puts ``revisionk`` in place of one news word: the same links and length, a
+    page of its own after each edit, and a simhash that moves a few bits (serve --edits)."""
+    spec = skewed_web(hosts=4, largest=30, seed=3)
+    port_of = {a: 8000 for a in spec.addresses()}
+    edit_bits = []
+    for i, h in enumerate(spec.hosts):
+        for j in range(min(h.pages, 20)):
+            pages = [render_dynamic_page(spec, i, j, port_of, 0, edits=k).decode()
+                     for k in range(3)]
+            assert pages[0] == render_dynamic_page(spec, i, j, port_of, 0).decode()
+            assert pages[2] == render_dynamic_page(spec, i, j, port_of, 0, edits=2).decode()
+            for k in (1, 2):
+                assert f"revision{k}" in pages[k] and f"revision{k + 1}" not in pages[k]
+                old, new = pages[k - 1].split(), pages[k].split()
+                assert len(old) == len(new)
+                assert sum(a != b for a, b in zip(old, new, strict=True)) == 1
+                edit_bits.append(hamming(simhash(pages[k - 1]), simhash(pages[k])))
+            for link in spec.links(i, j, port_of):
+                assert all(f'href="{link}"' in page for page in pages)
+    assert statistics.median(edit_bits) <= 2
+    assert sum(b <= 3 for b in edit_bits) >= 0.9 * len(edit_bits)
+
+
 def _date(wall: float) -> str:
     return formatdate(math.floor(wall), usegmt=True)
 
@@ -290,8 +314,15 @@ def test_without_options_pages_and_headers_are_unchanged(tmp_path: Path) -> None
     with ServerProcess(args, log_path=str(log_path)) as web:
         assert web.info["changes"] is None and "started" in web.info
         status, headers, body = _get(web.start_urls[0], {"If-None-Match": "*"})
+        # Edits only with --edits: a POST is refused, the page stays as it is.
+        edit = urllib.request.Request(web.start_urls[0].replace("/p/0", "/_edit/p/0"),
+                                      data=b"", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(edit, timeout=10)
+        assert refused.value.code == 405
     spec = wide_web(hosts=1, pages=3, latency=(0.0, 0.0))
     assert status == 200 and "ETag" not in headers and "Last-Modified" not in headers
     assert body == spec.render_page(0, 0, {spec.hosts[0].address: web.info["port"]})
-    (entry,) = read_log(log_path)
+    entry, posted = read_log(log_path)
     assert (entry.version, entry.bytes, entry.conditional) == (0, len(body), True)
+    assert (posted.path, posted.status) == ("/_edit/p/0", 405)

@@ -6,7 +6,7 @@ Importing this package does not install a Twisted reactor.
 """
 
 from frontier_testweb.audit import AuditReport, audit
-from frontier_testweb.changes import ChangeModel, ChangeOptions, GroundTruth
+from frontier_testweb.changes import ChangeModel, ChangeOptions, GroundTruth, edit_page
 from frontier_testweb.docs import doc_tree_hosts
 from frontier_testweb.log import LogEntry, read_log
 from frontier_testweb.process import ServerProcess
@@ -25,6 +25,7 @@ __all__ = [
     "WebSpec",
     "audit",
     "doc_tree_hosts",
+    "edit_page",
     "read_log",
     "skewed_web",
     "wide_web",

@@ -23,6 +23,9 @@ Pages that change (see :mod:`frontier_testweb.changes`):
     Send validators and answer conditional GETs even with no other change option (the pages
     then never change). Any of these options turns the change model on, and with it long
     pages, ``ETag``/``Last-Modified`` headers and 304 answers.
+``--edits``
+    Pages change only when the test edits them, one small edit per ``POST /_edit/p/N`` on the
+    page's host (``changes.edit_page``); turns the change model on.
 
 The announcement line then also has ``"changes"`` (the options; null without a change model),
 and always ``"seed"``, ``"started"`` (the server's ``time.monotonic()`` at start, which page
@@ -44,7 +47,7 @@ from frontier_testweb.changes import ChangeOptions
 from frontier_testweb.docs import doc_tree_hosts
 from frontier_testweb.log import read_log
 from frontier_testweb.server import TestWebServer
-from frontier_testweb.signals import host_kind
+from frontier_testweb.signals import KINDS, host_kind, parse_kinds
 from frontier_testweb.spec import WebSpec, skewed_web, wide_web
 
 
@@ -64,6 +67,24 @@ def build_changes(args: argparse.Namespace) -> ChangeOptions | None:
         rate_shape=args.rate_shape,
         noisy_fraction=args.noisy_fraction,
     )
+
+
+def kinds_argument(text: str) -> tuple[str, ...]:
+    """``--kinds``, with the reason of a bad value in argparse's error."""
+    try:
+        return parse_kinds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def check_serve(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse (``p.error``: usage and exit 2) options of ``serve`` that would be ignored."""
+    if args.kinds is not None and not args.signals:
+        p.error("--kinds gives the hosts' kinds of --signals: add --signals")
+    if args.edits and (args.change_rate or args.changing_fraction is not None
+                       or args.rate_shape is not None):
+        p.error("--edits: pages change only by the test's edits, so --change-rate, "
+                "--changing-fraction and --rate-shape would be ignored")
 
 
 def build_spec(args: argparse.Namespace) -> WebSpec:
@@ -131,6 +152,8 @@ def serve(args: argparse.Namespace) -> int:
         hostile=args.hostile,
         changes=changes,
         trap_hosts=args.trap_host or (),
+        kinds=args.kinds or KINDS,
+        edits=args.edits,
     )
     server.start()
     announcement = {
@@ -142,10 +165,13 @@ def serve(args: argparse.Namespace) -> int:
         "seed": spec.seed,
         "started": server.started,
         "started_wall": server.started_wall,
-        "changes": None if changes is None else changes.as_dict(),
+        "changes": (None if server.changes is None
+                    else server.changes.options.as_dict()),
+        "edits": args.edits,
         "hosts": [
             {"address": h.address, "pages": h.pages, "latency": h.latency, "doc_root": h.doc_root,
-             **({"signals": host_kind(i)} if args.signals and not h.doc_root else {}),
+             **({"signals": host_kind(i, server.kinds)} if args.signals and not h.doc_root
+                else {}),
              **({"workers": h.workers} if h.workers is not None else {})}
             for i, h in enumerate(spec.hosts)
         ],
@@ -241,6 +267,13 @@ def parser() -> argparse.ArgumentParser:
         "liar (lastmod never moves), noisy (lastmod always now), silent",
     )
     s.add_argument(
+        "--kinds",
+        type=kinds_argument,
+        metavar="K1,K2,...",
+        help="with --signals, host i is of kind K[i %% len(K)] (truthful, liar, noisy, silent, "
+        "stamped: truthful, its pages with a per-response line and no validators)",
+    )
+    s.add_argument(
         "--foreign-sitemap",
         type=int,
         nargs=2,
@@ -290,6 +323,11 @@ def parser() -> argparse.ArgumentParser:
         help="fraction of pages with a per-response noise line and no ETag (default 0)",
     )
     c.add_argument(
+        "--edits",
+        action="store_true",
+        help="pages change only by the test's small edits (POST /_edit/p/N on their host)",
+    )
+    c.add_argument(
         "--conditional",
         action="store_true",
         help="send ETag/Last-Modified and answer 304 even if no page changes",
@@ -330,7 +368,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if args.command == "serve":
+        check_serve(p, args)
     return int(args.func(args))
 
 

@@ -34,6 +34,12 @@ Noisy pages
     4 or 5). Noisy pages send no ``ETag`` (as dynamic pages on the real web do), but do send the
     ``Last-Modified`` of their stable part.
 
+Small edits (``serve --edits``)
+    Pages change only when the test edits them (``POST /_edit/p/N`` on the page's host; see
+    :func:`edit_page`). Each edit replaces one word of the news section (edit ``k`` puts
+    ``revisionk`` at a position picked by the seed), so a 64-bit 3-word-shingle simhash moves a
+    few bits, as a noise line does: a change that is real, and small.
+
 Validators (``ETag``, ``Last-Modified``) and the 304 rules are described in
 :func:`evaluate_conditional`.
 """
@@ -41,6 +47,7 @@ Validators (``ETag``, ``Last-Modified``) and the 304 rules are described in
 from __future__ import annotations
 
 import html
+import json
 import math
 import random
 from bisect import bisect_right
@@ -49,6 +56,8 @@ from dataclasses import asdict, dataclass
 from email.utils import formatdate, mktime_tz, parsedate_tz
 from hashlib import blake2b
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+from urllib.request import Request, urlopen
 
 from frontier_testweb.spec import PAGE_PREFIX, WebSpec
 
@@ -56,6 +65,7 @@ __all__ = [
     "ChangeModel",
     "ChangeOptions",
     "GroundTruth",
+    "edit_page",
     "evaluate_conditional",
     "http_date",
     "parse_http_date",
@@ -402,17 +412,21 @@ def render_dynamic_page(
     port_of: Mapping[str, int],
     version: int,
     noise: str | None = None,
+    edits: int = 0,
 ) -> bytes:
-    """The long HTML of a generated page at ``version``, with an optional noise line.
+    """The long HTML of a generated page at ``version``, with an optional noise line, after
+    ``edits`` small edits of its news section.
 
-    The same links as :meth:`WebSpec.render_page`; the news section depends on ``version``,
-    the rest only on (seed, host, page). Raises IndexError for unknown pages.
+    The same links as :meth:`WebSpec.render_page`; the news section depends on ``version``
+    and ``edits``, the rest only on (seed, host, page). Raises IndexError for unknown pages.
     """
     links = spec.links(host_index, page, port_of)
     address = spec.hosts[host_index].address
     title = f"Host {address} page {page}"
     stable = _words(random.Random(f"{spec.seed}:stable:{host_index}:{page}"), STABLE_WORDS)
     news = _words(random.Random(f"{spec.seed}:news:{host_index}:{page}:{version}"), NEWS_WORDS)
+    for k in range(1, edits + 1):
+        news[int(_unit(spec.seed, "edit", host_index, page, k) * NEWS_WORDS)] = f"revision{k}"
     items = "\n".join(
         f'<li><a href="{html.escape(href)}">link {i}</a></li>' for i, href in enumerate(links)
     )
@@ -428,3 +442,19 @@ def render_dynamic_page(
         "</body></html>\n"
     )
     return body.encode("utf-8")
+
+
+# -- small edits (serve --edits) -------------------------------------------------------------
+
+#: The path prefix of an edit: ``POST /_edit/p/N`` edits page N of the host it is sent to.
+EDIT_PREFIX = "/_edit"
+
+
+def edit_page(url: str, timeout: float = 10.0) -> dict[str, Any]:
+    """Edit the page at ``url`` (a test web started with ``--edits``) once, now; returns the
+    server's answer: ``{"edits": n, "at": wall-clock time of the edit}``."""
+    parts = urlsplit(url)
+    target = urlunsplit((parts.scheme, parts.netloc, EDIT_PREFIX + parts.path, "", ""))
+    with urlopen(Request(target, data=b"", method="POST"), timeout=timeout) as answer:
+        result: dict[str, Any] = json.loads(answer.read())
+    return result

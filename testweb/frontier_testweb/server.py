@@ -14,6 +14,7 @@ Without one, pages and headers are exactly as before.
 
 from __future__ import annotations
 
+import json
 import math
 import mimetypes
 import os
@@ -22,7 +23,7 @@ import resource
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from email.utils import formatdate
 from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import quote, unquote
@@ -33,6 +34,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 
 from frontier_testweb.changes import (
+    EDIT_PREFIX,
     ChangeModel,
     ChangeOptions,
     GroundTruth,
@@ -51,8 +53,10 @@ from frontier_testweb.hostile import (
 )
 from frontier_testweb.log import CLIENT_CLOSED, LogEntry, LogWriter
 from frontier_testweb.signals import (
+    KINDS,
     SITEMAP_PATHS,
     atom_feed,
+    check_kinds,
     claimed,
     host_kind,
     sitemap_index,
@@ -192,12 +196,12 @@ class _Workers:
 class _HostResource(Resource):
     isLeaf = True
 
-    def __init__(self, handler: Callable[[int, Request], int], host_index: int) -> None:
+    def __init__(self, handler: Callable[[int, Request], int | bytes], host_index: int) -> None:
         super().__init__()
         self._handler = handler
         self._index = host_index
 
-    def render(self, request: Request) -> int:
+    def render(self, request: Request) -> int | bytes:
         return self._handler(self._index, request)
 
 
@@ -229,6 +233,8 @@ class TestWebServer:
         signals: bool = False,
         foreign_sitemaps: Iterable[tuple[int, int]] = (),
         hostile: bool = False,
+        kinds: Sequence[str] = KINDS,
+        edits: bool = False,
     ) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port out of range: {port}")
@@ -251,6 +257,17 @@ class TestWebServer:
         self.foreign_sitemaps = tuple(foreign_sitemaps)
         #: Every host serves hostile sitemaps under /hostile/ (frontier_testweb.hostile).
         self.hostile = hostile
+        #: With signals, host i is of kind kinds[i % len(kinds)].
+        self.kinds = check_kinds(kinds)
+        #: Pages change by the test's small edits (POST /_edit/p/N), with a change model.
+        self.edits = edits
+        if edits and changes is None:
+            changes = ChangeOptions()
+        if edits and changes is not None and changes.rate:
+            raise ValueError("with edits, pages change only by the test's edits: "
+                             f"a change rate ({changes.rate}) would be ignored")
+        #: Wall-clock times of each page's edits, in order.
+        self._edit_times: dict[tuple[int, int], list[float]] = {}
         self._robots_hits: dict[int, int] = {}
         for index in [*self.crawl_delays, *self.failing_hosts, *self.trap_hosts,
                       *(i for pair in self.foreign_sitemaps for i in pair)]:
@@ -376,7 +393,7 @@ class TestWebServer:
 
     # -- request handling --------------------------------------------------------------------
 
-    def _handle(self, index: int, request: Request) -> int:
+    def _handle(self, index: int, request: Request) -> int | bytes:
         start = time.monotonic()
         host = self.spec.hosts[index]
         host_header = (request.getHeader(b"host") or b"").decode("latin-1")
@@ -395,6 +412,8 @@ class TestWebServer:
         method = request.method
         if self.hostile and raw_path.startswith(TRICKLE_PREFIX) and method == b"GET":
             return self._trickle(index, request, logged_path, start, vhost)
+        if self.edits and method == b"POST" and raw_path.startswith(EDIT_PREFIX + "/"):
+            return self._edit(index, raw_path[len(EDIT_PREFIX):], request)
         if method not in (b"GET", b"HEAD"):
             status, ctype, body = 405, "text/plain", b"method not allowed\n"
         elif raw_path == "/robots.txt" and not query:
@@ -554,19 +573,25 @@ class TestWebServer:
 
     def _publishes(self, index: int) -> bool:
         host = self.spec.hosts[index]
-        return self.signals and host_kind(index) != "silent" and not host.doc_root
+        return self.signals and self._kind(index) != "silent" and not host.doc_root
+
+    def _kind(self, index: int) -> str:
+        return host_kind(index, self.kinds)
+
+    def _stamped(self, index: int) -> bool:
+        """Pages with a per-response line and no validators (a ``stamped`` host)."""
+        return self.signals and self._kind(index) == "stamped"
 
     def _claims(self, index: int, now: float) -> list[tuple[str, float, str]]:
         """(URL, claimed change time, changefreq) of every page of a publishing host."""
         assert self.started is not None and self.started_wall is not None
-        kind = host_kind(index)
+        kind = self._kind(index)
         model = self.changes
         wall_now = self.started_wall + (now - self.started)
         out = []
         for page in range(self.spec.hosts[index].pages):
-            changing = model is not None and model.is_changing(index, page)
-            last = self.started_wall + (model.last_change(index, page, now - self.started)
-                                        if model is not None else 0.0)
+            changing = self.edits or (model is not None and model.is_changing(index, page))
+            last = self._changes_wall(index, page, now)[0]
             freq = "hourly" if changing and kind != "liar" else "never"
             out.append((self.spec.url(index, f"{PAGE_PREFIX}{page}", self.port_of),
                         claimed(kind, last, self.started_wall, wall_now), freq))
@@ -648,18 +673,19 @@ class TestWebServer:
             return 200, _HTML, self.spec.render_page(index, page, self.port_of), 0, []
         assert self.started is not None and self.started_wall is not None
         t = now - self.started
-        version = model.version(index, page, t)
-        noisy = model.is_noisy(index, page)
+        edits = len(self._edit_times.get((index, page), ()))
+        # With --edits the page changes only by edits: its version is their count.
+        version = edits if self.edits else model.version(index, page, t)
+        stamped = self._stamped(index)
+        noisy = stamped or model.is_noisy(index, page)
         etag = None if noisy else model.etag(index, page, version)
-        last = self.started_wall + model.last_change(index, page, t)
-        before = model.previous_change(index, page, t)
-        previous = None if before is None else self.started_wall + before
-        headers = [(b"Last-Modified", http_date(last).encode("ascii"))]
+        last, previous = self._changes_wall(index, page, now)
+        headers = [] if stamped else [(b"Last-Modified", http_date(last).encode("ascii"))]
         if etag is not None:
             headers.append((b"ETag", etag.encode("ascii")))
         inm = request.getHeader(b"if-none-match")
         ims = request.getHeader(b"if-modified-since")
-        if evaluate_conditional(
+        if not stamped and evaluate_conditional(
             None if inm is None else inm.decode("latin-1"),
             None if ims is None else ims.decode("latin-1"),
             etag,
@@ -673,8 +699,35 @@ class TestWebServer:
             key = (index, page)
             self._responses[key] = self._responses.get(key, 0) + 1
             noise = f"Generated for request {self._responses[key]}"
-        body = render_dynamic_page(self.spec, index, page, self.port_of, version, noise)
+        body = render_dynamic_page(self.spec, index, page, self.port_of,
+                                   0 if self.edits else version, noise, edits)
         return 200, _HTML, body, version, headers
+
+    def _changes_wall(self, index: int, page: int, now: float) -> tuple[float, float | None]:
+        """Wall-clock times of the page's last change at ``now`` (monotonic) and of the one
+        before (the server's start counting as a change; None when it is the last)."""
+        assert self.started is not None and self.started_wall is not None
+        if self.edits:
+            times = [self.started_wall, *self._edit_times.get((index, page), ())]
+            return times[-1], (times[-2] if len(times) > 1 else None)
+        model = self.changes
+        if model is None:
+            return self.started_wall, None
+        t = now - self.started
+        before = model.previous_change(index, page, t)
+        return (self.started_wall + model.last_change(index, page, t),
+                None if before is None else self.started_wall + before)
+
+    def _edit(self, index: int, path: str, request: Request) -> bytes:
+        """``POST /_edit/p/N``: one small edit of page N, now (not logged: not a crawl's)."""
+        m = _PAGE_RE.fullmatch(path)
+        request.setHeader(b"Content-Type", b"application/json")
+        if m is None or int(m.group(1)) >= self.spec.hosts[index].pages:
+            request.setResponseCode(404)
+            return b'{"error": "no such page"}'
+        times = self._edit_times.setdefault((index, int(m.group(1))), [])
+        times.append(time.time())
+        return json.dumps({"edits": len(times), "at": times[-1]}).encode()
 
     def _doc_response(self, root: str, raw_path: str) -> tuple[int, str, bytes]:
         path = unquote(raw_path)

@@ -10,6 +10,12 @@ With signals on (``serve --signals``), host ``i`` is of kind ``KINDS[i % 4]``:
     Every ``<lastmod>`` is the time of the request, although nothing changed then.
 ``silent``
     No sitemap and no feed (404), no ``Sitemap:`` line: what most sites publish.
+``stamped``
+    Truthful, but its pages are noisy: each carries a line that differs on every response (a
+    timestamp, a counter), and sends no ``ETag`` and no ``Last-Modified``, as dynamic pages
+    often do. Only with ``--kinds``.
+
+``--kinds K1,K2,...`` gives host ``i`` the kind ``K[i % len(K)]`` instead.
 
 A publishing host's robots.txt names ``/sitemap.xml``: a sitemap index whose two children are
 ``/sitemap-1.xml.gz`` (gzip, the first half of the pages) and ``/sitemap-2.xml`` (the rest),
@@ -28,23 +34,43 @@ import gzip
 from collections.abc import Sequence
 from xml.sax.saxutils import escape
 
-__all__ = ["FEED_ENTRIES", "KINDS", "SITEMAP_PATHS", "atom_feed", "claimed", "host_kind",
-           "sitemap_index", "urlset", "w3c_date"]
+__all__ = ["ALL_KINDS", "FEED_ENTRIES", "KINDS", "SITEMAP_PATHS", "atom_feed", "check_kinds",
+           "claimed", "host_kind", "parse_kinds", "sitemap_index", "urlset", "w3c_date"]
 
 KINDS = ("truthful", "liar", "noisy", "silent")
+#: Every kind a host may have (``--kinds``).
+ALL_KINDS = (*KINDS, "stamped")
 #: The paths a publishing host serves (beside robots.txt's Sitemap: line).
 SITEMAP_PATHS = ("/sitemap.xml", "/sitemap-1.xml.gz", "/sitemap-2.xml", "/feed.atom")
 FEED_ENTRIES = 20
 _NS = "http://www.sitemaps.org/schemas/sitemap/0.9"
 
 
-def host_kind(index: int) -> str:
-    return KINDS[index % len(KINDS)]
+def host_kind(index: int, kinds: Sequence[str] = KINDS) -> str:
+    return kinds[index % len(kinds)]
+
+
+def check_kinds(kinds: Sequence[str]) -> tuple[str, ...]:
+    """``kinds`` as a tuple; ValueError unless there is one at least, each of ``ALL_KINDS``."""
+    out = tuple(kinds)
+    known = ", ".join(ALL_KINDS)
+    if not out:
+        raise ValueError(f"no host kind given; the kinds are {known}")
+    unknown = [k for k in dict.fromkeys(out) if k not in ALL_KINDS]
+    if unknown:
+        raise ValueError(f"unknown host kind {', '.join(map(repr, unknown))}; "
+                         f"the kinds are {known}")
+    return out
+
+
+def parse_kinds(text: str) -> tuple[str, ...]:
+    """``--kinds``: a comma-separated list of kinds (see :func:`check_kinds`)."""
+    return check_kinds([k.strip() for k in text.split(",") if k.strip()])
 
 
 def claimed(kind: str, last_change: float, started: float, now: float) -> float:
     """The change time a host of ``kind`` claims for a page (wall clock, seconds)."""
-    if kind == "truthful":
+    if kind in ("truthful", "stamped"):
         return last_change
     if kind == "liar":
         return started
