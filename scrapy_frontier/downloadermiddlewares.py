@@ -1,5 +1,6 @@
 """Downloader middlewares: one times each fetch and reports its end to the frontier, one
-holds the first request after a host's robots.txt until the host has rested."""
+holds the first request after a host's robots.txt until the host has rested, and one
+answers robots.txt requests from the answers the frontier keeps."""
 
 from __future__ import annotations
 
@@ -9,15 +10,21 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
+from scrapy.http import Response
+from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
-from scrapy_frontier.meta import LEASE_META, ROBOTS_START_META
+from scrapy_frontier.meta import LEASE_META, ROBOTS_ORIGIN_META, ROBOTS_START_META
 from scrapy_frontier.reactor.timer import call_later
 from scrapy_frontier.scheduler.engine import running_scheduler
+from scrapy_frontier.scheduler.robots_cache import robots_origin
 
 if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
     from scrapy.crawler import Crawler
-    from scrapy.http import Response
+
+    from scrapy_frontier.scheduler.robots_cache import RobotsCache
 
 logger = logging.getLogger("scrapy_frontier.downloadermiddlewares")
 
@@ -153,6 +160,69 @@ class RobotsHoldMiddleware:
                 "Order that middleware after RobotsTxtMiddleware to avoid this.",
                 ", ".join(f"{c.__module__}.{c.__qualname__}" for c in theirs))
         return not theirs
+
+
+class RobotsCacheMiddleware:
+    """Answers Scrapy's robots.txt requests from the robots.txt the frontier keeps
+    (``FRONTIER_ROBOTS_CACHE``), and keeps the answers the sites give.
+
+    The add-on installs it just after Scrapy's RobotsTxtMiddleware (with
+    ``ROBOTSTXT_OBEY``), before RetryMiddleware and RedirectMiddleware: a request is
+    answered before anything else sees it (no fetch, so no rest owed, and the timing
+    middleware times nothing), and what it keeps is the final answer, after redirects and
+    retries. Scrapy's middleware parses a kept answer as a fetched one. A kept answer is a
+    Response flagged ``cached``, with the stored status and body.
+    """
+
+    FLAG = "cached"
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> RobotsCacheMiddleware:
+        return cls(crawler)
+
+    def process_request(self, request: Request, spider: Any = None
+                        ) -> Coroutine[Any, Any, Response | None] | None:
+        meta = request.meta
+        # Only Scrapy's own robots.txt requests, each once: not a redirect's or a retry's.
+        if (not meta.get("dont_obey_robotstxt") or LEASE_META in meta
+                or "redirect_urls" in meta or "retry_times" in meta):
+            return None
+        cache = self._cache()
+        origin = robots_origin(request.url) if cache is not None else None
+        if cache is None or origin is None:
+            return None
+        meta[ROBOTS_ORIGIN_META] = origin
+        return self._answer(cache, origin, request)
+
+    async def _answer(self, cache: RobotsCache, origin: str, request: Request
+                      ) -> Response | None:
+        try:
+            record = await maybe_deferred_to_future(cache.lookup(origin))
+        except Exception:  # noqa: BLE001 -- a store that fails: the site answers
+            logger.debug("robots.txt of %s: the kept answer could not be read", origin,
+                         exc_info=True)
+            return None
+        if record is None:
+            return None  # fetched from the site
+        return Response(request.url, status=record.status, body=record.body,
+                        request=request, flags=[self.FLAG])
+
+    def process_response(self, request: Request, response: Response, spider: Any = None
+                         ) -> Response:
+        origin = request.meta.get(ROBOTS_ORIGIN_META)
+        if origin is None or self.FLAG in response.flags:
+            return response
+        cache = self._cache()
+        if cache is not None:
+            cache.keep(origin, response.status, response.body)
+        return response
+
+    def _cache(self) -> RobotsCache | None:
+        scheduler = running_scheduler(self.crawler)
+        return None if scheduler is None else scheduler.robots.cache
 
 
 def _stamp(meta: dict[str, Any], now: float) -> None:

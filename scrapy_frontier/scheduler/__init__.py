@@ -35,6 +35,7 @@ from scrapy_frontier.scheduler.fetches import Fetches
 from scrapy_frontier.scheduler.history_feed import HistoryFeed
 from scrapy_frontier.scheduler.recrawl import RecrawlHooks
 from scrapy_frontier.scheduler.robots import RobotsPacing
+from scrapy_frontier.scheduler.robots_cache import RobotsCache
 from scrapy_frontier.scheduler.run_state import RunState
 from scrapy_frontier.scheduler.slots import SlotKeys
 from scrapy_frontier.settings import (
@@ -103,7 +104,8 @@ class FrontierScheduler:
         self.robots = RobotsPacing(slots=slots, rules=self.fetches.rules,
                                    inflight=self.fetches.inflight,
                                    controls=self.backend.controls, stats=self.stats,
-                                   clock=clock, settings=crawler.settings)
+                                   clock=clock, settings=crawler.settings,
+                                   cache=_robots_cache(config, self.backend, self.stats))
         self.observer: Observer | None = None
 
     @classmethod
@@ -363,6 +365,13 @@ _SCRAPY_QUEUE_SETTINGS = (
     "SCHEDULER_PRIORITY_QUEUE", "SCHEDULER_MEMORY_QUEUE", "SCHEDULER_DISK_QUEUE",
     "SCHEDULER_START_MEMORY_QUEUE", "SCHEDULER_START_DISK_QUEUE",
 )
+
+
+def _robots_cache(config: FrontierConfig, backend: Backend,
+                  stats: StatsCollector) -> RobotsCache | None:
+    """FRONTIER_ROBOTS_CACHE: robots.txt answers kept with the backend; 0: none."""
+    seconds = config.site_limits.robots_cache
+    return RobotsCache(backend.controls, stats, seconds) if seconds > 0 else None
 
 
 def _warn_about_stacked_delays(crawler: Crawler) -> None:

@@ -1,0 +1,111 @@
+"""A fetched robots.txt as the frontier keeps it, and RFC 9309's rules for reusing it.
+
+RFC 9309 (the Robots Exclusion Protocol) lets a crawler cache a robots.txt for up to 24
+hours, and says what each answer means:
+
+* 2xx: the body is the rules (a crawler parses at least its first 500 KiB);
+* 4xx but 429: no rules at all ("allow all"), whatever the body;
+* 5xx, 429, or no answer: the file is *unreachable*: for as long as that lasts the
+  crawler must assume "disallow all", or use a copy it cached.
+
+So only the first two are *definitive* and kept: the status and the body (a 4xx keeps no
+body) are all that is needed to reproduce the decision, with the wall-clock time of the
+fetch for the age. An unreachable answer is never kept: the next worker, or the next run,
+asks again. Redirects were followed (up to 5 hops and more) before the answer came here.
+
+A record is stored as bytes (:func:`encode`); what a store hands back is untrusted and
+checked again (:func:`decode` raises ``ValueError`` for anything this module did not
+write, a body over the cap, or a fetch time in the future).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: RFC 9309 2.5: a crawler parses at least the first 500 KiB; the rest is not kept.
+MAX_BODY = 500 * 1024
+#: RFC 9309 2.4: a cached robots.txt should not be used for more than 24 hours.
+MAX_AGE = 24 * 3600.0
+#: How far in the future a fetch time may be (another worker's clock running ahead).
+CLOCK_SLACK = 300.0
+#: An origin (``scheme://host:port``) longer than this is no key of ours.
+MAX_ORIGIN = 2048
+
+_MAGIC = b"robots1"
+
+
+@dataclass(frozen=True, slots=True)
+class RobotsRecord:
+    """One definitive robots.txt answer."""
+
+    status: int
+    """The HTTP status of the final answer (after redirects): 2xx or 4xx but 429."""
+    body: bytes
+    """Its body, at most MAX_BODY bytes (empty for a 4xx: no rules)."""
+    fetched_at: float
+    """Wall-clock time (seconds since the epoch) when it was fetched."""
+
+    def age(self, now: float) -> float:
+        return now - self.fetched_at
+
+    def fresh(self, now: float, max_age: float) -> bool:
+        """Whether it may still answer for the site at wall-clock time ``now``."""
+        return -CLOCK_SLACK <= self.age(now) < max_age
+
+
+def definitive(status: int) -> bool:
+    """Whether an answer of ``status`` says what the site's rules are (and may be kept):
+    2xx (the rules) and 4xx but 429 (none). 3xx left here were not followed."""
+    return 200 <= status < 300 or (400 <= status < 500 and status != 429)
+
+
+def record_of(status: int, body: bytes, fetched_at: float) -> RobotsRecord | None:
+    """The record to keep for a final answer, or None when the answer is not definitive."""
+    if not definitive(status) or not math.isfinite(fetched_at):
+        return None
+    return RobotsRecord(status, body[:MAX_BODY] if status < 300 else b"", fetched_at)
+
+
+def encode(record: RobotsRecord) -> bytes:
+    return b"%s %d %r\n%s" % (_MAGIC, record.status, record.fetched_at, record.body)
+
+
+def decode(raw: object, now: float) -> RobotsRecord:
+    """The record stored as ``raw``; ``ValueError`` saying what is wrong with it."""
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8", "surrogateescape")
+    if not isinstance(raw, bytes | bytearray | memoryview):
+        raise ValueError(f"a {type(raw).__name__}, not bytes")
+    raw = bytes(raw)
+    head, newline, body = raw.partition(b"\n")
+    fields = head.split(b" ")
+    if not newline or len(fields) != 3 or fields[0] != _MAGIC:
+        raise ValueError("not a robots.txt record")
+    try:
+        status = int(fields[1])
+        fetched_at = float(fields[2])
+    except ValueError:
+        raise ValueError("its status or fetch time is not a number") from None
+    if not definitive(status):
+        raise ValueError(f"status {status} is not kept")
+    if status >= 300 and body:
+        raise ValueError(f"a {status} answer carries no rules, yet it has a body")
+    if len(body) > MAX_BODY:
+        raise ValueError(f"its body has {len(body)} bytes, more than {MAX_BODY}")
+    if not math.isfinite(fetched_at) or fetched_at - now > CLOCK_SLACK:
+        raise ValueError(f"it was fetched at {fields[2]!r}, in the future")
+    return RobotsRecord(status, body, fetched_at)
+
+
+def check_origin(origin: str) -> str:
+    """``origin`` if it is one a store may key: ``http(s)://`` a host, no path, short."""
+    if (not origin.startswith(("http://", "https://")) or len(origin) > MAX_ORIGIN
+            or "/" in origin.partition("://")[2] or not origin.isprintable()
+            or " " in origin):
+        raise ValueError(f"{origin[:100]!r} is not an origin (scheme://host[:port])")
+    return origin
+
+
+__all__ = ["MAX_AGE", "MAX_BODY", "RobotsRecord", "check_origin", "decode", "definitive",
+           "encode", "record_of"]

@@ -1,0 +1,94 @@
+"""robots.txt once per site: the answers Scrapy's robots.txt middleware fetched, kept with
+the frontier (``HostControlPort.robots_get`` / ``robots_put``) for ``FRONTIER_ROBOTS_CACHE``
+seconds, so that no other worker and no later run fetches them again meanwhile.
+
+``RobotsCacheMiddleware`` (downloadermiddlewares.py) asks :meth:`RobotsCache.lookup` for
+each robots.txt request Scrapy makes and answers it from the record when there is a fresh
+one; otherwise the request goes to the site and :meth:`RobotsCache.keep` keeps its final
+answer when RFC 9309 calls it definitive (see ``core/robots_cache.py``). Scrapy's
+middleware parses either the same way: ``ROBOTSTXT_PARSER``, ``ROBOTSTXT_USER_AGENT`` and
+the ``robots_parsed`` signal (Crawl-delay, the Sitemap lines) work as without the cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from scrapy_frontier.core.robots_cache import RobotsRecord, check_origin, decode, encode, record_of
+
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
+    from twisted.internet.defer import Deferred
+
+    from scrapy_frontier.backends.ports import HostControlPort
+
+logger = logging.getLogger("scrapy_frontier.robots")
+
+
+def robots_origin(url: str) -> str | None:
+    """The origin whose robots.txt ``url`` is (``scheme://netloc``, lower-cased, as Scrapy's
+    robots.txt middleware keys its parsers by netloc), or None if it is no such URL."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if (parts.scheme not in ("http", "https") or parts.path != "/robots.txt" or parts.query
+            or not parts.netloc or parts.username or parts.password):
+        return None
+    try:
+        return check_origin(f"{parts.scheme}://{parts.netloc.lower()}")
+    except ValueError:
+        return None
+
+
+class RobotsCache:
+    """Reads and keeps each site's robots.txt record through the backend's port."""
+
+    def __init__(self, controls: HostControlPort, stats: StatsCollector, max_age: float, *,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.controls = controls
+        self.stats = stats
+        self.max_age = max_age
+        #: Wall-clock time: records are shared across processes and runs.
+        self.wall = wall
+        self._warned = False
+
+    def lookup(self, origin: str) -> Deferred[RobotsRecord | None]:
+        """A fresh record of ``origin``'s robots.txt, or None (fetch it)."""
+        d = self.controls.robots_get(origin)
+        return d.addCallback(self._checked, origin)
+
+    def _checked(self, raw: object, origin: str) -> RobotsRecord | None:
+        if raw is None:
+            return None
+        now = self.wall()
+        try:
+            record = decode(raw, now)
+        except ValueError as exc:
+            self.stats.inc_value("frontier/robots/cache_invalid")
+            log = logger.debug if self._warned else logger.warning
+            self._warned = True
+            log("The robots.txt kept for %s is not valid (%s): it is fetched again, and "
+                "frontier/robots/cache_invalid counts such records", origin, exc)
+            return None
+        if not record.fresh(now, self.max_age):
+            return None
+        self.stats.inc_value("frontier/robots/cached")
+        return record
+
+    def keep(self, origin: str, status: int, body: bytes) -> bool:
+        """The final answer to ``origin``'s robots.txt came from the site: keep it when
+        it is definitive. Whether it was kept."""
+        record = record_of(status, body, self.wall())
+        if record is None:
+            return False
+        self.controls.robots_put(origin, encode(record), self.max_age)
+        self.stats.inc_value("frontier/robots/stored")
+        return True
+
+
+__all__ = ["RobotsCache", "robots_origin"]
