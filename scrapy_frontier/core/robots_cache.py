@@ -16,12 +16,19 @@ asks again. Redirects were followed (up to 5 hops and more) before the answer ca
 A record is stored as bytes (:func:`encode`); what a store hands back is untrusted and
 checked again (:func:`decode` raises ``ValueError`` for anything this module did not
 write, a body over the cap, or a fetch time in the future).
+
+That check is of the record's shape only: whoever can write the store can write a
+well-formed, permissive robots.txt. With ``FRONTIER_SIGNING_KEYS`` each record is stored
+sealed (:func:`seal`): the keyring's tag covers the origin and the record, so a record is
+read (:func:`unseal`) only if a key verifies it and it was sealed for the origin asked
+for, not copied from another site's key.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 #: RFC 9309 2.5: a crawler parses at least the first 500 KiB; the rest is not kept.
 MAX_BODY = 500 * 1024
@@ -33,6 +40,16 @@ CLOCK_SLACK = 300.0
 MAX_ORIGIN = 2048
 
 _MAGIC = b"robots1"
+#: The first byte of a sealed blob (``scrapy_frontier.codec.SEALED``).
+_SEALED = b"\x03"
+
+
+class Keyring(Protocol):
+    """``FRONTIER_SIGNING_KEYS`` (``scrapy_frontier.codec.RowKeys``)."""
+
+    def seal(self, row: bytes) -> bytes: ...
+
+    def verified(self, data: bytes) -> bytes | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +115,39 @@ def decode(raw: object, now: float) -> RobotsRecord:
     return RobotsRecord(status, body, fetched_at)
 
 
+def seal(keys: Keyring, origin: str, stored: bytes) -> bytes:
+    """``stored`` (an :func:`encode`-d record) as kept for ``origin`` with keys: sealed
+    together with the origin, which a well-formed origin keeps apart (it has no newline)."""
+    return keys.seal(origin.encode() + b"\n" + stored)
+
+
+def unseal(keys: Keyring | None, origin: str, raw: object) -> object:
+    """What to :func:`decode` of ``raw``, kept for ``origin``: with ``keys``, the record
+    inside a seal that a key verifies and that names ``origin``; without, ``raw`` unless it
+    is sealed. ``ValueError`` saying why it is not to be read."""
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8", "surrogateescape")
+    if not isinstance(raw, bytes | bytearray | memoryview):
+        raise ValueError(f"a {type(raw).__name__}, not bytes")
+    raw = bytes(raw)
+    sealed = raw[:1] == _SEALED
+    if keys is None:
+        if sealed:
+            raise ValueError("it is sealed, and FRONTIER_SIGNING_KEYS is not set")
+        return raw
+    if not sealed:
+        raise ValueError("it is not sealed, and FRONTIER_SIGNING_KEYS is set: a client "
+                         "without the key wrote it")
+    inner = keys.verified(raw)
+    if inner is None:
+        raise ValueError("its seal matches no key of FRONTIER_SIGNING_KEYS: it was forged, "
+                         "damaged, or sealed with a key no longer listed")
+    named, newline, stored = inner.partition(b"\n")
+    if not newline or named != origin.encode():
+        raise ValueError("it was sealed for another site")
+    return stored
+
+
 def check_origin(origin: str) -> str:
     """``origin`` if it is one a store may key: ``http(s)://`` a host, no path, short."""
     if (not origin.startswith(("http://", "https://")) or len(origin) > MAX_ORIGIN
@@ -107,5 +157,5 @@ def check_origin(origin: str) -> str:
     return origin
 
 
-__all__ = ["MAX_AGE", "MAX_BODY", "RobotsRecord", "check_origin", "decode", "definitive",
-           "encode", "record_of"]
+__all__ = ["MAX_AGE", "MAX_BODY", "Keyring", "RobotsRecord", "check_origin", "decode",
+           "definitive", "encode", "record_of", "seal", "unseal"]

@@ -21,6 +21,7 @@ from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_frontier.backends.ports import BackendContext, build_backend, load_backend
+from scrapy_frontier.codec import RowKeys
 from scrapy_frontier.errors import FrontierError, StoreError
 from scrapy_frontier.fingerprint import Fingerprinter64
 from scrapy_frontier.hostkey import HostlessURL
@@ -369,9 +370,13 @@ _SCRAPY_QUEUE_SETTINGS = (
 
 def _robots_cache(config: FrontierConfig, backend: Backend,
                   stats: StatsCollector) -> RobotsCache | None:
-    """FRONTIER_ROBOTS_CACHE: robots.txt answers kept with the backend; 0: none."""
+    """FRONTIER_ROBOTS_CACHE: robots.txt answers kept with the backend, sealed with
+    FRONTIER_SIGNING_KEYS; 0: none."""
     seconds = config.site_limits.robots_cache
-    return RobotsCache(backend.controls, stats, seconds) if seconds > 0 else None
+    if seconds <= 0:
+        return None
+    keys = RowKeys(config.signing_keys) if config.signing_keys else None
+    return RobotsCache(backend.controls, stats, seconds, keys=keys)
 
 
 def _warn_about_stacked_delays(crawler: Crawler) -> None:

@@ -8,6 +8,12 @@ one; otherwise the request goes to the site and :meth:`RobotsCache.keep` keeps i
 answer when RFC 9309 calls it definitive (see ``core/robots_cache.py``). Scrapy's
 middleware parses either the same way: ``ROBOTSTXT_PARSER``, ``ROBOTSTXT_USER_AGENT`` and
 the ``robots_parsed`` signal (Crawl-delay, the Sitemap lines) work as without the cache.
+
+With ``FRONTIER_SIGNING_KEYS`` every record is sealed for its origin, on every backend: the
+shell does not know which store is shared (Redis) and which is private (a JOBDIR, or
+memory), and a record that fails costs one fetch of a robots.txt, not lost work, so the
+leniency a private store has for queued rows is not needed here. Turning keys on, or
+dropping one, makes each site's robots.txt be fetched once more.
 """
 
 from __future__ import annotations
@@ -18,7 +24,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from scrapy_frontier.core.robots_cache import RobotsRecord, check_origin, decode, encode, record_of
+from scrapy_frontier.core.robots_cache import (
+    Keyring,
+    RobotsRecord,
+    check_origin,
+    decode,
+    encode,
+    record_of,
+    seal,
+    unseal,
+)
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
@@ -49,10 +64,12 @@ class RobotsCache:
     """Reads and keeps each site's robots.txt record through the backend's port."""
 
     def __init__(self, controls: HostControlPort, stats: StatsCollector, max_age: float, *,
-                 wall: Callable[[], float] = time.time) -> None:
+                 keys: Keyring | None = None, wall: Callable[[], float] = time.time) -> None:
         self.controls = controls
         self.stats = stats
         self.max_age = max_age
+        #: FRONTIER_SIGNING_KEYS: records are sealed, and only verified ones are read.
+        self.keys = keys
         #: Wall-clock time: records are shared across processes and runs.
         self.wall = wall
         self._warned = False
@@ -67,7 +84,7 @@ class RobotsCache:
             return None
         now = self.wall()
         try:
-            record = decode(raw, now)
+            record = decode(unseal(self.keys, origin, raw), now)
         except ValueError as exc:
             self.stats.inc_value("frontier/robots/cache_invalid")
             log = logger.debug if self._warned else logger.warning
@@ -86,7 +103,10 @@ class RobotsCache:
         record = record_of(status, body, self.wall())
         if record is None:
             return False
-        self.controls.robots_put(origin, encode(record), self.max_age)
+        stored = encode(record)
+        if self.keys is not None:
+            stored = seal(self.keys, origin, stored)
+        self.controls.robots_put(origin, stored, self.max_age)
         self.stats.inc_value("frontier/robots/stored")
         return True
 

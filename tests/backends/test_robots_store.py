@@ -15,7 +15,8 @@ from scrapy import Request
 from scrapy.http import Response
 from twisted.internet.defer import Deferred, ensureDeferred
 
-from scrapy_frontier.core.robots_cache import RobotsRecord, encode
+from scrapy_frontier.codec import RowKeys
+from scrapy_frontier.core.robots_cache import RobotsRecord, encode, seal
 from scrapy_frontier.downloadermiddlewares import RobotsCacheMiddleware
 from scrapy_frontier.meta import ROBOTS_ORIGIN_META
 from tests.contract_helpers import CONTRACT_DRIVERS, Driver, Run, driver_settings
@@ -23,6 +24,7 @@ from tests.contract_helpers import CONTRACT_DRIVERS, Driver, Run, driver_setting
 Gen = Generator[Any, Any, None]
 ORIGIN = "http://example.com:8080"
 ROBOTS = b"User-agent: *\nDisallow: /private\nCrawl-delay: 2\n"
+KEY = "k" * 32
 
 
 @pytest.fixture(params=CONTRACT_DRIVERS)
@@ -131,5 +133,43 @@ def test_the_cache_off_answers_nothing_and_keeps_nothing(driver: Driver) -> Gen:
         assert mw.process_request(request) is None
         mw.process_response(request, Response(request.url, body=ROBOTS, request=request))
         assert (yield run.scheduler.backend.controls.robots_get(ORIGIN)) is None
+    finally:
+        yield run.close()
+
+
+@pytest_twisted.inlineCallbacks
+def test_with_keys_a_forged_record_is_fetched_again_and_the_sites_answer_kept_sealed(
+        driver: Driver, caplog: pytest.LogCaptureFixture) -> Gen:
+    """Whoever can write the store (Redis) may plant a permissive robots.txt: with
+    FRONTIER_SIGNING_KEYS it is not used, and the site is asked."""
+    run = Run(driver, extra={"FRONTIER_SIGNING_KEYS": [KEY]})
+    yield run.open()
+    try:
+        controls = run.scheduler.backend.controls
+        now = run.scheduler.robots.cache.wall()
+        allow_all = encode(RobotsRecord(200, b"User-agent: *\nAllow: /\n", now))
+        forged = (
+            allow_all,  # unsealed, as a client without the key writes it
+            seal(RowKeys(["o" * 32]), ORIGIN, allow_all),  # sealed with another key
+            seal(RowKeys([KEY]), "https://example.org", allow_all),  # another site's, copied
+        )
+        mw = RobotsCacheMiddleware(run.crawler)
+        with caplog.at_level(logging.DEBUG, logger="scrapy_frontier.robots"):
+            for raw in forged:
+                controls.robots_put(ORIGIN, raw, 60.0)
+                request = _robots_request()
+                assert (yield _ask(mw, request)) is None  # fetched from the site
+        stats = run.crawler.stats
+        assert stats.get_value("frontier/robots/cache_invalid") == 3
+        assert stats.get_value("frontier/robots/cached") is None
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1 and "not sealed" in warnings[0].getMessage()
+        # The site's answer replaces the forged record, sealed, and answers next time.
+        mw.process_response(request, Response(request.url, status=200, body=ROBOTS,
+                                              request=request))
+        kept = yield controls.robots_get(ORIGIN)
+        assert bytes(kept)[:1] == b"\x03"
+        answer = yield _ask(mw, _robots_request())
+        assert isinstance(answer, Response) and answer.body == ROBOTS
     finally:
         yield run.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from scrapy_frontier.codec import RowKeys
 from scrapy_frontier.core.robots_cache import (
     MAX_AGE,
     MAX_BODY,
@@ -13,6 +14,8 @@ from scrapy_frontier.core.robots_cache import (
     definitive,
     encode,
     record_of,
+    seal,
+    unseal,
 )
 
 NOW = 1_700_000_000.0
@@ -78,3 +81,39 @@ def test_origins_are_scheme_host_and_port_only() -> None:
                 "http://exa mple.com", "http://x\n", "http://" + "a" * 3000):
         with pytest.raises(ValueError):
             check_origin(bad)
+
+
+KEYS = RowKeys(["k" * 32])
+ORIGIN = "http://a.example"
+
+
+def test_a_sealed_record_reads_back_for_its_origin_only_with_a_key_that_verifies() -> None:
+    stored = encode(RobotsRecord(200, b"Disallow: /x", NOW))
+    sealed = seal(KEYS, ORIGIN, stored)
+    assert sealed[:1] == b"\x03"
+    assert unseal(KEYS, ORIGIN, sealed) == stored
+    assert unseal(KEYS, ORIGIN, sealed.decode("utf-8", "surrogateescape")) == stored
+    rotated = RowKeys(["n" * 32, "k" * 32])  # a new key first, the old one still listed
+    assert unseal(rotated, ORIGIN, sealed) == stored
+    assert unseal(None, ORIGIN, stored) == stored  # no keys: read as it is, then checked
+
+
+@pytest.mark.parametrize(("keys", "raw", "why"), [
+    # With keys: a record without a seal, as a client without the key writes it.
+    (KEYS, encode(RobotsRecord(200, b"Allow: /", NOW)), "not sealed"),
+    # Sealed with a key not listed, or damaged, or cut short.
+    (KEYS, seal(RowKeys(["o" * 32]), ORIGIN, b"robots1 200 1.0\nAllow: /"), "matches no key"),
+    (KEYS, seal(KEYS, ORIGIN, b"robots1 200 1.0\nDisallow: /")[:-1] + b"!", "matches no key"),
+    (KEYS, b"\x03", "matches no key"),
+    # Another site's record, copied to this site's key.
+    (KEYS, seal(KEYS, "http://b.example", b"robots1 200 1.0\nAllow: /"), "another site"),
+    (KEYS, seal(KEYS, ORIGIN + ":80", b"robots1 200 1.0\nAllow: /"), "another site"),
+    (KEYS, KEYS.seal(b"robots1 200 1.0\nAllow: /"), "another site"),
+    (KEYS, 12, "not bytes"),
+    # Without keys a sealed record is not read (it cannot be verified).
+    (None, seal(KEYS, ORIGIN, b"robots1 200 1.0\n"), "FRONTIER_SIGNING_KEYS is not set"),
+])
+def test_a_record_that_is_not_sealed_for_its_origin_is_refused(
+        keys: RowKeys | None, raw: object, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        unseal(keys, ORIGIN, raw)

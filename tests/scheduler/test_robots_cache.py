@@ -3,6 +3,7 @@ which requests it answers (no sleeping)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -10,7 +11,8 @@ from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.utils.test import get_crawler
 from twisted.internet.defer import Deferred, succeed
 
-from scrapy_frontier.core.robots_cache import RobotsRecord
+from scrapy_frontier.codec import RowKeys
+from scrapy_frontier.core.robots_cache import RobotsRecord, encode
 from scrapy_frontier.scheduler.robots_cache import RobotsCache, robots_origin
 
 DAY = 86400.0
@@ -39,10 +41,12 @@ class Wall:
         return self.now
 
 
-def _cache(max_age: float = DAY) -> tuple[RobotsCache, Store, Wall, Any]:
+def _cache(max_age: float = DAY, keys: RowKeys | None = None
+           ) -> tuple[RobotsCache, Store, Wall, Any]:
     store, wall = Store(), Wall()
     stats = MemoryStatsCollector(get_crawler())
-    return RobotsCache(store, stats, max_age, wall=wall), store, wall, stats  # type: ignore[arg-type]
+    cache = RobotsCache(store, stats, max_age, keys=keys, wall=wall)  # type: ignore[arg-type]
+    return cache, store, wall, stats
 
 
 def _lookup(cache: RobotsCache, origin: str) -> RobotsRecord | None:
@@ -87,3 +91,30 @@ def test_only_a_sites_robots_txt_has_an_origin() -> None:
                 "ftp://example.com/robots.txt", "http://u:p@example.com/robots.txt",
                 "http:///robots.txt", "http://[::1/robots.txt"):
         assert robots_origin(url) is None, url
+
+
+def test_with_keys_records_are_sealed_and_a_forged_one_is_fetched_again(
+        caplog: pytest.LogCaptureFixture) -> None:
+    keys = RowKeys(["k" * 32])
+    cache, store, wall, stats = _cache(keys=keys)
+    assert cache.keep("http://a.example", 200, b"Disallow: /x")
+    kept = store.records["http://a.example"]
+    assert kept[:1] == b"\x03"
+    assert _lookup(cache, "http://a.example") == RobotsRecord(200, b"Disallow: /x", wall.now)
+    permissive = encode(RobotsRecord(200, b"User-agent: *\nAllow: /\n", wall.now))
+    with caplog.at_level(logging.DEBUG, logger="scrapy_frontier.robots"):
+        for forged in (permissive,  # unsealed
+                       RowKeys(["o" * 32]).seal(b"http://a.example\n" + permissive),  # other key
+                       kept):  # a.example's record, copied to b.example's key
+            store.records["http://b.example"] = forged
+            assert _lookup(cache, "http://b.example") is None
+    assert stats.get_value("frontier/robots/cache_invalid") == 3
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "not sealed" in warnings[0].getMessage()
+    # A cache without keys neither reads a sealed record nor writes one.
+    plain, plain_store, _, plain_stats = _cache()
+    plain_store.records["http://a.example"] = kept
+    assert _lookup(plain, "http://a.example") is None
+    assert plain_stats.get_value("frontier/robots/cache_invalid") == 1
+    assert plain.keep("http://a.example", 404, b"")
+    assert plain_store.records["http://a.example"].startswith(b"robots1 404 ")

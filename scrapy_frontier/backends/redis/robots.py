@@ -3,8 +3,9 @@
 One string key per origin, ``P robots:<scheme://host[:port]>``, under the first
 partition's prefix, written with an expiry (``SET ... PX``): Redis forgets a record once
 ``FRONTIER_ROBOTS_CACHE`` has passed, so the keys never outgrow the sites crawled in that
-time. The value is a record of ``scrapy_frontier.core.robots_cache``, which the reader
-checks (it is untrusted). Both calls run on the I/O thread.
+time. The value is a record of ``scrapy_frontier.core.robots_cache`` (sealed with
+``FRONTIER_SIGNING_KEYS``), which the reader checks (it is untrusted). Both calls run on the
+I/O thread.
 """
 
 from __future__ import annotations
