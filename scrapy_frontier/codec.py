@@ -112,11 +112,22 @@ ALLOWED_GLOBALS = frozenset({
     ("collections", "deque"),
     ("uuid", "UUID"),
 })
+#: String subclasses a row may name, read back as the plain type they subclass: lxml's
+#: "smart strings", which Scrapy's link extractors put in meta (``link_text``).
+PLAIN_SUBSTITUTES: dict[tuple[str, str], type] = {
+    ("lxml.etree", "_ElementUnicodeResult"): str,
+    ("lxml.etree", "_ElementStringResult"): bytes,
+}
+
+
 class RestrictedUnpickler(pickle.Unpickler):
     """Builds plain values and the classes of :data:`ALLOWED_GLOBALS`; refuses any other
     global (a function or class a forged row would call) and persistent ids."""
 
     def find_class(self, module: str, name: str) -> Any:
+        substitute = PLAIN_SUBSTITUTES.get((module, name))
+        if substitute is not None:
+            return substitute
         if (module, name) in ALLOWED_GLOBALS:
             return super().find_class(module, name)
         raise UntrustedRow(
@@ -138,8 +149,7 @@ def _names_a_global(payload: bytes) -> bool:
 
 class RowKeys:
     """The keyring of ``FRONTIER_SIGNING_KEYS``: the first key seals rows, every key
-    verifies them (so a key can be rotated: add the new one first, drop the old one once
-    no row sealed with it is queued)."""
+    verifies them, so a key can be rotated (three steps: docs/security.rst)."""
 
     def __init__(self, secrets: Sequence[str]) -> None:
         if not secrets:
@@ -183,8 +193,9 @@ class RowTrust:
 
     @property
     def checks(self) -> bool:
-        """Rows are checked when read: sealed, or from a store outside the code's boundary."""
-        return self.keys is not None or not self.private
+        """A store outside the code's boundary has its rows checked when read; a private
+        one's rows are read in full, sealed or not."""
+        return not self.private
 
     def opened(self, data: bytes) -> tuple[bytes, bool]:
         """(the compact or full row inside ``data``, whether it may be unpickled in full).
@@ -228,10 +239,14 @@ class RowTrust:
         row read restricted) every global its pickle names. Needs no spider; runs no code."""
         try:
             row, full = self.opened(data)
-            if not full and row[:1] in (_COMPACT_TAG, _FULL_TAG):
+            if not full and row[:1] == _COMPACT_TAG:
+                plain_fields(restricted_loads(row[1:]))
+            elif not full and row[:1] == _FULL_TAG:
                 value = restricted_loads(row[1:])
-                if row[:1] == _FULL_TAG and isinstance(value, dict):
-                    request_class(value.get("_class"))
+                if not isinstance(value, dict):
+                    raise UntrustedRow("it is not a request's dict")
+                request_class(value.get("_class"))
+                web_url(value.get("url"))
         except UntrustedRow as exc:
             return str(exc)
         except Exception as exc:  # noqa: BLE001 -- any failure is a refusal, named
@@ -353,6 +368,10 @@ def request_codec(spider: Any, *, compact: bool = True,
         restricted unpickler can read it back (a meta of other classes needs keys)."""
         if keys is not None:
             return keys.seal(row)
+        if not trust.private and not request.url.startswith(WEB_SCHEMES):
+            raise Unserializable(
+                f"{request}: only http(s) requests are kept in a shared store without "
+                "FRONTIER_SIGNING_KEYS (a forged row must not read a file)")
         if not trust.private and _names_a_global(row):
             try:
                 restricted_loads(row[1:])

@@ -216,11 +216,16 @@ def test_plain_urls_are_unchanged_by_safe_url_string() -> None:
     for url in ("http://h1.example/p/1", "https://a-b.example.org/x.y/z~_-/", "http://a.b/"):
         assert PLAIN_URL.fullmatch(url)
         assert Request(url).url == url
+    # Dot segments, and hosts whose last label is a number, which WHATWG parsing reads as IPv4.
+    for url in ("http://a.example/./b", "http://a.example/a/../b", "http://0/", "http://1.2.3/",
+                "http://a.0x1f/", "http://a.0x/", "http://a.09/", "http://127.0.0.1/"):
+        assert not PLAIN_URL.fullmatch(url), url
+    assert PLAIN_URL.fullmatch("http://a.0xg/") and PLAIN_URL.fullmatch("http://0a.example/")
 
 
 @given(
     scheme=st.sampled_from(["http", "https"]),
-    labels=st.lists(st.text("az09-", min_size=1, max_size=6), min_size=1, max_size=3),
+    labels=st.lists(st.text("az09x-", min_size=1, max_size=6), min_size=1, max_size=3),
     segments=st.lists(st.text("aZ09._~-", max_size=5), max_size=4),
     slash=st.booleans(),
     encoding=st.sampled_from(["utf-8", "latin-1", "cp1252"]),
@@ -531,3 +536,23 @@ def test_a_record_is_checked_by_its_url_and_its_kept_request() -> None:
     assert "is not http(s)" in str(SHARED.check_record("file:///etc/passwd", None))
     assert SHARED.check_record("http://a.example/x", None) is None  # nothing to verify
     assert "may not hold" in str(SHARED.check_record("http://a.example/x", forged(Path("m"))))
+
+
+def test_link_text_of_a_link_extractor_is_read_back_as_a_plain_string() -> None:
+    from scrapy.http import HtmlResponse
+    from scrapy.linkextractors import LinkExtractor
+
+    page = HtmlResponse("http://a.example/", encoding="utf-8",
+                        body=b"<html><body><a href='/x'>article 3</a></body></html>")
+    [link] = LinkExtractor().extract_links(page)
+    assert type(link.text) is not str  # lxml's smart string, a str subclass
+    c = codec(SHARED)
+    back = c.decode(c.encode(Request(link.url, meta={"link_text": link.text})))
+    assert back.meta["link_text"] == "article 3" and type(back.meta["link_text"]) is str
+
+
+def test_only_web_requests_are_kept_unsealed_in_a_shared_store() -> None:
+    for url in ("data:,a", "file:///etc/passwd"):
+        with pytest.raises(Unserializable, match="only http"):
+            codec(SHARED).encode(Request(url))
+        assert codec(SEALED).decode(codec(SEALED).encode(Request(url))).url == url
