@@ -10,11 +10,17 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
+from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
-from scrapy_frontier.meta import LEASE_META, ROBOTS_ORIGIN_META, ROBOTS_START_META
+from scrapy_frontier.meta import (
+    LEASE_META,
+    ROBOTS_ORIGIN_META,
+    ROBOTS_STALE_META,
+    ROBOTS_START_META,
+)
 from scrapy_frontier.reactor.timer import call_later
 from scrapy_frontier.scheduler.engine import running_scheduler
 from scrapy_frontier.scheduler.robots_cache import robots_origin
@@ -24,6 +30,7 @@ if TYPE_CHECKING:
 
     from scrapy.crawler import Crawler
 
+    from scrapy_frontier.core.robots_cache import RobotsRecord
     from scrapy_frontier.scheduler.robots_cache import RobotsCache
 
 logger = logging.getLogger("scrapy_frontier.downloadermiddlewares")
@@ -99,7 +106,9 @@ class FetchTimingMiddleware:
         exception: Exception | None = None,
     ) -> None:
         if LEASE_META not in request.meta:
-            started = request.meta.get(ROBOTS_START_META)
+            # Taken: an attempt ends once, though a response that stands in for an error
+            # (RobotsCacheMiddleware) passes here after the error did.
+            started = request.meta.pop(ROBOTS_START_META, None)
             if started is not None:
                 scheduler = running_scheduler(self.crawler)
                 if scheduler is not None:
@@ -172,9 +181,15 @@ class RobotsCacheMiddleware:
     middleware times nothing), and what it keeps is the final answer, after redirects and
     retries. Scrapy's middleware parses a kept answer as a fetched one. A kept answer is a
     Response flagged ``cached``, with the stored status and body.
+
+    A record no longer fresh goes with the request to the site: if the final answer says
+    the robots.txt is unreachable (5xx, 429, or an error once retries are spent), the
+    record, if younger than 30 days, answers instead (flagged ``cached`` and ``stale``), as
+    RFC 9309 allows. Without one, the site's answer goes to Scrapy's middleware as it is.
     """
 
     FLAG = "cached"
+    STALE_FLAG = "stale"
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
@@ -200,15 +215,17 @@ class RobotsCacheMiddleware:
     async def _answer(self, cache: RobotsCache, origin: str, request: Request
                       ) -> Response | None:
         try:
-            record = await maybe_deferred_to_future(cache.lookup(origin))
+            kept = await maybe_deferred_to_future(cache.lookup(origin))
         except Exception:  # noqa: BLE001 -- a store that fails: the site answers
             logger.debug("robots.txt of %s: the kept answer could not be read", origin,
                          exc_info=True)
             return None
-        if record is None:
+        if kept is None:
             return None  # fetched from the site
-        return Response(request.url, status=record.status, body=record.body,
-                        request=request, flags=[self.FLAG])
+        if not kept.fresh:
+            request.meta[ROBOTS_STALE_META] = kept.record  # fetched; it may stand in
+            return None
+        return self._kept(request, kept.record)
 
     def process_response(self, request: Request, response: Response, spider: Any = None
                          ) -> Response:
@@ -216,9 +233,28 @@ class RobotsCacheMiddleware:
         if origin is None or self.FLAG in response.flags:
             return response
         cache = self._cache()
-        if cache is not None:
-            cache.keep(origin, response.status, response.body)
+        if cache is None:
+            return response
+        stale = cache.stand_in(origin, request.meta.get(ROBOTS_STALE_META), response.status)
+        if stale is not None:
+            return self._kept(request, stale, self.STALE_FLAG)
+        cache.keep(origin, response.status, response.body)
         return response
+
+    def process_exception(self, request: Request, exception: Exception, spider: Any = None
+                          ) -> Response | None:
+        """No answer once retries are spent: the record kept, if it may stand in."""
+        meta = request.meta
+        origin, kept = meta.get(ROBOTS_ORIGIN_META), meta.get(ROBOTS_STALE_META)
+        if origin is None or kept is None or isinstance(exception, IgnoreRequest):
+            return None  # an ignored request is the project's choice, not the site's answer
+        cache = self._cache()
+        stale = None if cache is None else cache.stand_in(origin, kept, None)
+        return None if stale is None else self._kept(request, stale, self.STALE_FLAG)
+
+    def _kept(self, request: Request, record: RobotsRecord, *flags: str) -> Response:
+        return Response(request.url, status=record.status, body=record.body,
+                        request=request, flags=[self.FLAG, *flags])
 
     def _cache(self) -> RobotsCache | None:
         scheduler = running_scheduler(self.crawler)

@@ -13,6 +13,12 @@ body) are all that is needed to reproduce the decision, with the wall-clock time
 fetch for the age. An unreachable answer is never kept: the next worker, or the next run,
 asks again. Redirects were followed (up to 5 hops and more) before the answer came here.
 
+A record answers for its site while it is fresh (:meth:`RobotsRecord.fresh`). After that
+the site is asked again, and if it answers that the file is unreachable, the record, up to
+:data:`STALE_LIMIT` old, answers instead (:func:`stand_in`): RFC 9309 2.4 allows a cached
+copy past 24 hours while the file is unreachable, and 2.3.1.4 names 30 days as a
+reasonably long time for that. Without a record, the unreachable answer stands.
+
 A record is stored as bytes (:func:`encode`); what a store hands back is untrusted and
 checked again (:func:`decode` raises ``ValueError`` for anything this module did not
 write, a body over the cap, or a fetch time in the future).
@@ -34,6 +40,8 @@ from typing import Protocol
 MAX_BODY = 500 * 1024
 #: RFC 9309 2.4: a cached robots.txt should not be used for more than 24 hours.
 MAX_AGE = 24 * 3600.0
+#: RFC 9309 2.3.1.4: how old a kept copy may be and still answer for an unreachable file.
+STALE_LIMIT = 30 * 24 * 3600.0
 #: How far in the future a fetch time may be (another worker's clock running ahead).
 CLOCK_SLACK = 300.0
 #: An origin (``scheme://host:port``) longer than this is no key of ours.
@@ -70,11 +78,30 @@ class RobotsRecord:
         """Whether it may still answer for the site at wall-clock time ``now``."""
         return -CLOCK_SLACK <= self.age(now) < max_age
 
+    def may_stand_in(self, now: float) -> bool:
+        """Whether it may answer at ``now`` for a site whose robots.txt is unreachable."""
+        return self.fresh(now, STALE_LIMIT)
+
 
 def definitive(status: int) -> bool:
     """Whether an answer of ``status`` says what the site's rules are (and may be kept):
     2xx (the rules) and 4xx but 429 (none). 3xx left here were not followed."""
     return 200 <= status < 300 or (400 <= status < 500 and status != 429)
+
+
+def unreachable(status: int | None) -> bool:
+    """Whether a final answer of ``status`` says the robots.txt is unreachable: 5xx, 429, or
+    no answer at all (None: the download failed)."""
+    return status is None or 500 <= status < 600 or status == 429
+
+
+def stand_in(kept: RobotsRecord | None, status: int | None, now: float) -> RobotsRecord | None:
+    """The record that answers at ``now`` in place of a final answer of ``status`` (None:
+    no answer): ``kept``, when the answer says the file is unreachable and ``kept`` is
+    younger than :data:`STALE_LIMIT`; otherwise None, and the answer stands."""
+    if kept is None or not unreachable(status) or not kept.may_stand_in(now):
+        return None
+    return kept
 
 
 def record_of(status: int, body: bytes, fetched_at: float) -> RobotsRecord | None:
@@ -157,5 +184,6 @@ def check_origin(origin: str) -> str:
     return origin
 
 
-__all__ = ["MAX_AGE", "MAX_BODY", "Keyring", "RobotsRecord", "check_origin", "decode",
-           "definitive", "encode", "record_of", "seal", "unseal"]
+__all__ = ["MAX_AGE", "MAX_BODY", "STALE_LIMIT", "Keyring", "RobotsRecord", "check_origin",
+           "decode", "definitive", "encode", "record_of", "seal", "stand_in", "unreachable",
+           "unseal"]

@@ -1,8 +1,9 @@
 """Each site's last robots.txt answer, kept in Redis for every worker and later runs.
 
 One string key per origin, ``P robots:<scheme://host[:port]>``, under the first
-partition's prefix, written with an expiry (``SET ... PX``): Redis forgets a record once
-``FRONTIER_ROBOTS_CACHE`` has passed, so the keys never outgrow the sites crawled in that
+partition's prefix, written with an expiry (``SET ... PX``): Redis forgets a record 30 days
+after its fetch (it answers while fresh, ``FRONTIER_ROBOTS_CACHE``, and after that while
+the site's robots.txt is unreachable), so the keys never outgrow the sites crawled in that
 time. The value is a record of ``scrapy_frontier.core.robots_cache`` (sealed with
 ``FRONTIER_SIGNING_KEYS``), which the reader checks (it is untrusted). Both calls run on the
 I/O thread.

@@ -18,8 +18,9 @@ crawl's write lock, and so that the crawl reads one small table, not its queues:
   steered entries, each key as in ``FRONTIER_HOST_POLICY`` and its fields as JSON.
 * ``robots(origin, expires, record)`` -- written by the crawl: each site's last
   definitive robots.txt answer (``scrapy_frontier.core.robots_cache``), kept until
-  ``expires`` (wall-clock time, FRONTIER_ROBOTS_CACHE after its fetch) so that the next
-  run does not fetch it again.
+  ``expires`` (wall-clock time, 30 days after its fetch): the next run does not fetch it
+  again while it is fresh (FRONTIER_ROBOTS_CACHE), and uses it after that while the
+  site's robots.txt is unreachable.
 * ``control_meta(key, value)`` -- ``format``, ``version`` and ``seq``, raised by every
   command write: the crawl polls ``seq`` (one indexed read) and reads the controls
   only when it changed.
