@@ -12,13 +12,15 @@ from typing import Any
 import pytest
 import pytest_twisted
 from scrapy import Request
+from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 from twisted.internet.defer import Deferred, ensureDeferred
 
 from scrapy_frontier.codec import RowKeys
-from scrapy_frontier.core.robots_cache import RobotsRecord, encode, seal
+from scrapy_frontier.core.robots_cache import STALE_LIMIT, RobotsRecord, encode, seal
 from scrapy_frontier.downloadermiddlewares import RobotsCacheMiddleware
-from scrapy_frontier.meta import ROBOTS_ORIGIN_META
+from scrapy_frontier.meta import ROBOTS_ORIGIN_META, ROBOTS_STALE_META
+from scrapy_frontier.scheduler.robots_cache import Kept
 from tests.contract_helpers import CONTRACT_DRIVERS, Driver, Run, driver_settings
 
 Gen = Generator[Any, Any, None]
@@ -109,8 +111,8 @@ def test_a_record_replaces_the_one_before_and_a_bad_one_is_fetched_again(
         now = cache.wall()
         controls.robots_put(ORIGIN, encode(RobotsRecord(200, b"old", now)), 60.0)
         controls.robots_put(ORIGIN, encode(RobotsRecord(404, b"", now)), 60.0)
-        record = yield cache.lookup(ORIGIN)
-        assert record == RobotsRecord(404, b"", now)
+        kept = yield cache.lookup(ORIGIN)
+        assert kept == Kept(RobotsRecord(404, b"", now), fresh=True)
         with caplog.at_level(logging.DEBUG, logger="scrapy_frontier.robots"):
             for raw in (b"not a record", encode(RobotsRecord(200, b"x", now + 86400))):
                 controls.robots_put(ORIGIN, raw, 60.0)
@@ -118,6 +120,57 @@ def test_a_record_replaces_the_one_before_and_a_bad_one_is_fetched_again(
         warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 1 and "fetched again" in warnings[0].getMessage()
         assert run.crawler.stats.get_value("frontier/robots/cache_invalid") == 2
+    finally:
+        yield run.close()
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_stale_answer_stands_in_while_the_robots_txt_is_unreachable(driver: Driver) -> Gen:
+    """RFC 9309: a copy past FRONTIER_ROBOTS_CACHE (here 2 days old) is not used while the
+    site answers, but stands in for a 5xx or no answer; such answers are never kept."""
+    run = Run(driver)
+    yield run.open()
+    try:
+        controls = run.scheduler.backend.controls
+        mw = RobotsCacheMiddleware(run.crawler)
+        stats = run.crawler.stats
+        # Nothing kept: the 503 goes to Scrapy's middleware as it is, and is not kept.
+        request = _robots_request()
+        yield _ask(mw, request)
+        down = Response(request.url, status=503, body=b"<html>down</html>", request=request)
+        assert mw.process_response(request, down) is down
+        assert mw.process_exception(request, TimeoutError()) is None
+        assert (yield controls.robots_get(ORIGIN)) is None
+        old = RobotsRecord(200, ROBOTS, run.scheduler.robots.cache.wall() - 2 * 86400)
+        controls.robots_put(ORIGIN, encode(old), STALE_LIMIT)
+        for n, outcome in enumerate((503, TimeoutError("no answer")), start=1):
+            request = _robots_request()
+            assert (yield _ask(mw, request)) is None  # stale: the site is asked
+            assert request.meta[ROBOTS_STALE_META] == old
+            if isinstance(outcome, int):
+                answer = mw.process_response(request, Response(
+                    request.url, status=outcome, body=b"<html>down</html>", request=request))
+            else:
+                answer = mw.process_exception(request, outcome)
+            assert isinstance(answer, Response)
+            assert (answer.status, answer.body, answer.flags) == (200, ROBOTS,
+                                                                  ["cached", "stale"])
+            assert stats.get_value("frontier/robots/stale_used") == n
+            mw.process_response(request, answer)  # passes the chain again: kept once only
+        ignored = _robots_request()
+        yield _ask(mw, ignored)
+        assert mw.process_exception(ignored, IgnoreRequest()) is None  # the project's choice
+        assert stats.get_value("frontier/robots/stored") is None
+        assert stats.get_value("frontier/robots/cached") is None
+        assert (yield run.scheduler.robots.cache.lookup(ORIGIN)) == Kept(old, fresh=False)
+        # The site's answer, when it has one, replaces the copy; a 404 is no rules.
+        request = _robots_request()
+        yield _ask(mw, request)
+        answer = mw.process_response(request, Response(request.url, status=404,
+                                                       request=request))
+        assert answer.flags == [] and stats.get_value("frontier/robots/stored") == 1
+        kept = yield run.scheduler.robots.cache.lookup(ORIGIN)
+        assert kept is not None and kept.fresh and kept.record.status == 404
     finally:
         yield run.close()
 

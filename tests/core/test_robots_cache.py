@@ -8,6 +8,7 @@ from scrapy_frontier.codec import RowKeys
 from scrapy_frontier.core.robots_cache import (
     MAX_AGE,
     MAX_BODY,
+    STALE_LIMIT,
     RobotsRecord,
     check_origin,
     decode,
@@ -15,6 +16,8 @@ from scrapy_frontier.core.robots_cache import (
     encode,
     record_of,
     seal,
+    stand_in,
+    unreachable,
     unseal,
 )
 
@@ -72,6 +75,36 @@ def test_a_record_is_fresh_for_its_max_age_by_the_clock_given() -> None:
     assert not record.fresh(NOW + 61, 60.0)
     assert record.fresh(NOW - 10, MAX_AGE)  # another worker's clock a little ahead
     assert not record.fresh(NOW - 3600, MAX_AGE)
+
+
+@pytest.mark.parametrize(("status", "unreached"), [
+    (None, True), (500, True), (503, True), (599, True), (429, True),
+    # Definitive answers, and redirects left unfollowed, are not "unreachable".
+    (200, False), (404, False), (403, False), (408, False), (301, False), (100, False),
+    (600, False),
+])
+def test_5xx_429_and_no_answer_say_the_file_is_unreachable(
+        status: int | None, unreached: bool) -> None:
+    assert unreachable(status) is unreached
+    if status is not None:
+        assert not (unreached and definitive(status))  # an unreachable answer is never kept
+
+
+def test_a_kept_copy_stands_in_for_an_unreachable_answer_for_30_days() -> None:
+    kept = RobotsRecord(200, b"User-agent: *\nDisallow: /private\n", NOW)
+    assert STALE_LIMIT == 30 * 86400.0
+    for status in (500, 503, 429, None):
+        assert stand_in(kept, status, NOW + MAX_AGE + 1) is kept  # stale: it answers
+    assert stand_in(kept, 503, NOW + STALE_LIMIT - 0.001) is kept
+    assert stand_in(kept, 503, NOW + STALE_LIMIT) is None  # 30 days: Scrapy's way
+    assert stand_in(kept, 503, NOW - 3600) is None  # fetched in the future: never
+    assert stand_in(None, 503, NOW + MAX_AGE) is None  # nothing kept: Scrapy's way
+    gone = RobotsRecord(404, b"", NOW)
+    assert stand_in(gone, None, NOW + MAX_AGE) is gone  # a kept "allow all" stands in too
+    # A definitive answer (or an unfollowed redirect) stands: it is the site's rules now.
+    for status in (200, 404, 403, 301):
+        assert stand_in(kept, status, NOW + MAX_AGE + 1) is None
+    assert kept.may_stand_in(NOW + 10 * 86400) and not kept.fresh(NOW + 10 * 86400, MAX_AGE)
 
 
 def test_origins_are_scheme_host_and_port_only() -> None:

@@ -2,23 +2,30 @@
 ROBOTSTXT_OBEY, judged by the server's request log.
 
 Three Redis workers fetch each host's robots.txt once between them, and their next crawl
-fetches none; a JOBDIR crawl run twice fetches robots.txt in its first run only.
+fetches none; a JOBDIR crawl run twice fetches robots.txt in its first run only; a stale
+answer stands in for a robots.txt that answers 500 or not at all.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import socket
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import pytest
 
 from frontier_testweb import ServerProcess, audit, read_log
 from frontier_testweb.crawl import BASE_SETTINGS, FRONTIER_ADDON, run_crawl
+from scrapy_frontier.backends.sqlite.control import ControlFile
+from scrapy_frontier.core.robots_cache import STALE_LIMIT, RobotsRecord, encode
+from scrapy_frontier.scheduler.robots_cache import robots_origin
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.crawl
@@ -148,3 +155,51 @@ def test_with_the_cache_off_every_run_fetches_robots_txt(tmp_path: Path) -> None
             assert "frontier/robots/stored" not in result.stats
             assert "frontier/robots/cached" not in result.stats
     assert sorted(_robots_per_host(read_log(log)).values()) == [2] * HOSTS
+
+
+def _dead_url() -> str:
+    """A URL of a loopback port nothing listens on: its robots.txt gets no answer."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/p/0"
+
+
+def test_a_stale_answer_stands_in_when_robots_txt_answers_500_or_nothing(
+        tmp_path: Path) -> None:
+    """Scrapy's own chain: RetryMiddleware spends its retries, then the answer kept two days
+    ago (Disallow: /) answers for the 500s and the refused connection, so nothing is crawled
+    (without it, Scrapy would parse the 500 page and crawl everything)."""
+    job = tmp_path / "job"
+    job.mkdir(mode=0o700)
+    log = tmp_path / "server.jsonl"
+    disallow_all = b"User-agent: *\nDisallow: /\n"
+    with ServerProcess([*WEB, "--robots-failures", "99"], log_path=str(log)) as web:
+        start_urls = [*web.start_urls, _dead_url()]
+        origins = [robots_origin(urljoin(url, "/robots.txt")) for url in start_urls]
+        stale = encode(RobotsRecord(200, disallow_all, time.time() - 2 * 86400))
+        control = ControlFile(job)
+        try:
+            for origin in origins:
+                assert origin is not None
+                control.save_robots(origin, stale, time.time() + STALE_LIMIT, time.time())
+        finally:
+            control.close()
+        result = run_crawl(start_urls, {
+            "ADDONS": FRONTIER_ADDON, "ROBOTSTXT_OBEY": True, "JOBDIR": str(job),
+            "FRONTIER_MIN_DELAY": MIN_DELAY, "RETRY_ENABLED": True, "RETRY_TIMES": 1},
+            allowed_domains=[*web.allowed_domains, "127.0.0.1"], workdir=tmp_path / "crawl")
+        entries = read_log(log)
+    assert result.returncode == 0, result.output[-3000:]
+    # Each served robots.txt was asked twice (one retry) and answered 500; no page was asked.
+    assert sorted(_robots_per_host(entries).values()) == [2] * HOSTS
+    assert {(e.path, e.status) for e in entries} == {("/robots.txt", 500)}
+    stats = result.stats
+    assert stats["frontier/robots/stale_used"] == HOSTS + 1
+    assert stats["robotstxt/forbidden"] == HOSTS + 1
+    assert "frontier/robots/stored" not in stats and "frontier/robots/cached" not in stats
+    control = ControlFile(job)
+    try:  # the unreachable answers were not kept: the stale copies are still there
+        assert [control.robots(str(o), time.time()) for o in origins] == [stale] * len(origins)
+    finally:
+        control.close()

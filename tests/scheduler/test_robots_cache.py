@@ -12,8 +12,8 @@ from scrapy.utils.test import get_crawler
 from twisted.internet.defer import Deferred, succeed
 
 from scrapy_frontier.codec import RowKeys
-from scrapy_frontier.core.robots_cache import RobotsRecord, encode
-from scrapy_frontier.scheduler.robots_cache import RobotsCache, robots_origin
+from scrapy_frontier.core.robots_cache import STALE_LIMIT, RobotsRecord, encode
+from scrapy_frontier.scheduler.robots_cache import Kept, RobotsCache, robots_origin
 
 DAY = 86400.0
 
@@ -49,16 +49,22 @@ def _cache(max_age: float = DAY, keys: RowKeys | None = None
     return cache, store, wall, stats
 
 
-def _lookup(cache: RobotsCache, origin: str) -> RobotsRecord | None:
-    out: list[RobotsRecord | None] = []
+def _kept(cache: RobotsCache, origin: str) -> Kept | None:
+    out: list[Kept | None] = []
     cache.lookup(origin).addCallback(out.append)
     return out[0]
+
+
+def _lookup(cache: RobotsCache, origin: str) -> RobotsRecord | None:
+    """The fresh record: the one that answers without a fetch."""
+    kept = _kept(cache, origin)
+    return kept.record if kept is not None and kept.fresh else None
 
 
 def test_a_kept_answer_is_reused_until_its_age_reaches_the_setting() -> None:
     cache, store, wall, stats = _cache(max_age=DAY)
     assert cache.keep("http://a.example", 200, b"Disallow: /x")
-    assert store.keeps == [DAY]
+    assert store.keeps == [STALE_LIMIT]  # the store keeps it 30 days, for stand_in
     wall.now += DAY - 1
     assert _lookup(cache, "http://a.example") == RobotsRecord(200, b"Disallow: /x",
                                                               wall.now - DAY + 1)
@@ -66,6 +72,38 @@ def test_a_kept_answer_is_reused_until_its_age_reaches_the_setting() -> None:
     assert _lookup(cache, "http://a.example") is None
     assert stats.get_value("frontier/robots/cached") == 1
     assert stats.get_value("frontier/robots/stored") == 1
+
+
+def test_a_stale_answer_stands_in_only_for_an_unreachable_one_for_30_days(
+        caplog: pytest.LogCaptureFixture) -> None:
+    cache, store, wall, stats = _cache(max_age=3600.0)
+    fetched = wall.now
+    assert cache.keep("http://a.example", 200, b"Disallow: /x")
+    record = RobotsRecord(200, b"Disallow: /x", fetched)
+    wall.now += 3600.0  # no longer fresh: the site is asked, the record goes along
+    assert _kept(cache, "http://a.example") == Kept(record, fresh=False)
+    with caplog.at_level(logging.INFO, logger="scrapy_frontier.robots"):
+        for status in (503, 429, None):
+            assert cache.stand_in("http://a.example", record, status) == record
+    assert stats.get_value("frontier/robots/stale_used") == 3
+    assert "unreachable (status 503)" in caplog.records[0].getMessage()
+    assert "1.0 hours ago" in caplog.records[0].getMessage()
+    # The site's rules, or nothing kept: the answer stands (Scrapy's way).
+    assert cache.stand_in("http://a.example", record, 200) is None
+    assert cache.stand_in("http://a.example", record, 404) is None
+    assert cache.stand_in("http://a.example", None, 503) is None
+    # An unreachable answer is not kept: the record before stays for the next worker.
+    assert not cache.keep("http://a.example", 503, b"<html>down</html>")
+    assert store.records["http://a.example"] == encode(record)
+    wall.now = fetched + STALE_LIMIT - 1
+    kept = _kept(cache, "http://a.example")
+    assert kept is not None and not kept.fresh
+    assert cache.stand_in("http://a.example", kept.record, 503) == record
+    wall.now = fetched + STALE_LIMIT  # 30 days: not even for an unreachable file
+    assert _kept(cache, "http://a.example") is None
+    assert cache.stand_in("http://a.example", record, 503) is None
+    assert stats.get_value("frontier/robots/stale_used") == 4
+    assert stats.get_value("frontier/robots/cached") is None
 
 
 @pytest.mark.parametrize(("status", "kept"), [
