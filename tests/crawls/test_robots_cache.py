@@ -67,6 +67,9 @@ def _total(stats: list[dict[str, Any]], name: str) -> int:
     return sum(int(s.get(name, 0)) for s in stats)
 
 
+# About 14 s (six worker processes): the newest leg runs it; the JOBDIR crawl below covers
+# Scrapy's chain on every leg.
+@pytest.mark.slow
 def test_three_redis_workers_fetch_each_robots_txt_once_and_the_next_run_none(
         redis_server: RedisServer, tmp_path: Path) -> None:
     name = f"rcache{next(_names)}"
@@ -141,6 +144,9 @@ def test_a_jobdir_crawl_run_twice_fetches_robots_txt_in_its_first_run_only(
     assert report.overlaps == 0 and report.short_gaps == 0, report.summary()
 
 
+# About 8 s (two crawls): the newest leg runs it; tests/backends/test_robots_store.py checks
+# that the cache off keeps and answers nothing, on every backend.
+@pytest.mark.slow
 def test_with_the_cache_off_every_run_fetches_robots_txt(tmp_path: Path) -> None:
     log = tmp_path / "server.jsonl"
     settings: dict[str, Any] = {"ADDONS": FRONTIER_ADDON, "ROBOTSTXT_OBEY": True,
