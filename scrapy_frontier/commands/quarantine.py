@@ -36,6 +36,8 @@ from scrapy_frontier.core.history import record_url
 from scrapy_frontier.errors import FrontierCommandError
 
 ACTIONS = ("list", "requeue", "drop")
+#: The error shown for a history quarantine entry that no worker wrote.
+DAMAGED_RECORD = "a damaged entry that no worker wrote"
 
 
 def _refused(path: Path, problem: str, advice: str) -> Exception:
@@ -46,9 +48,29 @@ def _request_row(url: str | None, host: str, level: int, error: str, at: str) ->
     return {"url": url, "host": host, "level": level, "error": error, "at": at}
 
 
-def _record_row(fp: int, data: Any, error: str, at: str) -> dict[str, Any]:
+def _record_row(fp: int | None, data: Any, error: str, at: str) -> dict[str, Any]:
     return {"fp": fp, "url": record_url(data if isinstance(data, str | bytes) else str(data)),
             "error": error, "at": at}
+
+
+def _record_entry(raw: Any) -> dict[str, str] | None:
+    """A history quarantine entry's fields (data, error, at), or None for one that no
+    worker wrote (Redis clients may write it)."""
+    try:
+        info = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(info, dict) or not all(
+            isinstance(info.get(k, ""), str) for k in ("data", "error", "at")):
+        return None
+    return {k: info.get(k, "") for k in ("data", "error", "at")}
+
+
+def _fp(field: Any) -> int | None:
+    try:
+        return int(field)
+    except ValueError:
+        return None
 
 
 def _record_refused(data: Any, trust: RowTrust) -> str | None:
@@ -211,7 +233,6 @@ def _sqlite_move_records(path: Path, action: str, trust: RowTrust) -> tuple[int,
 
 def redis_quarantine(inspector: Any, action: str, limit: int) -> dict[str, Any]:
     """The quarantine over every partition of the crawl."""
-    from scrapy_frontier.backends.redis.connection import text
     from scrapy_frontier.backends.redis.frontier import Quarantined
 
     client = inspector.client
@@ -235,12 +256,11 @@ def redis_quarantine(inspector: Any, action: str, limit: int) -> dict[str, Any]:
         n_requests, n_records = n_requests + int(nq), n_records + int(nh)
         for entry in entries[:max(0, limit - len(requests))]:
             q = Quarantined.decode(bytes(entry))
-            requests.append(_request_row(saved_url(q.item[8:]), q.host, q.level, q.error,
-                                         q.at))
+            url = None if q.damaged else saved_url(q.item[8:])
+            requests.append(_request_row(url, q.host, q.level, q.error, q.at))
         for fp, raw in list(fields.items())[:max(0, limit - len(records))]:
-            info = json.loads(text(raw))
-            records.append(_record_row(int(fp), info.get("data", ""), info.get("error", ""),
-                                       info.get("at", "")))
+            info = _record_entry(raw) or {"data": "", "error": DAMAGED_RECORD, "at": ""}
+            records.append(_record_row(_fp(fp), info["data"], info["error"], info["at"]))
     counts = (n_requests, n_records)
     if action == "list":
         return result(action, requests, records, counts,
@@ -299,7 +319,7 @@ def _redis_requeue_requests(inspector: Any, partition: int,
             break
         kept = 0
         for raw, q in chunk:
-            if trust.check(q.item[8:]) is not None:
+            if q.damaged or trust.check(q.item[8:]) is not None:
                 untrusted += 1
                 kept += 1
             elif remote.push(q.host, q.level, q.item):
@@ -323,8 +343,9 @@ def _redis_requeue_records(inspector: Any, partition: int,
     def run() -> tuple[int, int, int]:
         back = kept = untrusted = 0
         for fp, raw in client.hscan_iter(h + "quarantine", count=500):
-            data = json.loads(raw).get("data", "")
-            if _record_refused(data, trust) is not None:
+            info = _record_entry(raw)
+            data = "" if info is None else info["data"]
+            if info is None or _fp(fp) is None or _record_refused(data, trust) is not None:
                 untrusted += 1
                 continue
             if not client.hsetnx(h + "pages", fp, data):

@@ -98,7 +98,8 @@ def quarantine(data: dict[str, Any]) -> str:
     parts.append(f"page records set aside: {total['records']}")
     if data["records"]:
         parts.append(table(["url", "fingerprint", "set aside", "why"],
-                           [[r["url"] or "(not readable)", r["fp"], r["at"], r["error"]]
+                           [[r["url"] or "(not readable)", "?" if r["fp"] is None else r["fp"],
+                             r["at"], r["error"]]
                             for r in data["records"]]))
     if data["action"] != "list":
         parts.append(f"{data['action']}: {data['applied']}")

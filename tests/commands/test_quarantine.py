@@ -256,3 +256,37 @@ def test_a_forged_row_and_record_run_no_code_and_are_set_aside(
         assert as_json(b.run(["quarantine", "--json"]))["total"] == {"requests": 1,
                                                                       "records": 1}
         assert not marker.exists()
+
+
+def test_quarantine_entries_no_worker_wrote_are_listed_and_kept(
+        tmp_path: Path, redis_server: RedisServer) -> None:
+    """A Redis client may write anything into the quarantine keys: the command lists such
+    entries as damaged, ``--requeue`` leaves them where they are, and nothing raises."""
+    b = Backend("redis", tmp_path, redis_server)
+    prefix, history = b.crawl["FRONTIER_REDIS_KEY"], b.crawl["FRONTIER_REDIS_HISTORY_KEY"]
+    from scrapy_frontier.backends.redis.frontier import FORMAT, VERSION
+
+    client = redis_server.client()
+    client.hset(prefix + "meta", mapping={"format": FORMAT, "version": VERSION, "levels": 8,
+                                          "spider": "testweb"})  # as a crawl's opening
+    client.rpush(prefix + "quarantine", b"no separators", b"h\0not-a-level\0at\0why\0row",
+                 b"\xff\xfe\0" * 5)
+    client.hset(history + "quarantine", mapping={
+        "12": "{not json", "13": "[1, 2]", "14": json.dumps({"data": 5}), "x": "{}",
+        "15": b"\xff"})
+    listed = as_json(b.run(["quarantine", "--json"]))
+    assert listed["total"] == {"requests": 3, "records": 5}, listed
+    assert {r["error"] for r in listed["requests"]} == {"a damaged entry that no worker wrote"}
+    assert all(r["url"] is None for r in listed["requests"] + listed["records"]), listed
+    assert sorted((r["fp"] is None, r["error"]) for r in listed["records"]) == sorted(
+        [(False, "a damaged entry that no worker wrote")] * 4
+        + [(True, "")]), listed  # "x": {} is a record entry, under a field that is no number
+    text = b.run(["quarantine"]).stdout
+    assert "(not readable)" in text and "?" in text, text
+    requeued = as_json(b.run(["quarantine", "--requeue", "--json"]))
+    assert "3 requests and 5 page records stay in the quarantine" in requeued["applied"], \
+        requeued
+    assert client.llen(prefix + "quarantine") == 3
+    assert client.hlen(history + "quarantine") == 5
+    assert client.hlen(history + "pages") == 0
+    client.close()

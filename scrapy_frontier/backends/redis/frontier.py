@@ -162,9 +162,18 @@ class Quarantined(NamedTuple):
 
     @classmethod
     def decode(cls, entry: bytes) -> Quarantined:
-        host, level, at, error, item = bytes(entry).split(b"\0", 4)
-        return cls(host.decode(), int(level), at.decode(), error.decode("utf-8", "replace"),
-                   item)
+        """The entry's fields; an entry no worker wrote (Redis clients may write it) is
+        :attr:`damaged`, with the whole entry as its item."""
+        try:
+            host, level, at, error, item = bytes(entry).split(b"\0", 4)
+            return cls(host.decode(), int(level), at.decode(),
+                       error.decode("utf-8", "replace"), item)
+        except ValueError:  # too few fields, a level that is no number, or not UTF-8
+            return cls("", -1, "", "a damaged entry that no worker wrote", bytes(entry))
+
+    @property
+    def damaged(self) -> bool:
+        return self.level < 0
 
 
 class SharedCensus(NamedTuple):
