@@ -16,6 +16,7 @@ SCHEDULER_PATH = "scrapy_frontier.scheduler.FrontierScheduler"
 MIDDLEWARE_PATH = "scrapy_frontier.downloadermiddlewares.FetchTimingMiddleware"
 MIDDLEWARE_ORDER = 950
 HOLD_MIDDLEWARE_PATH = "scrapy_frontier.downloadermiddlewares.RobotsHoldMiddleware"
+ROBOTS_CACHE_MIDDLEWARE_PATH = "scrapy_frontier.downloadermiddlewares.RobotsCacheMiddleware"
 ROBOTS_MIDDLEWARE_PATH = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 
 #: Settings the add-on sets at "addon" priority: a project's own values win.
@@ -43,7 +44,11 @@ class Addon:
         _add_component(settings, "DOWNLOADER_MIDDLEWARES", MIDDLEWARE_PATH, MIDDLEWARE_ORDER)
         robots = _robots_step(settings)
         if robots is not None:  # just after it, before the middlewares that come next
-            _add_component(settings, "DOWNLOADER_MIDDLEWARES", HOLD_MIDDLEWARE_PATH, robots)
+            hold, cache = robots
+            _add_component(settings, "DOWNLOADER_MIDDLEWARES", HOLD_MIDDLEWARE_PATH, hold)
+            # Before RetryMiddleware and RedirectMiddleware: it keeps the final answer.
+            _add_component(settings, "DOWNLOADER_MIDDLEWARES", ROBOTS_CACHE_MIDDLEWARE_PATH,
+                           cache)
         # Below HttpErrorMiddleware (50): the page history sees 304s and error statuses.
         _add_component(settings, "SPIDER_MIDDLEWARES", RECRAWL_MIDDLEWARE_PATH, 40)
 
@@ -132,9 +137,10 @@ def _add_component(settings: Settings, name: str, path: str, order: float) -> No
         settings.set(name, {**(components or {}), path: order}, "addon")
 
 
-def _robots_step(settings: Settings) -> float | None:
-    """Where RobotsHoldMiddleware goes: between RobotsTxtMiddleware's order and the next
-    middleware's, at most 0.5 after the former; None if robots.txt is not obeyed."""
+def _robots_step(settings: Settings) -> tuple[float, float] | None:
+    """Where RobotsHoldMiddleware and RobotsCacheMiddleware go: between
+    RobotsTxtMiddleware's order and the next middleware's, at most 0.5 and 0.75 after the
+    former; None if robots.txt is not obeyed."""
     if not settings.getbool("ROBOTSTXT_OBEY"):
         return None
     base = dict(settings["DOWNLOADER_MIDDLEWARES_BASE"] or {})
@@ -145,7 +151,8 @@ def _robots_step(settings: Settings) -> float | None:
     if not isinstance(robots, int | float):
         return None  # turned off, or replaced by another class: the timing middleware waits
     after = [o for o in {**base, **project}.values() if isinstance(o, int | float) and o > robots]
-    return robots + min(1.0, min(after, default=robots + 1.0) - robots) / 2
+    gap = min(1.0, min(after, default=robots + 1.0) - robots)
+    return robots + gap / 2, robots + gap * 3 / 4
 
 
 def _lists_class_of(components: BaseSettings, path: str) -> bool:

@@ -1,5 +1,6 @@
 """Downloader middlewares: one times each fetch and reports its end to the frontier, one
-holds the first request after a host's robots.txt until the host has rested."""
+holds the first request after a host's robots.txt until the host has rested, and one
+answers robots.txt requests from the answers the frontier keeps."""
 
 from __future__ import annotations
 
@@ -9,15 +10,28 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
+from scrapy.exceptions import IgnoreRequest
+from scrapy.http import Response
+from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
-from scrapy_frontier.meta import LEASE_META, ROBOTS_START_META
+from scrapy_frontier.meta import (
+    LEASE_META,
+    ROBOTS_ORIGIN_META,
+    ROBOTS_STALE_META,
+    ROBOTS_START_META,
+)
 from scrapy_frontier.reactor.timer import call_later
 from scrapy_frontier.scheduler.engine import running_scheduler
+from scrapy_frontier.scheduler.robots_cache import robots_origin
 
 if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
     from scrapy.crawler import Crawler
-    from scrapy.http import Response
+
+    from scrapy_frontier.core.robots_cache import RobotsRecord
+    from scrapy_frontier.scheduler.robots_cache import RobotsCache
 
 logger = logging.getLogger("scrapy_frontier.downloadermiddlewares")
 
@@ -92,7 +106,9 @@ class FetchTimingMiddleware:
         exception: Exception | None = None,
     ) -> None:
         if LEASE_META not in request.meta:
-            started = request.meta.get(ROBOTS_START_META)
+            # Taken: an attempt ends once, though a response that stands in for an error
+            # (RobotsCacheMiddleware) passes here after the error did.
+            started = request.meta.pop(ROBOTS_START_META, None)
             if started is not None:
                 scheduler = running_scheduler(self.crawler)
                 if scheduler is not None:
@@ -153,6 +169,96 @@ class RobotsHoldMiddleware:
                 "Order that middleware after RobotsTxtMiddleware to avoid this.",
                 ", ".join(f"{c.__module__}.{c.__qualname__}" for c in theirs))
         return not theirs
+
+
+class RobotsCacheMiddleware:
+    """Answers Scrapy's robots.txt requests from the robots.txt the frontier keeps
+    (``FRONTIER_ROBOTS_CACHE``), and keeps the answers the sites give.
+
+    The add-on installs it just after Scrapy's RobotsTxtMiddleware (with
+    ``ROBOTSTXT_OBEY``), before RetryMiddleware and RedirectMiddleware: a request is
+    answered before anything else sees it (no fetch, so no rest owed, and the timing
+    middleware times nothing), and what it keeps is the final answer, after redirects and
+    retries. Scrapy's middleware parses a kept answer as a fetched one. A kept answer is a
+    Response flagged ``cached``, with the stored status and body.
+
+    A record no longer fresh goes with the request to the site: if the final answer says
+    the robots.txt is unreachable (5xx, 429, or an error once retries are spent), the
+    record, if younger than 30 days, answers instead (flagged ``cached`` and ``stale``), as
+    RFC 9309 allows. Without one, the site's answer goes to Scrapy's middleware as it is.
+    """
+
+    FLAG = "cached"
+    STALE_FLAG = "stale"
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> RobotsCacheMiddleware:
+        return cls(crawler)
+
+    def process_request(self, request: Request, spider: Any = None
+                        ) -> Coroutine[Any, Any, Response | None] | None:
+        meta = request.meta
+        # Only Scrapy's own robots.txt requests, each once: not a redirect's or a retry's.
+        if (not meta.get("dont_obey_robotstxt") or LEASE_META in meta
+                or "redirect_urls" in meta or "retry_times" in meta):
+            return None
+        cache = self._cache()
+        origin = robots_origin(request.url) if cache is not None else None
+        if cache is None or origin is None:
+            return None
+        meta[ROBOTS_ORIGIN_META] = origin
+        return self._answer(cache, origin, request)
+
+    async def _answer(self, cache: RobotsCache, origin: str, request: Request
+                      ) -> Response | None:
+        try:
+            kept = await maybe_deferred_to_future(cache.lookup(origin))
+        except Exception:  # noqa: BLE001 -- a store that fails: the site answers
+            logger.debug("robots.txt of %s: the kept answer could not be read", origin,
+                         exc_info=True)
+            return None
+        if kept is None:
+            return None  # fetched from the site
+        if not kept.fresh:
+            request.meta[ROBOTS_STALE_META] = kept.record  # fetched; it may stand in
+            return None
+        return self._kept(request, kept.record)
+
+    def process_response(self, request: Request, response: Response, spider: Any = None
+                         ) -> Response:
+        origin = request.meta.get(ROBOTS_ORIGIN_META)
+        if origin is None or self.FLAG in response.flags:
+            return response
+        cache = self._cache()
+        if cache is None:
+            return response
+        stale = cache.stand_in(origin, request.meta.get(ROBOTS_STALE_META), response.status)
+        if stale is not None:
+            return self._kept(request, stale, self.STALE_FLAG)
+        cache.keep(origin, response.status, response.body)
+        return response
+
+    def process_exception(self, request: Request, exception: Exception, spider: Any = None
+                          ) -> Response | None:
+        """No answer once retries are spent: the record kept, if it may stand in."""
+        meta = request.meta
+        origin, kept = meta.get(ROBOTS_ORIGIN_META), meta.get(ROBOTS_STALE_META)
+        if origin is None or kept is None or isinstance(exception, IgnoreRequest):
+            return None  # an ignored request is the project's choice, not the site's answer
+        cache = self._cache()
+        stale = None if cache is None else cache.stand_in(origin, kept, None)
+        return None if stale is None else self._kept(request, stale, self.STALE_FLAG)
+
+    def _kept(self, request: Request, record: RobotsRecord, *flags: str) -> Response:
+        return Response(request.url, status=record.status, body=record.body,
+                        request=request, flags=[self.FLAG, *flags])
+
+    def _cache(self) -> RobotsCache | None:
+        scheduler = running_scheduler(self.crawler)
+        return None if scheduler is None else scheduler.robots.cache
 
 
 def _stamp(meta: dict[str, Any], now: float) -> None:

@@ -8,6 +8,12 @@ LAPSED_META = "frontier_lapsed"
 #: Set by the timing middleware on robots.txt requests (they bypass the scheduler,
 #: but they are contacts the host's rest must count).
 ROBOTS_START_META = "frontier_robots_start"
+#: Set by the robots.txt cache middleware on Scrapy's robots.txt requests: the origin
+#: (``scheme://netloc``) whose record their final answer is kept as (redirects keep it).
+ROBOTS_ORIGIN_META = "frontier_robots_origin"
+#: Set with it when the kept record is no longer fresh: the record, which answers in place
+#: of a final answer that says the robots.txt is unreachable (RFC 9309).
+ROBOTS_STALE_META = "frontier_robots_stale"
 #: Set by the scheduler: the request comes from the page history (a due recrawl).
 RECRAWL_META = "frontier_recrawl"
 #: Set by a spider: recrawl this request although its method is not safe to repeat (POST...).

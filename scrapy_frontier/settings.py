@@ -66,6 +66,7 @@ DEFAULTS: dict[str, Any] = {
     "FRONTIER_BACKOFF_BASE": 5.0,
     "FRONTIER_BACKOFF_MAX": 600.0,
     "FRONTIER_RETIRE_AFTER": 10,
+    "FRONTIER_ROBOTS_CACHE": 24 * 3600.0,  # RFC 9309's most; 0: off
     "FRONTIER_IP_POLITENESS": False,
     "FRONTIER_STALL_DISCOUNT": False,  # deprecated: records stalls only (docs/design.rst)
     "FRONTIER_TCP_TIMING": True,
@@ -107,6 +108,8 @@ DEFAULTS: dict[str, Any] = {
 
 #: More front queues than this is surely a typo (each is scanned when choosing a level).
 MAX_FRONT_QUEUES = 1000
+#: RFC 9309 2.4: a robots.txt is not used for more than 24 hours after its fetch.
+MAX_ROBOTS_CACHE = 24 * 3600.0
 #: A seen cache bigger than this is surely a typo (and RAM the crawl does not have).
 MAX_CACHE_SIZE = 1 << 28
 
@@ -198,6 +201,9 @@ class SiteRuleLimits:
     """Cap on the doubling back-off."""
     retire_after: int = 10
     """Consecutive failures after which a host is retired; 0 never retires."""
+    robots_cache: float = DEFAULTS["FRONTIER_ROBOTS_CACHE"]
+    """FRONTIER_ROBOTS_CACHE: seconds a fetched robots.txt answers for its site, for every
+    worker and later runs (RFC 9309 allows 24 hours at most); 0: not kept."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,6 +365,7 @@ class FrontierConfig:
                 backoff_base=backoff_base,
                 backoff_max=backoff_max,
                 retire_after=_int(settings, "FRONTIER_RETIRE_AFTER", minimum=0),
+                robots_cache=_robots_cache(settings),
             ),
             ip_politeness=ip_politeness,
             stall_discount=_bool(settings, "FRONTIER_STALL_DISCOUNT"),
@@ -845,6 +852,15 @@ def _int(
     if maximum is not None and value > maximum:
         raise FrontierConfigError(f"{name} must be <= {maximum}, got {value}")
     return value
+
+
+def _robots_cache(settings: BaseSettings) -> float:
+    seconds = _float(settings, "FRONTIER_ROBOTS_CACHE", minimum=0.0)
+    if seconds > MAX_ROBOTS_CACHE:
+        raise FrontierConfigError(
+            f"FRONTIER_ROBOTS_CACHE must be at most {MAX_ROBOTS_CACHE:g} seconds (24 hours: "
+            f"RFC 9309 asks crawlers not to use a robots.txt longer), got {seconds}")
+    return seconds
 
 
 def _float(

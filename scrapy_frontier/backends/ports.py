@@ -235,6 +235,22 @@ class HostControlPort(ABC):
         backend calls it with what its control store holds, at open and when that changes."""
         raise NotImplementedError(f"{type(self).__name__} keeps no steered policies")
 
+    def robots_get(self, origin: str) -> Deferred[object]:
+        """The robots.txt record kept for ``origin`` (``scheme://host[:port]``), as
+        :meth:`robots_put` was given it, or None: a Deferred that fires on the reactor (a
+        remote store reads it off the reactor). What it fires with is checked by the shell,
+        as untrusted. A backend that keeps none leaves this default: every worker and run
+        fetches robots.txt itself."""
+        from twisted.internet.defer import succeed
+
+        return succeed(None)
+
+    def robots_put(self, origin: str, record: bytes, keep: float) -> None:
+        """Keep ``record`` for ``origin`` in place of the one before, for every worker and
+        later runs, for ``keep`` seconds at least (it may be forgotten after that). Never
+        blocks the reactor; a failed write is logged, not raised."""
+        return None
+
 
 class InspectPort(ABC):
     """Sizes and stats, for the census and the stats collector."""

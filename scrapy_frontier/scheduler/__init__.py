@@ -21,6 +21,7 @@ from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_frontier.backends.ports import BackendContext, build_backend, load_backend
+from scrapy_frontier.codec import RowKeys
 from scrapy_frontier.errors import FrontierError, StoreError
 from scrapy_frontier.fingerprint import Fingerprinter64
 from scrapy_frontier.hostkey import HostlessURL
@@ -35,6 +36,7 @@ from scrapy_frontier.scheduler.fetches import Fetches
 from scrapy_frontier.scheduler.history_feed import HistoryFeed
 from scrapy_frontier.scheduler.recrawl import RecrawlHooks
 from scrapy_frontier.scheduler.robots import RobotsPacing
+from scrapy_frontier.scheduler.robots_cache import RobotsCache
 from scrapy_frontier.scheduler.run_state import RunState
 from scrapy_frontier.scheduler.slots import SlotKeys
 from scrapy_frontier.settings import (
@@ -103,7 +105,8 @@ class FrontierScheduler:
         self.robots = RobotsPacing(slots=slots, rules=self.fetches.rules,
                                    inflight=self.fetches.inflight,
                                    controls=self.backend.controls, stats=self.stats,
-                                   clock=clock, settings=crawler.settings)
+                                   clock=clock, settings=crawler.settings,
+                                   cache=_robots_cache(config, self.backend, self.stats))
         self.observer: Observer | None = None
 
     @classmethod
@@ -363,6 +366,17 @@ _SCRAPY_QUEUE_SETTINGS = (
     "SCHEDULER_PRIORITY_QUEUE", "SCHEDULER_MEMORY_QUEUE", "SCHEDULER_DISK_QUEUE",
     "SCHEDULER_START_MEMORY_QUEUE", "SCHEDULER_START_DISK_QUEUE",
 )
+
+
+def _robots_cache(config: FrontierConfig, backend: Backend,
+                  stats: StatsCollector) -> RobotsCache | None:
+    """FRONTIER_ROBOTS_CACHE: robots.txt answers kept with the backend, sealed with
+    FRONTIER_SIGNING_KEYS; 0: none."""
+    seconds = config.site_limits.robots_cache
+    if seconds <= 0:
+        return None
+    keys = RowKeys(config.signing_keys) if config.signing_keys else None
+    return RobotsCache(backend.controls, stats, seconds, keys=keys)
 
 
 def _warn_about_stacked_delays(crawler: Crawler) -> None:

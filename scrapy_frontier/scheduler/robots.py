@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from scrapy_frontier.backends.ports import HostControlPort
     from scrapy_frontier.scheduler.inflight import InFlight
+    from scrapy_frontier.scheduler.robots_cache import RobotsCache
     from scrapy_frontier.scheduler.site_rules import SiteRules
     from scrapy_frontier.scheduler.slots import SlotKeys
 
@@ -29,7 +30,8 @@ class RobotsPacing:
 
     def __init__(self, *, slots: SlotKeys, rules: SiteRules, inflight: InFlight,
                  controls: HostControlPort, stats: StatsCollector,
-                 clock: Callable[[], float], settings: BaseSettings) -> None:
+                 clock: Callable[[], float], settings: BaseSettings,
+                 cache: RobotsCache | None = None) -> None:
         self.slots = slots
         self.rules = rules
         self.inflight = inflight
@@ -38,6 +40,8 @@ class RobotsPacing:
         self.clock = clock
         self.agent = str(settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT")
                          or "*")
+        #: The robots.txt answers kept with the frontier (None: FRONTIER_ROBOTS_CACHE = 0).
+        self.cache = cache
 
     def parsed(self, robotparser: Any, request: Request) -> None:
         """A robots.txt was parsed: its Crawl-delay (or Request-rate) becomes the host's

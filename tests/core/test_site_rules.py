@@ -423,6 +423,28 @@ def test_robots_txt_fetch_counts_as_a_contact() -> None:
     assert crawler.stats.get_value("frontier/robots/fetches") == 1
 
 
+def test_a_robots_txt_attempt_is_timed_once_though_a_kept_answer_stands_in_for_its_error(
+        ) -> None:
+    """RobotsCacheMiddleware answers a failed robots.txt fetch with the copy it kept: the
+    response passes the timing middleware after the error did, and is no second contact."""
+    from scrapy_frontier.downloadermiddlewares import FetchTimingMiddleware
+
+    sched, clock, crawler = make_scheduler()
+    timing = FetchTimingMiddleware(crawler)
+    robots = Request("http://a.example/robots.txt", meta={"dont_obey_robotstxt": True})
+    assert timing.process_request(robots) is None
+    clock.advance(0.1)
+    timing.process_exception(robots, TCPTimedOutError())
+    timing.process_response(robots, Response(robots.url, body=b"Disallow: /x",
+                                             flags=["cached", "stale"]))
+    assert crawler.stats.get_value("frontier/robots/fetches") == 1
+    retry = robots.copy()  # RetryMiddleware's copy after the error: timed anew
+    clock.advance(3600.0)  # past the rest owed after the first attempt
+    assert timing.process_request(retry) is None
+    timing.process_response(retry, Response(retry.url, status=503))
+    assert crawler.stats.get_value("frontier/robots/fetches") == 2
+
+
 def test_robots_txt_wait_in_place_after_a_project_middleware() -> None:
     """A project middleware sees requests before the robots.txt step: queued again, the
     request would pass it twice, so it waits in the timing middleware instead."""

@@ -19,6 +19,7 @@ from scrapy_frontier import Addon, FetchTimingMiddleware, FrontierScheduler
 from scrapy_frontier.addon import (
     HOLD_MIDDLEWARE_PATH,
     MIDDLEWARE_PATH,
+    ROBOTS_CACHE_MIDDLEWARE_PATH,
     ROBOTS_MIDDLEWARE_PATH,
     SCHEDULER_PATH,
 )
@@ -274,6 +275,9 @@ def test_priority_maps_to_levels_and_higher_goes_first_within_host() -> None:
         ("FRONTIER_QUALITY", "no.such.module.quality"),
         ("FRONTIER_BACKEND", "cassandra"),
         ("FRONTIER_BACKEND", "sqlite"),  # without JOBDIR or FRONTIER_PATH
+        ("FRONTIER_ROBOTS_CACHE", -1),
+        ("FRONTIER_ROBOTS_CACHE", 86400.5),  # RFC 9309: 24 hours at most
+        ("FRONTIER_ROBOTS_CACHE", "a day"),
     ],
 )
 def test_bad_settings_give_clear_errors(name: str, value: Any) -> None:
@@ -333,10 +337,23 @@ def test_addon_puts_the_robots_hold_just_after_the_robots_txt_step(
     settings.set("DOWNLOADER_MIDDLEWARES", project, "project")
     Addon().update_settings(settings)
     assert settings["DOWNLOADER_MIDDLEWARES"].get(HOLD_MIDDLEWARE_PATH) == at
-    if at is not None:
+    if at is None:
+        assert ROBOTS_CACHE_MIDDLEWARE_PATH not in settings["DOWNLOADER_MIDDLEWARES"]
+    else:
         chain = build_component_list(settings.getwithbase("DOWNLOADER_MIDDLEWARES"))
         robots = chain.index(ROBOTS_MIDDLEWARE_PATH)
         assert chain[robots + 1] == HOLD_MIDDLEWARE_PATH
+        # The robots.txt cache next: before retries and redirects (it keeps final answers).
+        assert chain[robots + 2] == ROBOTS_CACHE_MIDDLEWARE_PATH
+        assert all(chain.index(ROBOTS_CACHE_MIDDLEWARE_PATH) < chain.index(base)
+                   for base in ("scrapy.downloadermiddlewares.retry.RetryMiddleware",
+                                "scrapy.downloadermiddlewares.redirect.RedirectMiddleware"))
+
+
+def test_robots_cache_lasts_24_hours_by_default_and_0_turns_it_off() -> None:
+    assert FrontierConfig.from_settings(Settings()).site_limits.robots_cache == 86400.0
+    config = FrontierConfig.from_settings(Settings({"FRONTIER_ROBOTS_CACHE": 0}))
+    assert config.site_limits.robots_cache == 0.0
 
 
 def test_addon_warns_when_project_replaces_the_scheduler(

@@ -42,9 +42,7 @@ class MemoryBackend(Backend):
                           if context.config.ip_politeness else None)
         self.queue = self._new_queue()
         self.history = self._new_history()
-        config = context.config
-        self.controls = LocalControls(frontier, self.measured, config.host_policies,
-                                      measuring=bool(config.capacity))
+        self.controls = self._new_controls()
         self.inspection = LocalInspection(self.name, frontier, self.history,
                                           context.dupefilter, self.ip_groups)
 
@@ -53,6 +51,11 @@ class MemoryBackend(Backend):
 
     def _new_history(self) -> LocalHistory:
         return LocalHistory()
+
+    def _new_controls(self) -> LocalControls:
+        config = self.ctx.config
+        return LocalControls(self.frontier, self.measured, config.host_policies,
+                             measuring=bool(config.capacity))
 
     def _new_frontier(self, store: SQLiteStore[Request] | None) -> Frontier[Request]:
         config = self.ctx.config

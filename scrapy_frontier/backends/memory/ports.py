@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from twisted.internet.defer import Deferred, succeed
+
 from scrapy_frontier.backends.ports import (
     HistoryPort,
     HostControlPort,
@@ -141,6 +143,8 @@ class LocalControls(HostControlPort):
         self.policies = policies
         #: FRONTIER_CAPACITY: connections are measured, and the policy's are their cap.
         self.measuring = measuring
+        #: Each origin's robots.txt record, for the run (``robots_get``).
+        self.robots: dict[str, bytes] = {}
 
     def set_connections(self, host: str, connections: int, *, together: bool = False) -> None:
         self.measured[host] = connections
@@ -170,6 +174,12 @@ class LocalControls(HostControlPort):
             if allowed != frontier.connections_of(host):
                 frontier.set_connections(host, allowed)
         return said
+
+    def robots_get(self, origin: str) -> Deferred[object]:
+        return succeed(self.robots.get(origin))
+
+    def robots_put(self, origin: str, record: bytes, keep: float) -> None:
+        self.robots[origin] = record  # the run ends long before ``keep``
 
     def set_min_rest(self, host: str, seconds: float) -> None:
         self.frontier.set_min_rest(host, seconds)

@@ -25,7 +25,7 @@ from scrapy_frontier.errors import RedisFrontierSettingsError
 #: (EVALSHA; SCRIPT LOAD when Redis does not have a script yet).
 WORKER_COMMANDS = (
     "evalsha", "script|load", "multi", "exec", "ping", "time", "scan", "type", "exists", "del",
-    "get", "incr",
+    "get", "set", "incr",
     "hget", "hmget", "hgetall", "hexists", "hlen", "hset", "hsetnx", "hdel", "hincrby", "hscan",
     "llen", "lrange", "lpush", "rpush", "lpop",
     "sadd", "srem", "sismember", "scard",
@@ -85,7 +85,8 @@ PROBE_CALLS: dict[str, tuple[str, ...]] = {
     "evalsha": ("evalsha", "0" * 40, "1", KEY), "script|load": ("script", "load", "return 1"),
     "multi": ("multi",), "exec": ("exec",), "ping": ("ping",), "time": ("time",),
     "scan": ("scan", "0"), "type": ("type", KEY), "exists": ("exists", KEY),
-    "del": ("del", KEY), "get": ("get", KEY), "incr": ("incr", KEY),
+    "del": ("del", KEY), "get": ("get", KEY), "set": ("set", KEY, "v", "PX", "1"),
+    "incr": ("incr", KEY),
     "hget": ("hget", KEY, "f"), "hmget": ("hmget", KEY, "f"), "hgetall": ("hgetall", KEY),
     "hexists": ("hexists", KEY, "f"), "hlen": ("hlen", KEY), "hset": ("hset", KEY, "f", "v"),
     "hsetnx": ("hsetnx", KEY, "f", "v"), "incrby": ("incrby", KEY, "1"), "hdel": ("hdel", KEY, "f"),

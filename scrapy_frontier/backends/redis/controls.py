@@ -3,7 +3,10 @@ apply at once to the requests kept in this worker's memory); budgets are counted
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
+
+from twisted.internet.defer import Deferred, succeed
 
 from scrapy_frontier.backends.ports import HostControlPort
 from scrapy_frontier.backends.steered import log_steered
@@ -16,6 +19,9 @@ if TYPE_CHECKING:
     from scrapy_frontier.backends.redis.driver import RedisDriver
     from scrapy_frontier.core.frontier import Frontier
     from scrapy_frontier.core.host_policy import HostPolicies
+
+
+redis_log = logging.getLogger("scrapy_frontier.redis")
 
 
 class RedisControls(HostControlPort):
@@ -37,6 +43,30 @@ class RedisControls(HostControlPort):
         self.local.policy_of = policies.delays
         self.driver.use_delays(policies.delays)
         return said
+
+    def robots_get(self, origin: str) -> Deferred[object]:
+        """Read on the I/O thread, between two rounds; Redis away: None (fetched)."""
+        driver, session = self.driver, self.driver.session
+        if session is None or driver.closed or not driver.io.running:
+            return succeed(None)
+        d: Deferred[object] = driver.io.run(session.robots.get, origin)
+        d.addErrback(self._robots_failed, "read", origin)
+        return d
+
+    def robots_put(self, origin: str, record: bytes, keep: float) -> None:
+        """Written on the I/O thread, before any round sent after it (the completion of
+        the lease that waited for this robots.txt goes later): another worker that then
+        claims the host finds it."""
+        driver, session = self.driver, self.driver.session
+        if session is None or driver.closed or not driver.io.running:
+            return
+        d = driver.io.run(session.robots.put, origin, record, keep)
+        d.addErrback(self._robots_failed, "write", origin)
+
+    def _robots_failed(self, failure: Any, doing: str, origin: str) -> None:
+        redis_log.debug("robots.txt of %s: %s in Redis failed: %s", origin, doing,
+                        failure.getErrorMessage())
+        self.driver.ctx.stats.inc_value("frontier/robots/store_errors")
 
     def set_min_rest(self, host: str, seconds: float) -> None:
         self.local.set_min_rest(host, seconds)

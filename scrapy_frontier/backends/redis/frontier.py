@@ -63,6 +63,9 @@ put the name in ``{...}`` to keep every key in one Redis Cluster slot)::
                              its heartbeat (RedisFrontier.renew)
     P stats           HASH   pushed, popped, completed, expired, handed_back, activations,
                              releases, ...
+    P robots:<origin> STRING a site's last definitive robots.txt answer (origin
+                             ``scheme://host[:port]``), expiring 30 days after its fetch
+                             (first partition only; robots.py)
 
 A host of k > 1 connections (``connections``) is k members ``host NUL 1`` .. ``host NUL
 k`` of ``ready``, ``leases``, ``deadlines`` and ``spare``, one per connection: each in

@@ -25,6 +25,7 @@ from scrapy_frontier.backends.redis.partitions import (
     open_history,
     open_seen,
 )
+from scrapy_frontier.backends.redis.robots import RedisRobots
 from scrapy_frontier.backends.redis.round import Round, RoundAnswer, RoundRunner
 from scrapy_frontier.codec import RowTrust
 from scrapy_frontier.errors import RedisFrontierError
@@ -82,6 +83,8 @@ class RedisSession:
         self.remote.save_delay_rule()
         self.seen: PartitionedSeen = open_seen(client, layout,
                                                expected=config.redis.seen_expected)
+        #: Each site's robots.txt record (FRONTIER_ROBOTS_CACHE).
+        self.robots = RedisRobots(client, layout.frontier_prefix(0))
         #: Until when each lease is proven held.
         self.fence = LeaseFence(config.redis.liveness, config.lease_timeout)
         self.rounds = RoundRunner(self.remote, self.seen, budget_for=config.budget_for,

@@ -24,11 +24,15 @@ from __future__ import annotations
 
 import logging
 import math
+import sqlite3
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from twisted.internet.defer import Deferred, succeed
+
 from scrapy_frontier.backends.memory import MemoryBackend
-from scrapy_frontier.backends.memory.ports import LocalHistory, LocalQueue
+from scrapy_frontier.backends.memory.ports import LocalControls, LocalHistory, LocalQueue
 from scrapy_frontier.backends.sqlite.control import FILE as CONTROL_FILE
 from scrapy_frontier.backends.sqlite.control import ControlFile
 from scrapy_frontier.backends.sqlite.files import exposed
@@ -208,6 +212,39 @@ class SQLiteHistory(LocalHistory):
         return self.recrawler.mark_due(select_records(self.recrawler.store, requests))
 
 
+class SQLiteControls(LocalControls):
+    """The local controls; robots.txt records are kept in ``control.sqlite``, for the next
+    runs (one indexed read per site on the reactor, as the control timer's)."""
+
+    #: The control file, while the crawl is open.
+    file: ControlFile | None = None
+    _warned = False
+
+    def robots_get(self, origin: str) -> Deferred[object]:
+        file = self.file
+        if file is None:
+            return succeed(None)
+        try:
+            raw = file.robots(origin, time.time())
+        except sqlite3.Error as exc:  # busy or damaged: fetched from the site instead
+            logger.debug("robots.txt of %s not read from %s: %s", origin, file.path, exc)
+            raw = None
+        return succeed(raw)
+
+    def robots_put(self, origin: str, record: bytes, keep: float) -> None:
+        file = self.file
+        if file is None:
+            return
+        now = time.time()
+        try:
+            file.save_robots(origin, record, now + keep, now)
+        except sqlite3.Error as exc:
+            if not self._warned:
+                self._warned = True
+                logger.warning("Could not keep robots.txt in %s (%s): the next run fetches "
+                               "it again", file.path, exc)
+
+
 class SQLiteBackend(MemoryBackend):
     """The memory backend's ports over a frontier that ``frontier.sqlite`` keeps."""
 
@@ -215,6 +252,7 @@ class SQLiteBackend(MemoryBackend):
     persistent = True
     queue: SQLiteQueue
     history: SQLiteHistory
+    controls: SQLiteControls
 
     def __init__(self, context: BackendContext) -> None:
         state_dir = context.config.state_dir
@@ -227,6 +265,11 @@ class SQLiteBackend(MemoryBackend):
 
     def _new_history(self) -> SQLiteHistory:
         return SQLiteHistory(self.state_dir, self.queue)
+
+    def _new_controls(self) -> SQLiteControls:
+        config = self.ctx.config
+        return SQLiteControls(self.frontier, self.measured, config.host_policies,
+                              measuring=bool(config.capacity))
 
     def open(self, spider: Spider) -> None:
         self.row_trust = self.history.trust = self._trust()
@@ -245,6 +288,7 @@ class SQLiteBackend(MemoryBackend):
             self.state_dir, self.frontier, self.ctx.stats, self.ctx.clock,
             closed=self.controls.closed_hosts)
         control.steer_to = self.controls.steer_policies
+        self.controls.file = control.file
         control.start()
 
     def _trust(self) -> RowTrust:
@@ -342,6 +386,7 @@ class SQLiteBackend(MemoryBackend):
         stats = self.ctx.stats
         errors: list[StoreError] = []
         control, self.history.control = self.history.control, None
+        self.controls.file = None
         if control is not None:
             control.stop()
         if self.history.recrawler is not None:

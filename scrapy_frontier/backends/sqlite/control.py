@@ -16,6 +16,11 @@ crawl's write lock, and so that the crawl reads one small table, not its queues:
   applies each row to its page history and deletes it.
 * ``policies(key, fields)`` -- written by ``scrapy frontier policy``: the per-host policy's
   steered entries, each key as in ``FRONTIER_HOST_POLICY`` and its fields as JSON.
+* ``robots(origin, expires, record)`` -- written by the crawl: each site's last
+  definitive robots.txt answer (``scrapy_frontier.core.robots_cache``), kept until
+  ``expires`` (wall-clock time, 30 days after its fetch): the next run does not fetch it
+  again while it is fresh (FRONTIER_ROBOTS_CACHE), and uses it after that while the
+  site's robots.txt is unreachable.
 * ``control_meta(key, value)`` -- ``format``, ``version`` and ``seq``, raised by every
   command write: the crawl polls ``seq`` (one indexed read) and reads the controls
   only when it changed.
@@ -59,6 +64,9 @@ CREATE TABLE IF NOT EXISTS crawl_hosts(
 CREATE TABLE IF NOT EXISTS recrawl_requests(
     id INTEGER PRIMARY KEY, fp INTEGER, host TEXT);
 CREATE TABLE IF NOT EXISTS policies(key TEXT PRIMARY KEY, fields TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS robots(
+    origin TEXT PRIMARY KEY, expires REAL NOT NULL, record BLOB NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS robots_expires ON robots(expires);
 """
 
 
@@ -215,6 +223,22 @@ class ControlFile:
                              (key, json.dumps(fields, sort_keys=True)))
             conn.execute(RAISE_SEQ)
         return was is not None
+
+    def robots(self, origin: str, now: float) -> object:
+        """The robots.txt record kept for ``origin`` until after ``now``, as stored (not
+        checked: the caller checks it), or None."""
+        if self.conn is None:
+            return None
+        row = self.conn.execute("SELECT record FROM robots WHERE origin = ? AND expires > ?",
+                                (origin, now)).fetchone()
+        return None if row is None else row[0]
+
+    def save_robots(self, origin: str, record: bytes, expires: float, now: float) -> None:
+        """Keep ``record`` for ``origin`` until ``expires``; records expired at ``now`` go."""
+        with self._writing() as conn:
+            conn.execute("DELETE FROM robots WHERE expires <= ?", (now,))
+            conn.execute("INSERT OR REPLACE INTO robots VALUES (?, ?, ?)",
+                         (origin, expires, record))
 
     def crawl_hosts(self) -> dict[str, tuple[int, str | None]]:
         if self.conn is None:
