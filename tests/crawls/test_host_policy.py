@@ -87,6 +87,7 @@ def capacity_crawl(tmp_path: Path, workers: int, pages: int) -> tuple[Any, Any, 
     return result, report, entries
 
 
+@pytest.mark.slow  # 20 s or more: the newest leg runs it, the oldest leg leaves it out
 def test_capacity_gives_a_host_of_four_workers_more_connections(tmp_path: Path) -> None:
     result, report, entries = capacity_crawl(tmp_path, 4, pages=90)
     assert result.stats.get("frontier/capacity/rises", 0) >= 1, result.stats

@@ -137,6 +137,13 @@ def test_a_crawl_over_tls_as_least_privilege_users_fetches_every_page(
 
 
 def test_a_password_only_url_is_the_default_user(tls_server: RedisServer) -> None:
+    """Also alone (``-m "not crawl"``): the crawl above may not have made the frontier."""
+    from scrapy_frontier.backends.redis.frontier import FORMAT, VERSION
+
+    with _admin(tls_server) as admin:
+        if not admin.exists(f"{SPIDER}:frontier:meta"):
+            admin.hset(f"{SPIDER}:frontier:meta", mapping={
+                "format": FORMAT, "version": VERSION, "levels": 8, "spider": SPIDER})
     url = tls_server.url.replace("rediss://", f"rediss://:{ADMIN_PASSWORD}@")
     assert _frontier(["status"], url)["backend"] == "redis"
 
