@@ -23,15 +23,16 @@ host retired in the crawl refuses its URLs (counted). The workers take them at o
 from __future__ import annotations
 
 import argparse
+import itertools
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 from scrapy import Request
 
+from scrapy_frontier.backends.sqlite.backend import STATE_FILE
 from scrapy_frontier.codec import Codec, RowTrust, request_codec
 from scrapy_frontier.commands.seed_input import Column, Line, read_lines
 from scrapy_frontier.core.prioritizer import PriorityMapper
@@ -99,8 +100,7 @@ class SeedMaker:
             raise Invalid("is not UTF-8 text")
         if not line.text:
             raise Invalid("holds no URL")
-        scheme = urlsplit(line.text).scheme.lower() if "://" in line.text else ""
-        if scheme not in ("http", "https"):
+        if not line.text[:8].lower().startswith(("http://", "https://")):
             raise Invalid("is not an http:// or https:// URL")
         try:
             request = Request(line.text, priority=self.priority)
@@ -192,15 +192,38 @@ def _saved_spider(path: Path) -> str | None:
     return None if row is None else str(row[0])
 
 
+def sqlite_directory(config: FrontierConfig) -> Path:
+    if not config.state_dir:
+        raise FrontierCommandError(
+            "no crawl to seed: set JOBDIR or FRONTIER_PATH to the crawl's directory "
+            "(-s JOBDIR=path), or FRONTIER_BACKEND='redis' with REDIS_URL")
+    return Path(config.state_dir)
+
+
+def sqlite_spider(config: FrontierConfig, spider: str | None, default: str | None) -> str:
+    """The spider a JOBDIR belongs to: the one its ``frontier.sqlite`` records, else the
+    one named (a directory no crawl has used yet)."""
+    directory = sqlite_directory(config)
+    path = directory / STATE_FILE
+    saved = _saved_spider(path)
+    if saved is not None and spider is not None and saved != spider:
+        raise FrontierCommandError(
+            f"{path} belongs to spider {saved!r}, not {spider!r}. Nothing was changed.")
+    name = saved or spider or default
+    if name is None:
+        raise FrontierCommandError(
+            f"no crawl has run in {directory} yet: give --spider NAME, the spider that "
+            "will crawl it (its frontier.sqlite records it). Nothing was changed.")
+    return name
+
+
 class SQLiteSeeds:
     """A JOBDIR's queue and seen set, held with their locks while seeds go in."""
 
     batch = SQLITE_BATCH
     applied = "for the next run of the crawl"
 
-    def __init__(self, config: FrontierConfig, spider: str | None,
-                 default: str | None = None) -> None:
-        from scrapy_frontier.backends.sqlite.backend import STATE_FILE
+    def __init__(self, config: FrontierConfig, spider: str) -> None:
         from scrapy_frontier.backends.sqlite.files import exposed
         from scrapy_frontier.backends.sqlite.history import STORE_NAME as HISTORY_FILE
         from scrapy_frontier.backends.sqlite.lock import is_locked
@@ -208,28 +231,14 @@ class SQLiteSeeds:
         from scrapy_frontier.backends.sqlite.seen import SQLiteFingerprintStore
         from scrapy_frontier.dupefilter import STORE_NAME as SEEN_FILE
 
-        if not config.state_dir:
-            raise FrontierCommandError(
-                "no crawl to seed: set JOBDIR or FRONTIER_PATH to the crawl's directory "
-                "(-s JOBDIR=path), or FRONTIER_BACKEND='redis' with REDIS_URL")
-        directory = Path(config.state_dir)
+        directory = sqlite_directory(config)
         path = directory / STATE_FILE
         if is_locked(path):
             raise FrontierCommandError(
                 f"the crawl in {directory} is running: its files are written by it alone. "
                 "Stop it (Ctrl-C once), load the seeds, then start it again. Nothing was "
                 "changed.")
-        saved = _saved_spider(path)
-        if saved is None and spider is None:
-            spider = default  # the project's only spider
-        if saved is None and spider is None:
-            raise FrontierCommandError(
-                f"no crawl has run in {directory} yet: give --spider NAME, the spider that "
-                "will crawl it (its frontier.sqlite records it). Nothing was changed.")
-        if saved is not None and spider is not None and saved != spider:
-            raise FrontierCommandError(
-                f"{path} belongs to spider {saved!r}, not {spider!r}. Nothing was changed.")
-        self.spider: str = saved or spider  # type: ignore[assignment]
+        self.spider = spider
         self.trust = RowTrust.of(config.signing_keys, private=exposed(
             directory, (STATE_FILE, HISTORY_FILE)) is None)
         self.codec = request_codec(AnySpider(), trust=self.trust)
@@ -384,8 +393,8 @@ def check_callback(settings: Any, spider: str | None, callback: str | None) -> s
             cls = None
     if cls is None:
         return (f"callback {callback!r} not checked: spider {spider or '(unnamed)'} is not "
-                "in this project. A callback the spider does not have stops the crawl "
-                "when it reaches the first seed.")
+                "in this project (run the command in the spider's project to check it). "
+                "The crawl cannot rebuild a seed that names a method its spider lacks.")
     if not callable(getattr(cls, callback, None)):
         raise FrontierCommandError(
             f"spider {spider!r} ({cls.__module__}.{cls.__name__}) has no method "
@@ -393,8 +402,9 @@ def check_callback(settings: Any, spider: str | None, callback: str | None) -> s
     return None
 
 
-def open_sink(config: FrontierConfig, settings: Any, spider: str | None,
-              default: str | None) -> SQLiteSeeds | RedisSeeds:
+def crawl_spider(config: FrontierConfig, spider: str | None, default: str | None
+                 ) -> str | None:
+    """The spider whose crawl is seeded (refusing the backends that cannot be)."""
     if config.backend == "memory":
         raise FrontierCommandError(
             "FRONTIER_BACKEND is 'memory': the crawl keeps its frontier inside its own "
@@ -402,9 +412,9 @@ def open_sink(config: FrontierConfig, settings: Any, spider: str | None,
             "URLs through the spider's start(), or crawl with FRONTIER_BACKEND='sqlite' (set "
             "JOBDIR) or 'redis' and pass the same settings here. Nothing was changed.")
     if config.backend == "sqlite":
-        return SQLiteSeeds(config, spider, default)
+        return sqlite_spider(config, spider, default)
     if config.backend == "redis":
-        return RedisSeeds(config, settings, spider or default)
+        return spider or default
     raise FrontierCommandError(
         f"FRONTIER_BACKEND={config.backend!r} is a third-party driver: scrapy frontier seed "
         "loads 'sqlite' and 'redis' crawls only")
@@ -437,14 +447,24 @@ def seed(path: str, opts: argparse.Namespace, settings: Any, spider: str | None,
     config = FrontierConfig.from_settings(settings)
     column = None if opts.column is None else Column.parse(opts.column)
     fp64 = fingerprinter(settings)
-    sink = open_sink(config, settings, spider, default)
+    name = crawl_spider(config, spider, default)
+    warning = check_callback(settings, name, opts.callback)  # before anything is written
+    # The file opened, and its CSV header read, before anything is written too.
+    lines = read_lines(path, column)
+    first = next(lines, None)
+    entries = lines if first is None else itertools.chain((first,), lines)
+    sink: SQLiteSeeds | RedisSeeds
+    if config.backend == "sqlite":
+        assert name is not None  # sqlite_spider names one, or refuses
+        sink = SQLiteSeeds(config, name)
+    else:
+        sink = RedisSeeds(config, settings, name)
     try:
-        warning = check_callback(settings, sink.spider, opts.callback)
         sink.catch_up(fp64)
         maker = SeedMaker(config, sink.codec, fp64, opts.callback, opts.priority)
         tally = Tally()
         try:
-            load(read_lines(path, column), maker, sink, tally)
+            load(entries, maker, sink, tally)
         except FrontierCommandError as exc:
             if not tally.read:
                 raise
