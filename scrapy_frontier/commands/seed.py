@@ -476,7 +476,7 @@ def seed(path: str, opts: argparse.Namespace, settings: Any, spider: str | None,
         sink.close()
     done = (f"{tally.queued} queued, {sink.applied}" if tally.queued
             else "nothing new to queue")
-    if opts.callback is not None:
+    if opts.callback is not None and tally.queued:
         done += f" (callback {opts.callback})"
     data = result(path, config.backend, tally, opts.callback, done,
                   [warning] if warning else [])

@@ -85,7 +85,7 @@ def _crawl(b: Backend, workdir: Path) -> tuple[list[dict[str, Any]], dict[str, A
 
 
 @pytest.mark.crawl
-@pytest.mark.parametrize("backend", ["sqlite", "redis",
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("redis", marks=pytest.mark.slow),
                                      pytest.param("redis-cluster", marks=pytest.mark.slow)])
 def test_seed_files_load_once_and_the_crawl_fetches_each_url_once_with_its_callback(
         backend: str, tmp_path: Path, redis_server: RedisServer,
@@ -127,7 +127,7 @@ def test_seed_files_load_once_and_the_crawl_fetches_each_url_once_with_its_callb
         # By index, the header row is an entry too: shown as invalid, not queued.
         by_index = b.run(["seed", str(files["csv"]), "--column", "2"])
         assert by_index.stdout.splitlines()[0].endswith(
-            "6 read, 0 queued, 5 already seen, 2 invalid"), by_index.stdout
+            "7 read, 0 queued, 5 already seen, 2 invalid"), by_index.stdout
         assert "line 1: 'url' is not an http:// or https:// URL" in by_index.stdout
 
         status = as_json(b.run(["status", "--json"]))
