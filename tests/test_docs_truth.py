@@ -386,3 +386,14 @@ def test_every_benchmark_is_described() -> None:
     for page in PAGES:
         for name in re.findall(r"\bbenchmarks/([\w/]+\.py)\b", _text(page)):
             assert (ROOT / "benchmarks" / name).is_file(), (page.name, name)
+
+
+def test_every_subcommand_is_in_the_help_and_the_operating_table() -> None:
+    from scrapy_frontier.commands.frontier import SUBCOMMANDS, USAGE
+
+    helped = set(re.findall(r"^  ([a-z]+)\b", USAGE, re.MULTILINE))
+    rows = [line for line in _text(DOCS / "operating.rst").splitlines()
+            if line.startswith("   * - ``")]
+    tabled = {name for row in rows for name in re.findall(r"``([a-z]+)\b", row)}
+    assert set(SUBCOMMANDS) - helped == set()
+    assert set(SUBCOMMANDS) - tabled == set()
