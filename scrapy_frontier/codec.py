@@ -61,7 +61,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from scrapy import Request
+from scrapy import Request, Spider
 from scrapy.http.headers import Headers
 from scrapy.utils.request import request_from_dict
 
@@ -99,24 +99,35 @@ TAG_BYTES = 16
 #: The shortest signing key accepted (characters).
 MIN_KEY_LENGTH = 16
 
-#: The globals an unsealed row may name: constructors of plain values, none of which
-#: runs code of the row's choosing. Containers, strings, bytes and numbers need none.
+#: The globals an unsealed row may name: constructors of plain values whose work is
+#: bounded by the bytes they are given, and which import nothing. Containers, strings,
+#: bytes, numbers and sets have opcodes of their own and need none; ``bytes``, ``str``,
+#: ``range`` or ``Fraction`` are left out because a few bytes of arguments make them
+#: allocate gigabytes, spin, or import a codec.
 ALLOWED_GLOBALS = frozenset({
-    *(("builtins", name) for name in (
-        "bool", "bytearray", "bytes", "complex", "dict", "float", "frozenset", "int", "list",
-        "range", "set", "slice", "str", "tuple")),
+    ("builtins", "complex"),
     *(("datetime", name) for name in ("date", "datetime", "time", "timedelta", "timezone")),
     ("decimal", "Decimal"),
-    ("fractions", "Fraction"),
     ("collections", "OrderedDict"),
     ("collections", "deque"),
     ("uuid", "UUID"),
 })
+#: String subclasses a row may name, read back as the plain type they subclass: lxml's
+#: "smart strings", which Scrapy's link extractors put in meta (``link_text``).
+PLAIN_SUBSTITUTES: dict[tuple[str, str], type] = {
+    ("lxml.etree", "_ElementUnicodeResult"): str,
+    ("lxml.etree", "_ElementStringResult"): bytes,
+}
+
+
 class RestrictedUnpickler(pickle.Unpickler):
     """Builds plain values and the classes of :data:`ALLOWED_GLOBALS`; refuses any other
     global (a function or class a forged row would call) and persistent ids."""
 
     def find_class(self, module: str, name: str) -> Any:
+        substitute = PLAIN_SUBSTITUTES.get((module, name))
+        if substitute is not None:
+            return substitute
         if (module, name) in ALLOWED_GLOBALS:
             return super().find_class(module, name)
         raise UntrustedRow(
@@ -138,8 +149,7 @@ def _names_a_global(payload: bytes) -> bool:
 
 class RowKeys:
     """The keyring of ``FRONTIER_SIGNING_KEYS``: the first key seals rows, every key
-    verifies them (so a key can be rotated: add the new one first, drop the old one once
-    no row sealed with it is queued)."""
+    verifies them, so a key can be rotated (three steps: docs/security.rst)."""
 
     def __init__(self, secrets: Sequence[str]) -> None:
         if not secrets:
@@ -183,8 +193,9 @@ class RowTrust:
 
     @property
     def checks(self) -> bool:
-        """Rows are checked when read: sealed, or from a store outside the code's boundary."""
-        return self.keys is not None or not self.private
+        """A store outside the code's boundary has its rows checked when read; a private
+        one's rows are read in full, sealed or not."""
+        return not self.private
 
     def opened(self, data: bytes) -> tuple[bytes, bool]:
         """(the compact or full row inside ``data``, whether it may be unpickled in full).
@@ -195,6 +206,8 @@ class RowTrust:
             if self.keys is None:
                 return data[1 + TAG_BYTES:], self.private
             row = self.keys.verified(data)
+            if row is None and self.private:
+                return data[1 + TAG_BYTES:], True  # the store is trusted without its seal
             if row is None:
                 raise UntrustedRow(
                     "its tag matches no key of FRONTIER_SIGNING_KEYS: it was forged, damaged, "
@@ -206,20 +219,80 @@ class RowTrust:
                 "a client without the key wrote it")
         return data, self.private
 
+    def check_record(self, url: str, kept: bytes | None) -> str | None:
+        """Why a page record read from this store is refused, or None: its kept request
+        fails :meth:`check`, or (with keys, in a shared store) names another URL than the
+        record's. A record that keeps no request (its fetch failed, or its request could not
+        be kept) has nothing to verify: see docs/security.rst."""
+        if not url.startswith(WEB_SCHEMES):
+            return f"its URL {url[:80]!r} is not http(s)"
+        if kept is None:
+            return None
+        refused = self.check(kept)
+        if refused is None and self.keys is not None and not self.private \
+                and saved_url(kept) != url:
+            refused = "its URL is not the one its sealed request names"
+        return refused
+
     def check(self, data: bytes) -> str | None:
         """Why ``data`` would not be read as a trusted row, or None: the seal, then (for a
         row read restricted) every global its pickle names. Needs no spider; runs no code."""
         try:
             row, full = self.opened(data)
-            if not full and row[:1] in (_COMPACT_TAG, _FULL_TAG):
+            if not full and row[:1] == _COMPACT_TAG:
+                plain_fields(restricted_loads(row[1:]))
+            elif not full and row[:1] == _FULL_TAG:
                 value = restricted_loads(row[1:])
-                if row[:1] == _FULL_TAG and isinstance(value, dict):
-                    request_class(value.get("_class"))
+                if not isinstance(value, dict):
+                    raise UntrustedRow("it is not a request's dict")
+                request_class(value.get("_class"))
+                web_url(value.get("url"))
         except UntrustedRow as exc:
             return str(exc)
         except Exception as exc:  # noqa: BLE001 -- any failure is a refusal, named
             return f"{type(exc).__name__}: {exc}"
         return None
+
+
+_NONE = type(None)
+#: The schemes a row or record read without a verified seal may name.
+WEB_SCHEMES = ("http://", "https://")
+#: The types of a compact row's fields (Request's slots), checked on a row read without a
+#: verified seal: the fast decoder sets the slots without Request.__init__'s checks.
+_FIELD_TYPES: tuple[tuple[type, ...], ...] = (
+    (str,), (str, _NONE), (str, _NONE), (str,), (dict, _NONE), (bytes,),
+    (dict, list, _NONE), (dict, _NONE), (str,), (int,), (bool,), (list, _NONE), (dict, _NONE))
+#: Names a row may not give as a callback: scrapy.Spider's own members, but parse.
+_SPIDER_MEMBERS = frozenset(dir(Spider)) - {"parse"}
+
+
+def plain_fields(fields: Any) -> tuple[Any, ...]:
+    """A compact row's fields, if each has its slot's type; else :class:`UntrustedRow`."""
+    if type(fields) is not tuple or len(fields) != len(_FIELD_TYPES):
+        raise UntrustedRow("its fields are not a compact request's")
+    if not all(map(isinstance, fields, _FIELD_TYPES)):
+        i = next(i for i, types in enumerate(_FIELD_TYPES) if not isinstance(fields[i], types))
+        raise UntrustedRow(f"its field {i} is a {type(fields[i]).__name__}")
+    web_url(fields[0])
+    return fields
+
+
+def web_url(url: Any) -> None:
+    """Refuses (:class:`UntrustedRow`) a URL of an untrusted row that is not http(s): a
+    ``file://`` or ``s3://`` request would read what the spider never asked for."""
+    if not isinstance(url, str) or not url.startswith(WEB_SCHEMES):
+        raise UntrustedRow(f"its URL {str(url)[:80]!r} is not http(s)")
+
+
+def callback_name(spider: Any, name: Any) -> None:
+    """Refuses (:class:`UntrustedRow`) a callback name an untrusted row gives that is not
+    one of the spider's own methods: a dunder, or a member of scrapy.Spider (``from_crawler``
+    and the like) but ``parse``. A name the spider lacks is left to MissingCallback."""
+    if not isinstance(name, str) or name.startswith("__") or name in _SPIDER_MEMBERS:
+        raise UntrustedRow(f"its callback {name!r} is not one of the spider's methods")
+    found = inspect.getattr_static(spider, name, None)
+    if found is not None and not inspect.isfunction(found):
+        raise UntrustedRow(f"its callback {name!r} is not one of the spider's methods")
 
 
 def request_class(path: Any) -> type[Request]:
@@ -228,7 +301,8 @@ def request_class(path: Any) -> type[Request]:
     if path is None:
         return Request
     module, _, name = str(path).rpartition(".")
-    found = getattr(sys.modules.get(module), name, None)
+    # vars(), not getattr(): a module's __getattr__ (PEP 562) may import.
+    found = vars(sys.modules[module]).get(name) if module in sys.modules else None
     if isinstance(found, type) and issubclass(found, Request):
         return found
     raise UntrustedRow(f"it names the class {path!r}, which is not a Request subclass "
@@ -294,6 +368,10 @@ def request_codec(spider: Any, *, compact: bool = True,
         restricted unpickler can read it back (a meta of other classes needs keys)."""
         if keys is not None:
             return keys.seal(row)
+        if not trust.private and not request.url.startswith(WEB_SCHEMES):
+            raise Unserializable(
+                f"{request}: only http(s) requests are kept in a shared store without "
+                "FRONTIER_SIGNING_KEYS (a forged row must not read a file)")
         if not trust.private and _names_a_global(row):
             try:
                 restricted_loads(row[1:])
@@ -333,8 +411,6 @@ def request_codec(spider: Any, *, compact: bool = True,
     def callback(name: str | None) -> Any:
         if name is None:
             return None
-        if not isinstance(name, str) or name.startswith("__"):
-            raise UntrustedRow(f"its callback {name!r} is not a method name")
         try:
             return getattr(spider, name)
         except AttributeError:
@@ -343,9 +419,12 @@ def request_codec(spider: Any, *, compact: bool = True,
     def from_dict(d: dict[str, Any], full: bool) -> Any:
         if not full:
             request_class(d.get("_class"))  # no import for an untrusted row
+            web_url(d.get("url"))
         # Checked first so that a missing method is told apart from a corrupt row.
         for key in ("callback", "errback"):
             name = d.get(key)
+            if not full and name is not None:
+                callback_name(spider, name)
             if isinstance(name, str):
                 callback(name)
         return request_from_dict(d, spider=spider)
@@ -390,8 +469,17 @@ def request_codec(spider: Any, *, compact: bool = True,
     def encode(request: Any) -> bytes:
         return readable(request, encode_row(request))
 
-    def decode_compact(row: bytes, loads: Callable[[Any], Any]) -> Request:
-        fields = loads(row[1:])
+    allowed: set[str] = set()  # callback names of untrusted rows already checked
+
+    def decode_compact(row: bytes, full: bool) -> Request:
+        if full:
+            fields = pickle.loads(row[1:])
+        else:
+            fields = plain_fields(restricted_loads(row[1:]))
+            for name in fields[1:3]:
+                if name is not None and name not in allowed:
+                    callback_name(spider, name)
+                    allowed.add(name)
         if fast and plain(fields[0]):
             return fill(fields)
         return construct(fields)
@@ -399,12 +487,11 @@ def request_codec(spider: Any, *, compact: bool = True,
     def decode(data: bytes) -> Any:
         row, full = trust.opened(data)  # UntrustedRow: set aside by the store
         tag = row[0] if row else None
-        loads = pickle.loads if full else restricted_loads
         try:
             if tag == COMPACT:
-                return decode_compact(row, loads)
+                return decode_compact(row, full)
             if tag == FULL:
-                return from_dict(loads(row[1:]), full)
+                return from_dict((pickle.loads if full else restricted_loads)(row[1:]), full)
         except UntrustedRow:
             raise
         except MissingCallback as exc:
@@ -445,7 +532,9 @@ def saved_url(data: bytes) -> str | None:
             if not isinstance(arg, str) or "UNICODE" not in op.name:
                 continue
             if compact or previous == "url":
-                return arg if "://" in arg else None
+                # A stored URL is safe_url_string's output: printable, no spaces. Anything
+                # else is a forged row's text, which a log line must not carry.
+                return arg if "://" in arg and arg.isprintable() and " " not in arg else None
             previous = arg
     except Exception:  # noqa: BLE001 -- corrupt bytes: no URL to show
         return None

@@ -53,8 +53,9 @@ class UntrustedRow(UndecodableRow):
 def requeue_advice(exc: BaseException) -> str:
     """What ``scrapy frontier quarantine --requeue`` does with a row set aside for ``exc``."""
     if isinstance(exc, UntrustedRow):
-        return ("It is never unpickled, and scrapy frontier quarantine --requeue refuses it: "
-                "a client that can write the crawl's store wrote it (docs/security.rst)")
+        return ("It is never unpickled, and scrapy frontier quarantine --requeue refuses it "
+                "unless its seal verifies under the keys given then: a client without the "
+                "crawl's keys wrote it, or its key was dropped (docs/security.rst)")
     return ("Once the spider can rebuild it, scrapy frontier quarantine --requeue puts it "
             "back")
 

@@ -27,11 +27,15 @@ _SIMPLE_NETLOC = re.compile(
 #: return unchanged, whatever their options: http(s), a lowercase host of
 #: dot-separated LDH labels (no port, no user info, no IDNA "xn--" label), and a
 #: non-empty path of unreserved characters whose segments do not start with "."
-#: (so no dot segments) -- no percent escapes, no query, no fragment. Most
+#: (so no dot segments) -- no percent escapes, no query, no fragment. The last
+#: label is not a number (digits, or "0x" and hex digits): the WHATWG URL
+#: standard, which w3lib 2.6 follows, reads such a host as IPv4 and rewrites
+#: it ("http://0/" becomes "http://0.0.0.0/"). Most
 #: crawled URLs are not like this; many generated ones are. tests/core/test_seen.py
 #: and tests/test_codec.py check the claim on many URLs inside and outside it.
 PLAIN_URL = re.compile(
-    r"https?://(?!xn--)[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.(?!xn--)[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*"
+    r"https?://(?:(?!xn--)[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)*"
+    r"(?!xn--)(?!(?:[0-9]+|0x[0-9a-f]*)/)[a-z0-9](?:[a-z0-9-]*[a-z0-9])?"
     r"(?:(?:/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)+/?|/)"
 )
 

@@ -106,12 +106,14 @@ class PageRecord:
 
     @classmethod
     def from_json(cls, fp: int, text: str,
-                  check: Callable[[bytes], str | None] | None = None) -> PageRecord:
+                  check: Callable[[str, bytes | None], str | None] | None = None,
+                  ) -> PageRecord:
         """Inverse of :meth:`to_json`; raises ValueError on anything it cannot read, and on
-        a kept request that ``check`` refuses (it says why: see codec.RowTrust.check)."""
+        a record that ``check`` refuses, given its URL and kept request (it says why: see
+        codec.RowTrust.check_record)."""
         record = cls._parse(fp, text)
-        if check is not None and record.request is not None:
-            refused = check(record.request)
+        if check is not None:
+            refused = check(record.url, record.request)
             if refused is not None:
                 raise ValueError(f"{REFUSED}: {refused}")
         return record
@@ -127,6 +129,9 @@ class PageRecord:
             raise ValueError(
                 f"page record version {version!r}; this scrapy-frontier reads {RECORD_VERSION}"
             )
+        for key in ("u", "cb", "e", "lm", "dg", "r"):
+            if not isinstance(data.get(key, ""), str | None):
+                raise ValueError(f"page record is damaged (its {key!r} is not a string)")
         try:
             return cls(
                 fp=fp,
@@ -156,8 +161,8 @@ class PageRecord:
 
 _URL_IN_RECORD = re.compile(r'"u"\s*:\s*"((?:[^"\\]|\\.){1,2000})"')
 
-#: How a record whose kept request fails the trust check is named (see from_json).
-REFUSED = "its kept request is refused"
+#: How a record that fails the trust check is named (see from_json).
+REFUSED = "it fails the trust check"
 #: Unreadable page records logged one by one by a store; later ones are only counted.
 QUARANTINE_LOGGED = 10
 
@@ -191,7 +196,7 @@ def quarantine_message(where: str, fp: int, raw: str | bytes, error: str, count:
     page = f"page {url} (fingerprint {fp})" if url else f"page of fingerprint {fp}"
     last = (f" Further records set aside are only counted ({stat})."
             if count == QUARANTINE_LOGGED else "")
-    requeue = ("--requeue refuses it: a client that can write the crawl's store wrote it, "
+    requeue = ("--requeue refuses it unless its seal verifies under the keys given then, "
                "see docs/security.rst" if error.startswith(REFUSED)
                else "--requeue puts it back for a release that reads it")
     return (f"{where}: the history record of the {page} cannot be read ({error}). It is "

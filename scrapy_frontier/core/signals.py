@@ -24,6 +24,9 @@ from xml.parsers import expat
 
 #: The sitemap protocol's limits for one file: 50,000 URLs, 50 MB uncompressed.
 MAX_URLS = 50_000
+#: Elements read per entry allowed (a sitemap's url has at most five: url, loc, lastmod,
+#: changefreq, priority; a feed's item a few more); past that a document is cut.
+ELEMENTS_PER_URL = 20
 MAX_BYTES = 50 * 1024 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -160,6 +163,8 @@ def _parse(data: bytes, max_urls: int) -> Signals:
     parser.buffer_text = True
     parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
     depth = 0
+    # Elements read at most: a page of empty elements costs handler time, not entries.
+    elements = ELEMENTS_PER_URL * max_urls
     entry: dict[str, str] = {}
     text: list[str] = []
     href: str | None = None
@@ -171,7 +176,11 @@ def _parse(data: bytes, max_urls: int) -> Signals:
         raise StopIteration
 
     def start(tag: str, attrs: dict[str, str]) -> None:
-        nonlocal depth, entry, href, rel
+        nonlocal depth, entry, href, rel, elements
+        elements -= 1
+        if elements < 0:
+            out.truncated = True
+            raise StopIteration
         depth += 1
         name = _local(tag)
         if depth == 1:

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 
+from scrapy_frontier.codec import callback_name
 from scrapy_frontier.core.recrawl import Recrawler, RecrawlSettings
+from scrapy_frontier.errors import UntrustedRow
 from scrapy_frontier.meta import RECRAWL_META
 from scrapy_frontier.scheduler.replay import RequestReplay, replayable
 from scrapy_frontier.validators import add_validators
@@ -86,7 +88,12 @@ class RecrawlHooks:
         scheduler/replay.py): a GET of its URL with its callback and depth."""
         callback = None
         if record.callback and spider is not None:
-            callback = getattr(spider, record.callback, None)
+            try:
+                callback_name(spider, record.callback)
+            except UntrustedRow:
+                callback = None  # a dunder or a scrapy.Spider member: never a callback
+            else:
+                callback = getattr(spider, record.callback, None)
             if callback is None and record.callback not in self._missing_callbacks:
                 self._missing_callbacks.add(record.callback)
                 logger.warning(

@@ -132,7 +132,9 @@ def test_a_running_crawl_is_inspected_and_the_numbers_agree_with_the_server(
     b = Backend(backend, tmp_path, redis_server,
                 request.getfixturevalue("redis_cluster") if backend == "redis-cluster" else None)
     backend = b.backend
-    b.crawl["FRONTIER_MIN_DELAY"] = b.command["FRONTIER_MIN_DELAY"] = 0.3
+    # 12 pages a host at 0.6 s rests: the crawl lasts about 8 s, long enough for a status
+    # read while it runs even when a busy machine takes seconds to start the command.
+    b.crawl["FRONTIER_MIN_DELAY"] = b.command["FRONTIER_MIN_DELAY"] = 0.6
     log = tmp_path / "server.jsonl"
     web_args = ["--shape", "wide", "--hosts", "4", "--pages", "12", "--latency", "0.005",
                 "0.01", "--seed", "3"]
@@ -141,7 +143,7 @@ def test_a_running_crawl_is_inspected_and_the_numbers_agree_with_the_server(
     with ServerProcess(web_args, log_path=str(log)) as web:
         hosts_of_web = {e[0] for e in web.expected}
         thread, out = crawl_in_thread(web, b.crawl, tmp_path)
-        for _ in range(40):  # bounded: the crawl takes about 4 s
+        for _ in range(40):  # bounded: the crawl takes about 8 s
             if not thread.is_alive():
                 break
             proc = b.run(["status", "--json"], check=False)

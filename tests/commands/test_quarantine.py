@@ -22,7 +22,7 @@ from tests.commands.quarantine_spider import FRAGILE_PAGES
 from tests.commands.test_operating import Backend, as_json
 from tests.redis_server import RedisServer
 from tests.styles_site import StyleSite
-from tests.test_row_trust import forged
+from tests.test_codec import forged
 
 pytestmark = pytest.mark.crawl
 
@@ -38,8 +38,10 @@ def _site(site: StyleSite) -> None:
         site.put(f"/p/{n}", f"<html><body>page {n}</body></html>")
 
 
-def _crawl(site: StyleSite, b: Backend, workdir: Path, *, fixed: bool
+def _crawl(site: StyleSite, b: Backend, workdir: Path, *, fixed: bool, ok: bool = True
            ) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
+    """The crawl's items, stats and output; ``ok=False``: a crawl that fails to open (this
+    harness runs CrawlerProcess, which exits 0 either way: ``scrapy crawl`` exits 1)."""
     workdir.mkdir(parents=True, exist_ok=True)
     items, stats = workdir / "items.jsonl", workdir / "stats.json"
     settings = {"LOG_LEVEL": "INFO", "TELNETCONSOLE_ENABLED": False, "ROBOTSTXT_OBEY": False,
@@ -53,6 +55,9 @@ def _crawl(site: StyleSite, b: Backend, workdir: Path, *, fixed: bool
          str(stats)], cwd=ROOT, capture_output=True, text=True, timeout=180, env=env)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-3000:]
+    if not ok:
+        assert "scrapy-frontier cannot start" in output, output[-3000:]
+        return [], {}, output
     got = [json.loads(line) for line in items.read_text().splitlines()] if items.exists() \
         else []
     return got, json.loads(stats.read_text()), output
@@ -189,18 +194,36 @@ def _forge(b: Backend, redis_server: RedisServer, base: str, marker: Path) -> tu
     return int(fp), url
 
 
-@pytest.mark.parametrize("backend,keys", [
-    ("sqlite", False), ("redis", False), pytest.param("redis", True, marks=pytest.mark.slow)])
+def test_a_jobdir_others_may_write_is_refused_before_anything_is_read(
+        tmp_path: Path, redis_server: RedisServer) -> None:
+    """Scrapy unpickles spider.state, and the frontier its rows, from JOBDIR: a directory the
+    group may write is refused at open, naming it, before any row is read or run."""
+    b = Backend("sqlite", tmp_path, redis_server)
+    marker = tmp_path / "payload-ran"
+    with StyleSite() as site:
+        _site(site)
+        _crawl(site, b, tmp_path / "run1", fixed=True)
+        _forge(b, redis_server, site.base, marker)
+        os.chmod(b.crawl["JOBDIR"], 0o775)
+        fetched_before = len(site.log)
+        _, _, out = _crawl(site, b, tmp_path / "run2", fixed=True, ok=False)
+        assert f"{b.crawl['JOBDIR']} may be written by others (mode 775)" in out, out[-3000:]
+        assert "chmod -R go-w" in out
+        assert not marker.exists()
+        assert len(site.log) == fetched_before
+
+
+@pytest.mark.parametrize("keys", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_a_forged_row_and_record_run_no_code_and_are_set_aside(
-        backend: str, keys: bool, tmp_path: Path, redis_server: RedisServer) -> None:
+        keys: bool, tmp_path: Path, redis_server: RedisServer) -> None:
     """A queue row and a page record's kept request, each a pickle that calls os.system,
-    written by a plain client: no worker runs them; each is set aside and named, and
-    ``quarantine --requeue`` refuses them. SQLite: a JOBDIR others may write is a shared
-    store; Redis: with FRONTIER_SIGNING_KEYS an unsealed row is refused unread."""
+    pushed into the crawl's Redis by a plain client: no worker runs them; each is set aside
+    and named, and ``quarantine --requeue`` refuses them. Without keys the restricted
+    unpickler refuses the function; with FRONTIER_SIGNING_KEYS an unsealed row is not read."""
+    backend = "redis"
     b = Backend(backend, tmp_path, redis_server)
     b.crawl["FRONTIER_REDIS_IDLE_GRACE"] = 0.5
-    if backend == "redis":
-        b.args = ["--spider", "quarantine"]
+    b.args = ["--spider", "quarantine"]
     if keys:
         b.crawl["FRONTIER_SIGNING_KEYS"] = b.command["FRONTIER_SIGNING_KEYS"] = KEY
     marker = tmp_path / "payload-ran"
@@ -209,23 +232,17 @@ def test_a_forged_row_and_record_run_no_code_and_are_set_aside(
         base = site.base
         _crawl(site, b, tmp_path / "run1", fixed=True)
         fp, url = _forge(b, redis_server, base, marker)
-        if backend == "sqlite":
-            os.chmod(b.crawl["JOBDIR"], 0o775)  # the group may write it: a shared store
         fetched_before = len(site.log)
         items, stats, out = _crawl(site, b, tmp_path / "run2", fixed=True)
         assert not marker.exists(), out[-3000:]
         assert stats["finish_reason"] == "finished", out[-3000:]
-        untrusted = "frontier/store/untrusted" if backend == "sqlite" \
-            else "frontier/redis/untrusted"
-        assert stats.get(untrusted) == 1, out[-3000:]
+        assert stats.get("frontier/redis/untrusted") == 1, out[-3000:]
         assert stats.get("frontier/history/quarantined") == 1, out[-3000:]
         why = ("it is not sealed" if keys else "it names posix.system")
         assert any("cannot be rebuilt" in line and why in line and "refuses it" in line
                    for line in out.splitlines()), out[-3000:]
         assert any(f"page {url} (fingerprint {fp})" in line and why in line
                    for line in out.splitlines()), out[-3000:]
-        if backend == "sqlite":
-            assert "may be written by others" in out
         # The forged record's page is not fetched with the forged request (nor at all).
         assert all(path != "/p/1" for _, path, _ in site.log[fetched_before:])
 

@@ -735,7 +735,8 @@ _URL_PARTS = {
     "scheme": ["http", "https", "HTTP", "ftp", "file"],
     "host": ["h1.example", "Example.COM", "a-b.c", "xn--bcher-kva.example", "xn--zz.example",
              "1.2.3.4", "a..b", "a.", "-a.b", "a-.b", "www.exa_mple.org", "ex.com:80",
-             "ex.com:8080", "u:p@ex.com", "[::1]", "[::0:1]", "b\u00fccher.example", ""],
+             "ex.com:8080", "u:p@ex.com", "[::1]", "[::0:1]", "b\u00fccher.example", "",
+             "0", "1.2.3", "a.0x1f", "a.0x", "a.0xg", "a.09"],
     "path": ["", "/", "/p/1", "/a/b/", "/a//b", "/./a", "/a/../b", "/a/.", "/.well-known/x",
              "/a.b/c~d_e-f", "/%7Euser", "/%41", "/a%2fb", "/r\u00e9sum\u00e9", "/a b", "/a;p",
              "/a:b", "/a@b", "/a!b", "/a$b", "/a'b", "/a(b)", "/a*b", "/a+b", "/a,b",
@@ -776,7 +777,7 @@ def test_fast_fingerprint_covers_plain_urls() -> None:
                 "https://x-y.example.org/a.b/c~d_e-f.html"):
         assert fast_fingerprint(Request(url)) is not None, url
     for url in ("http://a.example/p?a=1", "http://a.example/a b", "http://a.example/#f",
-                "http://a.example:8080/", "http://a.example/%41", "http://a.example/./b"):
+                "http://a.example:8080/", "http://a.example/%41", "http://10.0.0.1/"):
         assert fast_fingerprint(Request(url)) is None, url
     assert fast_fingerprint(Request("http://a.example/", method="POST")) is None
     assert fast_fingerprint(Request("http://a.example/", body=b"x")) is None

@@ -161,3 +161,13 @@ def test_the_protocols_limits_stop_the_reading() -> None:
     assert signals.truncated and len(signals.hints) == 100 and signals.refused is None
     assert set(CHANGEFREQ_SECONDS) == {"always", "hourly", "daily", "weekly", "monthly",
                                        "yearly", "never"}
+
+
+def test_a_document_of_empty_elements_is_cut_after_its_element_budget() -> None:
+    from scrapy_frontier.core.signals import ELEMENTS_PER_URL
+
+    body = (b'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+            + b"<a/>" * (ELEMENTS_PER_URL * 10 + 50)
+            + b"<url><loc>http://a.example/late</loc></url></urlset>")
+    signals = read_signals(body, max_urls=10)
+    assert signals.truncated and signals.hints == []

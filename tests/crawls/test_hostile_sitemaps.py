@@ -91,6 +91,7 @@ def test_hostile_sitemaps_are_refused_counted_and_logged_once_per_host(tmp_path:
     assert pages == {(h, f"/p/{i}") for h in (a, b) for i in range(PAGES)}
 
 
+@pytest.mark.slow  # about 24 s: the newest leg runs it (.ci/run)
 def test_a_sitemap_that_never_finishes_is_cut_and_its_hosts_pages_are_fetched(
         tmp_path: Path) -> None:
     """The trickling sitemap sends a byte every 50 ms for ever: only the whole-download

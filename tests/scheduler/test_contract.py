@@ -825,9 +825,11 @@ def test_a_start_request_still_on_its_way_to_redis_when_start_fails_is_crawled(
             return None
 
     # No grace, and no progress line (its census would keep the crawl open a round longer).
+    # Sealed rows: a data: URL is kept in Redis only with keys (docs/security.rst).
     settings = {**CONTRACT_SETTINGS, **driver.settings, "TWISTED_REACTOR": None,
                 "LOG_LEVEL": "WARNING", "FRONTIER_REDIS_IDLE_GRACE": 0,
-                "FRONTIER_PROGRESS_INTERVAL": 0}
+                "FRONTIER_PROGRESS_INTERVAL": 0,
+                "FRONTIER_SIGNING_KEYS": "a-signing-key-of-the-contract-tests"}
     crawler = get_crawler(StartErrorSpider, settings_dict=settings)
     crawler.signals.connect(lambda request, spider: reached.append(request.url),
                             signals.request_reached_downloader, weak=False)

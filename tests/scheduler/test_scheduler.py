@@ -239,9 +239,9 @@ def test_download_slot_meta_is_the_host_key() -> None:
 
 def test_hostless_network_url_is_a_counted_rejection() -> None:
     with pytest.raises(HostlessURL):
-        host_key(Request("http:///nohost"))
+        host_key(Request("http://:80/nohost"))
     sched, _, crawler = make_scheduler()
-    assert not sched.enqueue_request(Request("http:///nohost"))
+    assert not sched.enqueue_request(Request("http://:80/nohost"))
     assert crawler.stats.get_value("frontier/rejected/no_host") == 1
     assert not sched.has_pending_requests()
 

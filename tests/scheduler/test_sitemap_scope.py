@@ -269,7 +269,15 @@ def test_refused_documents_are_counted_each_and_logged_once_per_host_and_reason(
 
 
 def test_a_cut_download_of_the_frontiers_own_sitemap_is_logged_by_the_frontier_only() -> None:
-    from scrapy.exceptions import DownloadCancelledError, DownloadTimeoutError
+    try:
+        from scrapy.exceptions import DownloadCancelledError, DownloadTimeoutError
+    except ImportError:  # before Scrapy 2.14: Twisted's own
+        from twisted.internet.defer import (  # type: ignore[assignment]
+            CancelledError as DownloadCancelledError,
+        )
+        from twisted.internet.error import (  # type: ignore[assignment]
+            TimeoutError as DownloadTimeoutError,
+        )
 
     from scrapy_frontier.meta import SITEMAP_META
     from scrapy_frontier.spidermiddlewares import QuietSitemapCut

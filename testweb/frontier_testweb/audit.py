@@ -44,10 +44,12 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from frontier_testweb.log import LogEntry
-from scrapy_frontier.core.politeness import DelayPolicy
+
+if TYPE_CHECKING:
+    from scrapy_frontier.core.politeness import DelayPolicy
 
 ROBOTS_PATH = "/robots.txt"
 
@@ -55,6 +57,14 @@ ROBOTS_PATH = "/robots.txt"
 #: use one) or a function of the host (the log's host address, which is the frontier's host
 #: key for the test web's IP URLs); None: one each.
 Connections: TypeAlias = int | Mapping[str, int] | Callable[[str], int] | None
+
+
+def _policy(factor: float, min_delay: float, max_delay: float) -> DelayPolicy:
+    """The frontier's delay rule. Imported here: importing scrapy_frontier imports Scrapy,
+    which the test web's server process (``python -m frontier_testweb serve``) never needs."""
+    from scrapy_frontier.core.politeness import DelayPolicy
+
+    return DelayPolicy(factor=factor, min_delay=min_delay, max_delay=max_delay)
 
 
 def connections_of(connections: Connections) -> Callable[[str], int]:
@@ -155,7 +165,7 @@ def audit(
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-    policy = DelayPolicy(factor=factor, min_delay=min_delay, max_delay=max_delay)
+    policy = _policy(factor, min_delay, max_delay)
     conns = connections_of(connections)
     used = [e for e in entries if include_robots or e.path != ROBOTS_PATH]
 
@@ -330,7 +340,7 @@ def rest_report(
     callback that blocked) that fall inside a gap are allowed on top: nothing can be sent
     while the crawler is blocked.
     """
-    policy = DelayPolicy(factor=factor, min_delay=min_delay, max_delay=max_delay)
+    policy = _policy(factor, min_delay, max_delay)
     spans = sorted(pauses)
     by_host: dict[str, list[LogEntry]] = defaultdict(list)
     for e in entries:

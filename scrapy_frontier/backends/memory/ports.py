@@ -270,6 +270,3 @@ class LocalInspection(InspectPort):
             if store.undecodable:
                 # Rows the store set aside in its quarantine table (logged at ERROR).
                 stats.set_value("frontier/store/undecodable", store.undecodable)
-            untrusted = getattr(store, "untrusted", 0)
-            if untrusted:
-                stats.set_value("frontier/store/untrusted", untrusted)

@@ -26,15 +26,15 @@ from scrapy_frontier.errors import RedisFrontierSettingsError
 WORKER_COMMANDS = (
     "evalsha", "script|load", "multi", "exec", "ping", "time", "scan", "type", "exists", "del",
     "get", "incr",
-    "hget", "hmget", "hgetall", "hexists", "hlen", "hset", "hsetnx", "hdel", "hincrby",
+    "hget", "hmget", "hgetall", "hexists", "hlen", "hset", "hsetnx", "hdel", "hincrby", "hscan",
     "llen", "lrange", "lpush", "rpush", "lpop",
     "sadd", "srem", "sismember", "scard",
     "zadd", "zrem", "zscore", "zmscore", "zcard", "zcount", "zrange", "zrangebyscore",
     "zremrangebyscore",
 )
 #: What ``scrapy frontier`` runs besides: status and hosts on a cluster, budget and policy
-#: (HKEYS, SMEMBERS), recrawl (INCRBY), quarantine (HSCAN, LREM) and reset (UNLINK).
-OPERATOR_COMMANDS = ("hkeys", "smembers", "incrby", "hscan", "lrem", "unlink")
+#: (HKEYS, SMEMBERS), recrawl (INCRBY), quarantine (LREM) and reset (UNLINK).
+OPERATOR_COMMANDS = ("hkeys", "smembers", "incrby", "lrem", "unlink")
 #: What redis-py's cluster client and the frontier run on a Redis Cluster besides.
 CLUSTER_COMMANDS = ("cluster|slots", "cluster|getkeysinslot", "command")
 #: What scrapy-redis's RedisSpider runs on its start-URL key, by the key's kind.

@@ -58,7 +58,7 @@ class RedisHistoryStore:
     """A :class:`~scrapy_frontier.core.history.HistoryStore` in Redis."""
 
     def __init__(self, client: Any, prefix: str,
-                 check_request: Callable[[bytes], str | None] | None = None) -> None:
+                 check_request: Callable[[str, bytes | None], str | None] | None = None) -> None:
         self.client = client
         self.prefix = prefix
         #: Refuses a record whose kept request fails the trust check (codec.RowTrust).
@@ -245,7 +245,10 @@ class RedisHistoryStore:
     def scan(self) -> Iterator[PageRecord]:
         self.flush()
         bad: list[tuple[int, Any, str]] = []
-        for field, raw in self.client.hscan_iter(self.key("pages"), count=1000):
+        fields = self.client.hscan_iter(self.key("pages"), count=1000)
+        while (item := self.guard("reading the page history",
+                                  lambda: next(fields, None))) is not None:
+            field, raw = item
             try:
                 record = PageRecord.from_json(int(field), text(raw), self.check_request)
             except ValueError as exc:

@@ -640,7 +640,7 @@ def open_seen(client: Any, layout: Layout, *, expected: int) -> PartitionedSeen:
 
 
 def open_history(client: Any, layout: Layout,
-                 check: Callable[[bytes], str | None] | None = None,
+                 check: Callable[[str, bytes | None], str | None] | None = None,
                  ) -> RedisHistoryStore | PartitionedHistory:
     if not layout.tagged:
         return RedisHistoryStore(client, layout.history, check)

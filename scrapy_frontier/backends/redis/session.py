@@ -109,7 +109,7 @@ class RedisSession:
         return self.rounds.recrawler
 
     def open_history(self) -> HistoryStore:
-        return open_history(self.client, self.layout, self.trust.check)
+        return open_history(self.client, self.layout, self.trust.check_record)
 
     def run(self, rnd: Round) -> RoundAnswer:
         """In the I/O thread: one round against Redis."""

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from scrapy_frontier.backends.memory import MemoryBackend
 from scrapy_frontier.backends.memory.ports import LocalHistory, LocalQueue
+from scrapy_frontier.backends.sqlite.control import FILE as CONTROL_FILE
 from scrapy_frontier.backends.sqlite.control import ControlFile
 from scrapy_frontier.backends.sqlite.files import exposed
 from scrapy_frontier.backends.sqlite.history import STORE_NAME as HISTORY_FILE
@@ -190,7 +191,7 @@ class SQLiteHistory(LocalHistory):
     def open_history(self) -> HistoryStore:
         path = Path(self.state_dir) / HISTORY_FILE
         trust = self.trust
-        store = SQLiteHistoryStore(path, check_request=trust.check if trust.checks else None)
+        store = SQLiteHistoryStore(path, check_request=trust.check_record if trust.checks else None)
         logger.debug("Page history: %s (%d pages)", path, len(store))
         return store
 
@@ -228,6 +229,7 @@ class SQLiteBackend(MemoryBackend):
         return SQLiteHistory(self.state_dir, self.queue)
 
     def open(self, spider: Spider) -> None:
+        self.row_trust = self.history.trust = self._trust()
         # Steered policies first: the frontier is made, and its restart rests set, by them.
         early = ControlFile(self.state_dir, create=False, timeout=0.5)
         try:
@@ -236,7 +238,6 @@ class SQLiteBackend(MemoryBackend):
             early.close()
         if steered:
             self.ctx.config.host_policies.steer(steered)
-        self.row_trust = self.history.trust = self._trust()
         self._open_store(spider)
         # Steering (scrapy frontier block, delay, retire, budget, policy): applied now,
         # then looked at once a second from a timer.
@@ -247,17 +248,20 @@ class SQLiteBackend(MemoryBackend):
         control.start()
 
     def _trust(self) -> RowTrust:
-        """Rows are read in full from a directory only this user can write (as the
-        spider's own code); from any other, as from a shared store (docs/security.rst)."""
-        keys = self.ctx.config.signing_keys
-        reason = exposed(self.state_dir, (STATE_FILE, HISTORY_FILE))
-        if reason is not None and not keys:
-            logger.warning(
-                "%s: its saved requests are read as a shared store's, with plain values in "
-                "meta only, and a request whose meta holds other classes stays in memory. "
-                "Make the crawl's directory writable by this user alone (chmod go-w), or set "
-                "FRONTIER_SIGNING_KEYS (docs/security.rst).", reason)
-        return RowTrust.of(keys, private=reason is None)
+        """A directory only this user can write is inside the code's boundary, as Scrapy's
+        own JOBDIR: its rows are read in full (sealed ones verified, with keys). Any other
+        is refused: Scrapy itself unpickles ``spider.state`` from JOBDIR."""
+        dirs = {self.state_dir, self.ctx.crawler.settings.get("JOBDIR") or self.state_dir}
+        for directory in sorted(dirs):
+            reason = exposed(directory, (STATE_FILE, HISTORY_FILE, CONTROL_FILE, "spider.state"))
+            if reason is not None:
+                raise StoreError(
+                    f"{reason}. Scrapy and scrapy-frontier unpickle the crawl's files there "
+                    "(spider.state, frontier.sqlite), so whoever may write them could run code "
+                    f"in this crawl. Make {directory} and its files writable by this user "
+                    "alone (chmod -R go-w), or point JOBDIR / FRONTIER_PATH at a private "
+                    "directory; nothing was changed (docs/security.rst).")
+        return RowTrust.of(self.ctx.config.signing_keys, private=True)
 
     def _open_store(self, spider: Spider) -> None:
         config, stats = self.ctx.config, self.ctx.stats

@@ -319,7 +319,7 @@ def sync_wal(path: Path) -> None:
 def exposed(directory: str | os.PathLike[str], names: tuple[str, ...]) -> str | None:
     """Why the crawl's files are outside its user's own boundary, or None: the directory
     or one of its files ``names`` (those that exist) is owned by another user, or may be
-    written by the group or others. Such a file's rows are read as a shared store's."""
+    written by the group or others. The crawl refuses to open such a directory."""
     getuid = getattr(os, "getuid", None)
     if getuid is None:
         return None  # no POSIX owner and mode bits to go by

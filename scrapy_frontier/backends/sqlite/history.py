@@ -71,7 +71,7 @@ class SQLiteHistoryStore(WALFileStore):
         batch_size: int = 2048,
         flush_interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
-        check_request: Callable[[bytes], str | None] | None = None,
+        check_request: Callable[[str, bytes | None], str | None] | None = None,
     ) -> None:
         self.path = Path(path)
         #: Refuses a record whose kept request fails the trust check (codec.RowTrust).

@@ -37,7 +37,6 @@ from scrapy_frontier.errors import (
     StoreError,
     UndecodableRow,
     Unserializable,
-    UntrustedRow,
     requeue_advice,
 )
 
@@ -117,8 +116,6 @@ class SQLiteStore(Generic[T]):
         self.counts = StoreCounts()
         #: Rows moved to the quarantine table by this process (frontier/store/undecodable).
         self.undecodable = 0
-        #: Of those, rows that failed the trust check (frontier/store/untrusted).
-        self.untrusted = 0
         self._volatile: dict[int, T] = {}  # by row: items that cannot be encoded
         self._state = StateFile(self.path, spider)
         self._next_id = 1 + recovery.last_id(self._state.db)
@@ -417,8 +414,6 @@ class SQLiteStore(Generic[T]):
         error = str(exc.__cause__ or exc)  # the codec's words; the log names file and row
         writes.quarantine.append((row, host, level, data, error, at))
         self.undecodable += 1
-        if isinstance(exc, UntrustedRow):
-            self.untrusted += 1
         count = self.undecodable
         if count <= QUARANTINE_LOGGED:
             url = saved_url(data)
