@@ -20,7 +20,12 @@ from scrapy.exceptions import UsageError
 
 from scrapy_frontier.commands import render, steer
 from scrapy_frontier.commands.shapes import RETIRED_WHY, HostView
-from scrapy_frontier.errors import FrontierCommandError, FrontierError, HostlessURL
+from scrapy_frontier.errors import (
+    CommandInterrupted,
+    FrontierCommandError,
+    FrontierError,
+    HostlessURL,
+)
 from scrapy_frontier.hostkey import url_host_key
 from scrapy_frontier.settings import FrontierConfig
 
@@ -120,7 +125,7 @@ class Command(ScrapyCommand):
             raise
         except FrontierError as exc:
             print(f"scrapy frontier: {exc}", file=sys.stderr)
-            self.exitcode = 1
+            self.exitcode = exc.exit_code if isinstance(exc, CommandInterrupted) else 1
         except (sqlite3.Error, OSError) as exc:
             # What the state files' own checks did not foresee: one line, not a traceback.
             print(f"scrapy frontier: the crawl's state could not be used "

@@ -7,7 +7,13 @@ level the crawl gives its priority (``FRONTIER_PRIORITY_RULES`` included), the 6
 fingerprint. It goes through the crawl's seen set: a URL seen or queued before (by the
 crawl, an earlier load, or earlier in the file) is not queued again, so loading a file
 twice, or again after a load was stopped midway, queues each URL once. Memory holds one
-batch, whatever the size of the file.
+batch, whatever the size of the file. Inside the spider's project, a URL its
+``allowed_domains`` refuses (by Scrapy's offsite rule) is counted and skipped.
+
+Ctrl-C (SIGINT) stops a load at a batch's edge: a batch being written is committed first,
+the entries read since the last batch are committed too, and the command says what was
+loaded and exits 130. Input that breaks off midway (gzip on a pipe: a file is checked whole
+first, see seed_input) is handled the same way, with exit code 1.
 
 SQLite: the crawl's files are written by the crawl alone (as for ``quarantine
 --requeue``), so the load takes their locks and refuses while the crawl runs; the next
@@ -23,12 +29,15 @@ host retired in the crawl refuses its URLs (counted). The workers take them at o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
+import signal
 import sqlite3
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from scrapy import Request
 
@@ -37,9 +46,16 @@ from scrapy_frontier.codec import Codec, RowTrust, request_codec
 from scrapy_frontier.commands.seed_input import Column, Line, read_lines
 from scrapy_frontier.core.prioritizer import PriorityMapper
 from scrapy_frontier.core.recrawl_priority import HostRules
-from scrapy_frontier.errors import FrontierCommandError, HostlessURL, UndecodableRow
+from scrapy_frontier.errors import (
+    CommandInterrupted,
+    FrontierCommandError,
+    HostlessURL,
+    SeedFileBroken,
+    UndecodableRow,
+)
 from scrapy_frontier.fingerprint import Fingerprinter64
 from scrapy_frontier.hostkey import url_host_key
+from scrapy_frontier.scheduler.sitemap_scope import OFFSITE, host_pattern, hostname
 from scrapy_frontier.settings import FrontierConfig
 
 #: Invalid entries shown by line; the others are counted.
@@ -79,34 +95,93 @@ class Seed:
     data: bytes
 
 
-class Invalid(Exception):
-    """A seed file's entry that is not a URL the crawl can fetch."""
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A seed file's entry that is not queued: not a URL the crawl can fetch (``why``
+    says how), or one whose host the spider's ``allowed_domains`` refuse (``offsite``)."""
+
+    why: str
+    offsite: bool = False
+
+
+class Stopped(KeyboardInterrupt):
+    """Ctrl-C, taken at a batch's edge (see :class:`CtrlC`)."""
+
+
+class CtrlC:
+    """SIGINT during a load, taken at a batch's edge. While the file is read it raises
+    :class:`Stopped` at once (a read waiting on a pipe included); while a batch is written
+    (:meth:`held`) it waits until the batch is committed. Only the main thread receives
+    signals: elsewhere nothing is installed. The previous handler is put back at the end."""
+
+    def __init__(self) -> None:
+        #: A write is under way: a Ctrl-C waits for it.
+        self.holding = False
+        self.pending = False
+        self._installed = False
+        self._previous: Any = None
+
+    def __enter__(self) -> CtrlC:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            # None: a handler not set from Python; Python's own then.
+            previous = self._previous
+            signal.signal(signal.SIGINT,
+                          signal.default_int_handler if previous is None else previous)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.holding:
+            self.pending = True
+            return
+        raise Stopped
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """A batch's write: a Ctrl-C during it is taken once the batch is committed."""
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+        if self.pending:
+            raise Stopped
 
 
 class SeedMaker:
     """A seed file's URL, made the request the crawl would queue (see the module doc)."""
 
     def __init__(self, config: FrontierConfig, codec: Codec[Any], fp64: Fingerprinter64,
-                 callback: str | None, priority: int) -> None:
+                 callback: str | None, priority: int, spider: type | None = None) -> None:
         self.codec = codec
         self.fp64 = fp64
         self.callback = callback
         self.priority = priority
         self.mapper = PriorityMapper(config.front_queues)
         self.rules = HostRules(config.priority_rules)
+        #: Scrapy's offsite rule (it reads allowed_domains only, so the spider's class
+        #: does), None where the class is not found: not checked.
+        self.allowed = None if spider is None else host_pattern(cast(Any, spider),
+                                                                cast(Any, None))
 
-    def make(self, line: Line) -> Seed:
+    def make(self, line: Line) -> Seed | Rejected:
         if line.bad:
-            raise Invalid("is not UTF-8 text")
+            return Rejected("is not UTF-8 text")
         if not line.text:
-            raise Invalid("holds no URL")
+            return Rejected("holds no URL")
         if not line.text[:8].lower().startswith(("http://", "https://")):
-            raise Invalid("is not an http:// or https:// URL")
+            return Rejected("is not an http:// or https:// URL")
         try:
             request = Request(line.text, priority=self.priority)
             host = url_host_key(request.url)
         except (ValueError, HostlessURL) as exc:
-            raise Invalid(f"is not a URL the crawl can fetch ({exc})") from None
+            return Rejected(f"is not a URL the crawl can fetch ({exc})")
+        if self.allowed is not None and not self.allowed.search(hostname(request.url)):
+            return Rejected(OFFSITE, offsite=True)
         # A method name, as Request.to_dict keeps it: the crawl rebuilds it on its spider.
         request.callback = self.callback  # type: ignore[assignment]
         level = self.mapper.level(self.priority + self.rules.boost(host))
@@ -114,7 +189,7 @@ class SeedMaker:
 
 
 @dataclass(slots=True)
-class Tally:
+class LoadTally:
     """What a load did, counted as it goes."""
 
     read: int = 0
@@ -122,12 +197,23 @@ class Tally:
     seen: int = 0
     invalid: int = 0
     refused: int = 0
+    offsite: int = 0
     samples: list[dict[str, Any]] = field(default_factory=list)
 
-    def add_invalid(self, line: Line, why: str) -> None:
+    @property
+    def settled(self) -> int:
+        """The entries with an outcome: queued, seen, refused (committed by then), invalid
+        or offsite. ``read`` may count one more: the entry a Ctrl-C cut short."""
+        return self.queued + self.seen + self.refused + self.invalid + self.offsite
+
+    def reject(self, line: Line, rejected: Rejected) -> None:
+        if rejected.offsite:
+            self.offsite += 1
+            return
         self.invalid += 1
         if len(self.samples) < INVALID_SHOWN:
-            self.samples.append({"line": line.number, "text": line.text[:200], "why": why})
+            self.samples.append({"line": line.number, "text": line.text[:200],
+                                 "why": rejected.why})
 
     def add(self, outcomes: Iterable[int]) -> None:
         for outcome in outcomes:
@@ -152,20 +238,31 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
-def load(lines: Iterable[Line], maker: SeedMaker, sink: Sink, tally: Tally) -> Tally:
+def load(lines: Iterable[Line], maker: SeedMaker, sink: Sink, tally: LoadTally,
+         ctrl_c: CtrlC) -> LoadTally:
     """Stream ``lines`` into ``sink``, one batch at a time (``tally`` counts as it goes,
-    so that a load stopped midway still says what it did)."""
+    so that a load stopped midway still says what it did). A Ctrl-C (:class:`Stopped`) or
+    a file that breaks off (:class:`SeedFileBroken`) while reading: the entries read so far
+    are committed, then it is raised."""
     batch: list[Seed] = []
-    for line in lines:
-        tally.read += 1
-        try:
-            batch.append(maker.make(line))
-        except Invalid as exc:
-            tally.add_invalid(line, str(exc))
-            continue
-        if len(batch) >= sink.batch:
+    try:
+        for line in lines:
+            tally.read += 1
+            made = maker.make(line)
+            if isinstance(made, Rejected):
+                tally.reject(line, made)
+                continue
+            batch.append(made)
+            if len(batch) >= sink.batch:
+                with ctrl_c.held():
+                    tally.add(sink.write(batch))
+                    batch = []
+    except (Stopped, SeedFileBroken):
+        ctrl_c.holding = True  # from here on, a Ctrl-C waits for the end
+        if batch:
             tally.add(sink.write(batch))
-            batch = []
+        raise
+    ctrl_c.holding = True  # the whole file is read: a Ctrl-C now waits for the end
     if batch:
         tally.add(sink.write(batch))
     return tally
@@ -224,6 +321,7 @@ class SQLiteSeeds:
     applied = "for the next run of the crawl"
 
     def __init__(self, config: FrontierConfig, spider: str) -> None:
+        from scrapy_frontier.backends.sqlite.control import FILE as CONTROL_FILE
         from scrapy_frontier.backends.sqlite.files import exposed
         from scrapy_frontier.backends.sqlite.history import STORE_NAME as HISTORY_FILE
         from scrapy_frontier.backends.sqlite.lock import is_locked
@@ -238,9 +336,17 @@ class SQLiteSeeds:
                 f"the crawl in {directory} is running: its files are written by it alone. "
                 "Stop it (Ctrl-C once), load the seeds, then start it again. Nothing was "
                 "changed.")
+        reason = exposed(directory, (STATE_FILE, HISTORY_FILE, CONTROL_FILE, "spider.state"))
+        if reason is not None:
+            raise FrontierCommandError(
+                f"{reason}: the crawl refuses to open such a directory (whoever may write "
+                "it could run code in the crawl), so it would fetch no seed loaded there. "
+                f"Make {directory} and its files writable by this user alone (chmod -R go-w), "
+                "or point JOBDIR / FRONTIER_PATH at a private directory (docs/security.rst). "
+                "Nothing was changed.")
         self.spider = spider
-        self.trust = RowTrust.of(config.signing_keys, private=exposed(
-            directory, (STATE_FILE, HISTORY_FILE)) is None)
+        # A private directory, as the crawl opens it: its rows are read in full.
+        self.trust = RowTrust.of(config.signing_keys, private=True)
         self.codec = request_codec(AnySpider(), trust=self.trust)
         # The seeds come encoded (SeedMaker); the crawl's codec reads the rows back.
         stored: Codec[Any] = Codec(encode=bytes, decode=self.codec.decode)
@@ -376,30 +482,50 @@ def fingerprinter(settings: Any) -> Fingerprinter64:
             "fingerprints. Nothing was changed.") from None
 
 
-def check_callback(settings: Any, spider: str | None, callback: str | None) -> str | None:
-    """Refuse a callback the spider does not have; a warning when the spider's class
-    cannot be found here (outside its project) to check it."""
-    if callback is None:
+def spider_class(settings: Any, spider: str | None) -> type | None:
+    """The spider's class, found in the project (None: no project, or not in it)."""
+    if spider is None:
         return None
-    if not callback.isidentifier() or callback.startswith("__"):
-        raise FrontierCommandError(f"--callback {callback!r} is not a method name")
-    cls = None
-    if spider is not None:
-        try:
-            from scrapy.spiderloader import get_spider_loader
+    try:
+        from scrapy.spiderloader import get_spider_loader
 
-            cls = get_spider_loader(settings).load(spider)
-        except Exception:  # noqa: BLE001 - no project, or no such spider in it: not checked
-            cls = None
+        return cast(type, get_spider_loader(settings).load(spider))
+    except Exception:  # noqa: BLE001 - no project, or no such spider in it: not checked
+        return None
+
+
+def check_callback(cls: type | None, spider: str | None, callback: str | None) -> str | None:
+    """Refuse a callback the spider does not have; a warning when the spider's class
+    cannot be found here (outside its project) to check it, nor its allowed_domains."""
+    if callback is not None and (not callback.isidentifier() or callback.startswith("__")):
+        raise FrontierCommandError(f"--callback {callback!r} is not a method name")
     if cls is None:
-        return (f"callback {callback!r} not checked: spider {spider or '(unnamed)'} is not "
-                "in this project (run the command in the spider's project to check it). "
-                "The crawl cannot rebuild a seed that names a method its spider lacks.")
-    if not callable(getattr(cls, callback, None)):
+        checked = "allowed_domains" if callback is None else \
+            f"allowed_domains and callback {callback!r}"
+        return (f"spider {spider or '(unnamed)'} is not in this project: its {checked} not "
+                "checked (run the command in the spider's project to check them). The crawl "
+                "drops a URL its allowed_domains refuse, and cannot rebuild a seed that names "
+                "a method its spider lacks.")
+    if callback is not None and not callable(getattr(cls, callback, None)):
         raise FrontierCommandError(
             f"spider {spider!r} ({cls.__module__}.{cls.__name__}) has no method "
             f"{callback!r}. Nothing was changed.")
+    if callback is None and not _parses(cls):
+        raise FrontierCommandError(
+            f"spider {spider!r} ({cls.__module__}.{cls.__name__}) has no parse method of its "
+            "own, which a seed without --callback is given (Scrapy's raises "
+            "NotImplementedError): name the seeds' method with --callback NAME. Nothing was "
+            "changed.")
     return None
+
+
+def _parses(cls: type) -> bool:
+    """Does a response of a request without a callback reach a method of the spider's
+    (its ``parse``, or a ``_parse`` of its own such as CrawlSpider's rules)?"""
+    from scrapy import Spider
+
+    return (getattr(cls, "parse", None) is not Spider.parse
+            or getattr(cls, "_parse", None) is not getattr(Spider, "_parse", None))
 
 
 def crawl_spider(config: FrontierConfig, spider: str | None, default: str | None
@@ -420,17 +546,19 @@ def crawl_spider(config: FrontierConfig, spider: str | None, default: str | None
         "loads 'sqlite' and 'redis' crawls only")
 
 
-def result(source: str, backend: str, tally: Tally, callback: str | None, done: str,
+def result(source: str, backend: str, tally: LoadTally, callback: str | None, done: str,
            warnings: list[str]) -> dict[str, Any]:
     return {"source": source, "backend": backend, "callback": callback, "read": tally.read,
             "queued": tally.queued, "already_seen": tally.seen, "invalid": tally.invalid,
-            "refused": tally.refused, "invalid_lines": tally.samples, "applied": done,
-            "warnings": warnings}
+            "offsite": tally.offsite, "refused": tally.refused, "invalid_lines": tally.samples,
+            "applied": done, "warnings": warnings}
 
 
 def render(data: dict[str, Any]) -> str:
     lines = [f"seed {data['source']}: {data['read']} read, {data['queued']} queued, "
              f"{data['already_seen']} already seen, {data['invalid']} invalid"
+             + (f", {data['offsite']} offsite (not in allowed_domains)" if data["offsite"]
+                else "")
              + (f", {data['refused']} refused (host retired)" if data["refused"] else "")]
     for bad in data["invalid_lines"]:
         lines.append(f"  invalid, line {bad['line']}: {bad['text']!r} {bad['why']}")
@@ -444,14 +572,29 @@ def render(data: dict[str, Any]) -> str:
 def seed(path: str, opts: argparse.Namespace, settings: Any, spider: str | None,
          default: str | None = None) -> tuple[dict[str, Any], str]:
     """``scrapy frontier seed FILE``: load it, and say what was done."""
+    with CtrlC() as ctrl_c:
+        try:
+            return _seed(path, opts, settings, spider, default, ctrl_c)
+        except Stopped:  # before the load began (it says what it loaded itself)
+            raise CommandInterrupted(
+                f"seed {path}: stopped (Ctrl-C) before any URL was loaded. Nothing was "
+                "queued.") from None
+
+
+def _seed(path: str, opts: argparse.Namespace, settings: Any, spider: str | None,
+          default: str | None, ctrl_c: CtrlC) -> tuple[dict[str, Any], str]:
     config = FrontierConfig.from_settings(settings)
     column = None if opts.column is None else Column.parse(opts.column)
     fp64 = fingerprinter(settings)
     name = crawl_spider(config, spider, default)
-    warning = check_callback(settings, name, opts.callback)  # before anything is written
+    cls = spider_class(settings, name)
+    warning = check_callback(cls, name, opts.callback)  # before anything is written
     # The file opened, and its CSV header read, before anything is written too.
     lines = read_lines(path, column)
-    first = next(lines, None)
+    try:
+        first = next(lines, None)
+    except SeedFileBroken as exc:
+        raise FrontierCommandError(f"{exc}. Nothing was changed.") from None
     entries = lines if first is None else itertools.chain((first,), lines)
     sink: SQLiteSeeds | RedisSeeds
     if config.backend == "sqlite":
@@ -459,20 +602,16 @@ def seed(path: str, opts: argparse.Namespace, settings: Any, spider: str | None,
         sink = SQLiteSeeds(config, name)
     else:
         sink = RedisSeeds(config, settings, name)
+    tally = LoadTally()
     try:
         sink.catch_up(fp64)
-        maker = SeedMaker(config, sink.codec, fp64, opts.callback, opts.priority)
-        tally = Tally()
+        maker = SeedMaker(config, sink.codec, fp64, opts.callback, opts.priority, cls)
         try:
-            load(entries, maker, sink, tally)
-        except FrontierCommandError as exc:
-            if not tally.read:
-                raise
-            # A file that breaks off midway: what was loaded before stays, and is said.
-            raise FrontierCommandError(
-                f"{exc} ({tally.queued} queued, {tally.seen} already seen, {tally.invalid} "
-                f"invalid before that)") from None
+            load(entries, maker, sink, tally, ctrl_c)
+        except (Stopped, SeedFileBroken) as exc:
+            raise stopped(path, exc, tally) from None
     finally:
+        ctrl_c.holding = True  # the files are closed whatever comes
         sink.close()
     done = (f"{tally.queued} queued, {sink.applied}" if tally.queued
             else "nothing new to queue")
@@ -481,3 +620,20 @@ def seed(path: str, opts: argparse.Namespace, settings: Any, spider: str | None,
     data = result(path, config.backend, tally, opts.callback, done,
                   [warning] if warning else [])
     return data, render(data)
+
+
+def stopped(path: str, why: BaseException, tally: LoadTally) -> FrontierCommandError:
+    """The error of a load stopped midway (Ctrl-C, or a file that breaks off), saying what
+    was loaded before it: committed, and skipped as seen by a load of the same file."""
+    counts = (f"{tally.queued} queued, {tally.seen} already seen, {tally.invalid} invalid"
+              + (f", {tally.offsite} offsite" if tally.offsite else "")
+              + (f", {tally.refused} refused" if tally.refused else ""))
+    if isinstance(why, Stopped):
+        return CommandInterrupted(
+            f"seed {path}: stopped (Ctrl-C) after {tally.settled} entries, all committed "
+            f"({counts}). Run the same command again to load the rest: the URLs loaded so "
+            "far are skipped as already seen, so none is queued twice.")
+    return FrontierCommandError(
+        f"{why}. The {tally.settled} entries before that point are committed ({counts}). "
+        "Load the whole file again once it is fixed: the URLs already loaded are skipped "
+        "as already seen, so none is queued twice.")
