@@ -35,6 +35,18 @@ class FrontierCommandError(FrontierError):
     """``scrapy frontier`` cannot do what it was asked; nothing was changed."""
 
 
+class CommandInterrupted(FrontierCommandError):
+    """Ctrl-C stopped ``scrapy frontier`` where it was safe to: the message says what was
+    done. The command exits with :attr:`exit_code`, a shell's code for SIGINT."""
+
+    exit_code = 130
+
+
+class SeedFileBroken(FrontierCommandError):
+    """``scrapy frontier seed``'s input cannot be read past some point (gzip on a pipe that
+    breaks off): the entries before it were read, and are loaded."""
+
+
 class StoreError(FrontierError, RuntimeError):
     """The frontier's state cannot be used; the message names it and says what to do."""
 

@@ -386,3 +386,67 @@ def test_every_benchmark_is_described() -> None:
     for page in PAGES:
         for name in re.findall(r"\bbenchmarks/([\w/]+\.py)\b", _text(page)):
             assert (ROOT / "benchmarks" / name).is_file(), (page.name, name)
+
+
+def test_every_subcommand_is_in_the_help_and_the_operating_table() -> None:
+    from scrapy_frontier.commands.frontier import SUBCOMMANDS, USAGE
+
+    helped = set(re.findall(r"^  ([a-z]+)\b", USAGE, re.MULTILINE))
+    rows = [line for line in _text(DOCS / "operating.rst").splitlines()
+            if line.startswith("   * - ``")]
+    tabled = {name for row in rows for name in re.findall(r"``([a-z]+)\b", row)}
+    assert set(SUBCOMMANDS) - helped == set()
+    assert set(SUBCOMMANDS) - tabled == set()
+
+
+_SEED = re.compile(r"seed (\S+): (\d+) read, (\d+) queued, (\d+) already seen, (\d+) invalid$")
+_SEED_INVALID = re.compile(r"  invalid, line (\d+): '(.*)' (.*)$")
+_SEED_STOP = re.compile(r"scrapy frontier: seed (\S+): stopped \(Ctrl-C\) after \d+ entries, "
+                        r"all committed \((\d+) queued, (\d+) already seen, (\d+) invalid\)")
+
+
+def test_the_seed_examples_are_what_the_command_prints() -> None:
+    """The numbers of operating.rst's ``scrapy frontier seed`` examples are a real run's;
+    each output is rebuilt from them here by the command's own code (summary, applied line,
+    Ctrl-C message), so that a change of wording shows up."""
+    from scrapy_frontier.commands.seed import (
+        LoadTally,
+        SQLiteSeeds,
+        Stopped,
+        render,
+        result,
+        stopped,
+    )
+
+    page = _text(DOCS / "operating.rst")
+    section = page[page.index("\nLoading seeds\n"):page.index("\n.. _exit-codes:")]
+    lines = [line[3:] for block in re.findall(r"\.\. code-block:: text\n\n((?:   .*\n)+)",
+                                              section) for line in block.splitlines()]
+    commands = [i for i, line in enumerate(lines) if line.startswith("$ ")] + [len(lines)]
+    seen = {"summary": 0, "stop": 0}
+    for start, end in zip(commands, commands[1:], strict=False):
+        command, output = lines[start], lines[start + 1:end]
+        if not command.startswith("$ scrapy frontier seed") or not output:
+            continue
+        callback = re.search(r"--callback (\w+)", command)
+        name = None if callback is None else callback.group(1)
+        stop = _SEED_STOP.match(output[0])
+        if stop is not None:
+            tally = LoadTally(queued=int(stop[2]), seen=int(stop[3]), invalid=int(stop[4]))
+            assert output == [f"scrapy frontier: {stopped(stop[1], Stopped(), tally)}"]
+            seen["stop"] += 1
+            continue
+        summary = _SEED.match(output[0])
+        assert summary is not None, output
+        tally = LoadTally(read=int(summary[2]), queued=int(summary[3]), seen=int(summary[4]),
+                      invalid=int(summary[5]))
+        for line in output[1:]:
+            if (bad := _SEED_INVALID.match(line)) is not None:
+                tally.samples.append({"line": int(bad[1]), "text": bad[2], "why": bad[3]})
+        done = (f"{tally.queued} queued, {SQLiteSeeds.applied}"
+                + (f" (callback {name})" if name else "")) if tally.queued \
+            else "nothing new to queue"
+        assert render(result(summary[1], "sqlite", tally, name, done, [])).splitlines() \
+            == output
+        seen["summary"] += 1
+    assert seen == {"summary": 3, "stop": 1}

@@ -20,12 +20,17 @@ from scrapy.exceptions import UsageError
 
 from scrapy_frontier.commands import render, steer
 from scrapy_frontier.commands.shapes import RETIRED_WHY, HostView
-from scrapy_frontier.errors import FrontierCommandError, FrontierError, HostlessURL
+from scrapy_frontier.errors import (
+    CommandInterrupted,
+    FrontierCommandError,
+    FrontierError,
+    HostlessURL,
+)
 from scrapy_frontier.hostkey import url_host_key
 from scrapy_frontier.settings import FrontierConfig
 
 SUBCOMMANDS = ("status", "hosts", "url", "due", "recrawl", "quarantine", "reset", "policy",
-               *steer.ACTIONS)
+               "seed", *steer.ACTIONS)
 
 USAGE = """\
   status                         queued, in flight, hosts by state, seen, history
@@ -37,6 +42,9 @@ USAGE = """\
                                  make pages of the history due now (fetched again soon)
   quarantine [--requeue | --drop] [--limit N]
                                  what the crawl set aside as unreadable; put it back, or clear it
+  seed FILE [--callback NAME] [--column N|NAME] [--priority P]
+                                 load a seed list (text, CSV, gzip; - for stdin) into the
+                                 crawl's queue, through its seen set: URLs seen are skipped
   reset --spider NAME [--yes]    Redis: delete that crawl's keys (queue, seen set, history),
                                  after a confirmation; nothing else is touched
   block HOST [--for SECONDS]     stop contacting a host (its URLs are kept)
@@ -99,6 +107,13 @@ class Command(ScrapyCommand):
         parser.add_argument("--clear", action="store_true",
                             help="policy: clear the steered entry (the setting's is in force "
                             "again)")
+        parser.add_argument("--callback", metavar="NAME",
+                            help="seed: the spider method for the seeds (default: parse)")
+        parser.add_argument("--column", metavar="N|NAME",
+                            help="seed: the file is CSV; its URLs are in this column (from 1, "
+                            "or the header's name)")
+        parser.add_argument("--priority", type=int, default=0, metavar="P",
+                            help="seed: the seeds' Request.priority (default 0)")
         parser.add_argument("--yes", action="store_true",
                             help="reset: confirmed, do not ask (needed without a terminal)")
 
@@ -110,7 +125,7 @@ class Command(ScrapyCommand):
             raise
         except FrontierError as exc:
             print(f"scrapy frontier: {exc}", file=sys.stderr)
-            self.exitcode = 1
+            self.exitcode = exc.exit_code if isinstance(exc, CommandInterrupted) else 1
         except (sqlite3.Error, OSError) as exc:
             # What the state files' own checks did not foresee: one line, not a traceback.
             print(f"scrapy frontier: the crawl's state could not be used "
@@ -125,8 +140,8 @@ def main(args: list[str], opts: argparse.Namespace, settings: Any, out: TextIO) 
         raise UsageError(f"unknown subcommand {args[0]!r}; the subcommands are:\n{USAGE}",
                          print_help=False)
     sub, rest = args[0], args[1:]
-    want = {"url": 1, "block": 1, "unblock": 1, "retire": 1, "unretire": 1, "delay": 2,
-            "budget": 2}
+    want = {"url": 1, "seed": 1, "block": 1, "unblock": 1, "retire": 1, "unretire": 1,
+            "delay": 2, "budget": 2}
     if sub == "recrawl":  # a URL, or --host / --all (checked by _recrawl)
         if len(rest) > 1:
             raise UsageError(f"recrawl: wrong arguments\n{USAGE}", print_help=False)
@@ -137,6 +152,12 @@ def main(args: list[str], opts: argparse.Namespace, settings: Any, out: TextIO) 
         raise UsageError(f"{sub}: wrong arguments\n{USAGE}", print_help=False)
     if opts.limit < 0:
         raise UsageError("--limit must be >= 0", print_help=False)
+    if sub == "seed":  # writes a JOBDIR or a Redis crawl itself: no inspector
+        from scrapy_frontier.commands.seed import seed
+
+        data, text = seed(rest[0], opts, settings, opts.spider, _only_spider(settings))
+        out.write((json.dumps(data, indent=2) if opts.json else text) + "\n")
+        return
     config = FrontierConfig.from_settings(settings)
     config.host_policies.cap_of = crawl_caps(settings)
     inspector = open_inspector(config, settings, opts.spider)
