@@ -61,6 +61,7 @@ def run_crawl(
     fs_error: dict[str, Any] | None = None,
     items: bool = False,
     self_kill: dict[str, Any] | None = None,
+    profile: Path | None = None,
 ) -> CrawlResult:
     """Crawl ``start_urls`` in a fresh process; follow every link found.
 
@@ -84,6 +85,11 @@ def run_crawl(
     ``self_kill`` ``{"after": s, "report": path}``: ``s`` seconds after the spider opened,
     the crawl writes what was in flight (:func:`_in_flight_now`) to ``report`` as JSON, then
     SIGKILLs itself: a kill at a known moment, with its in-flight requests known.
+    ``profile``: run the crawl under cProfile, every thread timed by its own CPU clock
+    (:class:`ThreadProfiles`), and write the merged stats there (``pstats`` format).
+
+    The stats also hold the crawl process's own ``harness/cpu_s`` (user + system seconds)
+    and ``harness/maxrss_kb`` (peak resident set), read as the crawl ends.
     """
     tmp = Path(workdir or tempfile.mkdtemp(prefix="frontier-crawl-"))
     tmp.mkdir(parents=True, exist_ok=True)
@@ -103,6 +109,7 @@ def run_crawl(
                 "fs_error": fs_error,
                 "items": items,
                 "self_kill": self_kill,
+                "profile": None if profile is None else str(profile),
             }
         )
     )
@@ -227,14 +234,78 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
     if wait_for:
         _wait_for_file(Path(wait_for), timeout=float(spec.get("wait_timeout") or 120.0))
     process.crawl(crawler)
+    _raise_fd_limit()
     started = time.monotonic()
-    process.start()
+    profile = spec.get("profile")
+    if profile:
+        profiles = ThreadProfiles()
+        profiles.start()
+        try:
+            process.start()
+        finally:
+            profiles.dump(Path(profile))
+    else:
+        process.start()
     stats = dict(crawler.stats.get_stats()) if crawler.stats else {}
     stats["harness/elapsed"] = time.monotonic() - started
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    stats["harness/cpu_s"] = usage.ru_utime + usage.ru_stime
+    stats["harness/maxrss_kb"] = usage.ru_maxrss  # kilobytes on Linux
     # On the server log's clock (CLOCK_MONOTONIC, shared by the machine's processes).
     stats["harness/ended_at"] = time.monotonic()
     Path(out_path).write_text(json.dumps(stats, default=str))
     return 0
+
+
+def _raise_fd_limit() -> None:
+    """Soft RLIMIT_NOFILE up to the hard limit: a broad crawl keeps a connection open to
+    each host it contacted lately."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+class ThreadProfiles:
+    """cProfile on this thread and on every thread started after :meth:`start`, each timed
+    by its own CPU clock (``time.thread_time``): no function is charged for time spent
+    waiting, or for another thread's work; :meth:`dump` merges them into one stats file."""
+
+    def __init__(self) -> None:
+        import cProfile
+
+        self._profile = cProfile.Profile
+        self.profilers: list[Any] = []
+
+    def start(self) -> None:
+        import threading
+
+        self._enable()
+        threading.setprofile(self._boot)
+
+    def _enable(self) -> None:
+        profiler = self._profile(time.thread_time)
+        self.profilers.append(profiler)
+        profiler.enable()
+
+    def _boot(self, frame: Any, event: str, arg: Any) -> None:
+        # A new thread's first profile event: its own profiler takes over from this hook.
+        self._enable()
+
+    def dump(self, path: Path) -> None:
+        import pstats
+        import threading
+
+        threading.setprofile(None)  # type: ignore[arg-type]
+        first, *others = self.profilers
+        first.disable()
+        stats = pstats.Stats(first)
+        for profiler in others:
+            stats.add(profiler)
+        stats.dump_stats(str(path))
 
 
 class HeldItems:
