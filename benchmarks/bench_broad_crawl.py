@@ -29,8 +29,9 @@ Reported per configuration (``docs/benchmarks.rst``, *Broad crawl*, says exactly
 * wall time: the crawl process's start to its exit (the slower worker's, for two), and the
   makespan in the server's log;
 * CPU per page: the crawl processes' own user + system seconds (``getrusage`` in the crawl
-  process as it ends), over the pages the server answered them (robots.txt left out), and the
-  redis-server's CPU beside it;
+  process as it ends, less what it had used before the crawler was made: the interpreter's
+  start and Scrapy's imports), over the pages the server answered them (robots.txt left out),
+  and the redis-server's CPU beside it;
 * the frontier's share of that CPU, from one more crawl of each frontier configuration under
   cProfile (every thread timed by its own CPU clock): the own time (``tottime``) of the
   functions in ``scrapy_frontier/`` over the total own time, and the same with the C functions
@@ -253,7 +254,8 @@ def measure(name: str, hosts: int, largest: int, addresses: int, concurrency: in
     report = audit(entries, expected=expected, factor=FACTOR, min_delay=0.0,
                    concurrency=concurrency)
     stats = [r.stats for r in run.results]
-    cpu = sum(float(s["harness/cpu_s"]) for s in stats)
+    startup = sum(float(s["harness/startup_cpu_s"]) for s in stats)
+    cpu = sum(float(s["harness/cpu_s"]) for s in stats) - startup
     pages = report.requests
     robots = sum(1 for e in entries if e.path == "/robots.txt")
     return {
@@ -270,7 +272,10 @@ def measure(name: str, hosts: int, largest: int, addresses: int, concurrency: in
         "overlaps": report.overlaps,
         "short_gaps": report.short_gaps,
         "most_in_flight": report.most_in_flight,
+        "host_bound_s": report.host_bound,
+        "concurrency_bound_s": report.concurrency_bound,
         "crawler_cpu_s": cpu,
+        "startup_cpu_s": startup,
         "cpu_ms_per_page": 1000 * cpu / pages if pages else 0.0,
         "cpu_ms_per_request": 1000 * cpu / (pages + robots) if pages + robots else 0.0,
         "peak_rss_mb": [int(s["harness/maxrss_kb"]) / 1024 for s in stats],
@@ -370,6 +375,11 @@ def print_table(results: dict[str, Any]) -> None:
     print(f"\n== broad crawl: {results['hosts']} hosts (largest {results['largest']} pages) on "
           f"{results['addresses']} addresses, concurrency {results['concurrency']}, "
           f"robots.txt obeyed" + (" [smoke run]" if results["quick"] else ""))
+    if rows:
+        first = next(iter(rows.values()))
+        print(f"host bound (the largest host's polite schedule, from the first crawl's log): "
+              f"{first['host_bound_s']:.1f} s; concurrency bound "
+              f"{first['concurrency_bound_s']:.1f} s")
     print(f"{'configuration':<19}{'pages':>8}{'robots':>7}{'cover':>7}{'overl.':>7}"
           f"{'short':>7}{'wall s':>8}{'makesp.':>8}{'CPU s':>8}{'ms/page':>8}{'x scrapy':>9}"
           f"{'frontier':>9}{'+C':>7}{'RSS MB':>12}{'redis':>7}")
@@ -410,7 +420,10 @@ def plot(results: dict[str, Any]) -> None:
     (wall_ax, cpu_ax), (rss_ax, bad_ax) = axes
     frontier = ["tab:blue" if CONFIGS[n].frontier else "tab:gray" for n in names]
     wall_ax.bar(names, [rows[n]["wall_s"] for n in names], color=frontier)
+    wall_ax.axhline(rows[names[0]]["host_bound_s"], color="black", lw=0.8, ls="--",
+                    label="host bound (the largest host, polite)")
     wall_ax.set_ylabel("wall time (s)")
+    wall_ax.legend(fontsize=8)
     cpu = [rows[n]["cpu_ms_per_page"] for n in names]
     own = [rows[n].get("frontier_ms_per_page", 0.0) for n in names]
     cpu_ax.bar(names, cpu, color=frontier, label="crawl process")

@@ -148,7 +148,7 @@ def test_named_hosts_share_a_few_addresses() -> None:
     named = skewed_web(hosts=50, largest=40, addresses=2)
     assert [h.pages for h in named.hosts] == [h.pages for h in plain.hosts]
     assert [named.edges(i, 0) for i in range(50)] == [plain.edges(i, 0) for i in range(50)]
-    with pytest.raises(ValueError, match="at most 5000"):
+    with pytest.raises(ValueError, match=r"0\.\.5000"):
         wide_web(hosts=5001)
     with pytest.raises(ValueError, match="one host only"):
         WebSpec(hosts=(HostSpec("127.0.1.1", 1, 0.0), HostSpec("127.0.1.1", 1, 0.0, name="a.test")),
