@@ -133,6 +133,54 @@ def test_wide_web_shape_and_addresses() -> None:
     assert host_addresses(3, "127.0.1.253") == ["127.0.1.253", "127.0.1.254", "127.0.2.1"]
 
 
+def test_named_hosts_share_a_few_addresses() -> None:
+    spec = skewed_web(hosts=12_000, largest=40, addresses=3)
+    assert len(spec.hosts) == 12_000 and len(set(spec.addresses())) == 3
+    assert [h.key for h in spec.hosts[:4]] == ["h0.web.test", "h1.web.test", "h2.web.test",
+                                                "h3.web.test"]
+    assert spec.hosts[3].address == spec.hosts[0].address != spec.hosts[1].address
+    assert spec.allowed_domains() == ["web.test"]
+    assert spec.url(5, "/p/0", {a: 8000 for a in spec.addresses()}) == (
+        "http://h5.web.test:8000/p/0")
+    assert ("h11999.web.test", "/p/0") in spec.expected_paths()
+    # The same graph and sizes as the web of one address per host.
+    plain = skewed_web(hosts=50, largest=40)
+    named = skewed_web(hosts=50, largest=40, addresses=2)
+    assert [h.pages for h in named.hosts] == [h.pages for h in plain.hosts]
+    assert [named.edges(i, 0) for i in range(50)] == [plain.edges(i, 0) for i in range(50)]
+    with pytest.raises(ValueError, match=r"0\.\.5000"):
+        wide_web(hosts=5001)
+    with pytest.raises(ValueError, match="one host only"):
+        WebSpec(hosts=(HostSpec("127.0.1.1", 1, 0.0), HostSpec("127.0.1.1", 1, 0.0, name="a.test")),
+                seed=1)
+
+
+def test_named_hosts_are_served_by_host_header(tmp_path: Path) -> None:
+    log_path = tmp_path / "log.jsonl"
+    args = ["--shape", "wide", "--hosts", "5", "--pages", "2", "--latency", "0", "0",
+            "--addresses", "2"]
+    with ServerProcess(args, log_path=str(log_path)) as web:
+        assert web.allowed_domains == ["web.test"]
+        assert web.host_addresses["h4.web.test"] == web.host_addresses["h0.web.test"]
+        port = web.info["port"]
+        url = f"http://{web.host_addresses['h3.web.test']}:{port}/p/1"
+        bodies = {}
+        # h2 is on the other address, so this one does not serve it.
+        for host, status in (("h3.web.test", 200), ("h2.web.test", 404), ("nope.test", 404)):
+            request = urllib.request.Request(url, headers={"Host": f"{host}:{port}"})
+            try:
+                with urllib.request.urlopen(request, timeout=10) as r:
+                    got, bodies[host] = r.status, r.read()
+            except urllib.error.HTTPError as exc:
+                got = exc.code
+            assert got == status, host
+        assert b"<title>Host h3.web.test page 1</title>" in bodies["h3.web.test"]
+        entries = web.read_log()
+    # Only a host of the address is logged, by its name.
+    assert [(x.host, x.path, x.status, x.vhost) for x in entries] == [
+        ("h3.web.test", "/p/1", 200, "h3.web.test")]
+
+
 @pytest.mark.parametrize("address", ["127.0.0.1", "0.0.0.0", "", "10.0.1.1", "::1", "localhost"])
 def test_non_loopback_or_reserved_addresses_are_refused(address: str) -> None:
     with pytest.raises(ValueError):

@@ -46,7 +46,7 @@ from frontier_testweb.audit import audit
 from frontier_testweb.changes import ChangeOptions
 from frontier_testweb.docs import doc_tree_hosts
 from frontier_testweb.log import read_log
-from frontier_testweb.server import TestWebServer
+from frontier_testweb.server import IDLE_TIMEOUT, TestWebServer
 from frontier_testweb.signals import KINDS, host_kind, parse_kinds
 from frontier_testweb.spec import WebSpec, skewed_web, wide_web
 
@@ -94,6 +94,8 @@ def build_spec(args: argparse.Namespace) -> WebSpec:
         common["latency"] = latency
     if args.hosts is not None:
         common["hosts"] = args.hosts
+    if args.addresses is not None:
+        common["addresses"] = args.addresses
     if args.shape == "skewed":
         if args.largest is not None:
             common["largest"] = args.largest
@@ -154,6 +156,7 @@ def serve(args: argparse.Namespace) -> int:
         trap_hosts=args.trap_host or (),
         kinds=args.kinds or KINDS,
         edits=args.edits,
+        idle_timeout=args.idle_timeout,
     )
     server.start()
     announcement = {
@@ -170,6 +173,7 @@ def serve(args: argparse.Namespace) -> int:
         "edits": args.edits,
         "hosts": [
             {"address": h.address, "pages": h.pages, "latency": h.latency, "doc_root": h.doc_root,
+             **({"name": h.name} if h.name is not None else {}),
              **({"signals": host_kind(i, server.kinds)} if args.signals and not h.doc_root
                 else {}),
              **({"workers": h.workers} if h.workers is not None else {})}
@@ -232,11 +236,22 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=1)
     s.add_argument("--cross-links", type=int, default=2)
     s.add_argument(
+        "--addresses", type=int, metavar="K",
+        help="virtual hosts: host i is h{i}.web.test on the (i mod K)-th of K loopback "
+        "addresses, found by the Host header (crawls resolve the names with "
+        "frontier_testweb.resolver.AliasResolver; up to 200,000 hosts). Default: one "
+        "address per host, URLs by address (up to 5,000 hosts)",
+    )
+    s.add_argument(
         "--workers", type=int, metavar="C",
         help="every host serves at most C requests at once, the others wait in line "
         "(default: all on arrival)",
     )
     s.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    s.add_argument(
+        "--idle-timeout", type=float, default=IDLE_TIMEOUT, metavar="SECONDS",
+        help="close a connection idle this long (default %(default)g, Twisted's)",
+    )
     s.add_argument("--log", help="append request log entries (JSON lines) to this file")
     s.add_argument("--robots-txt", help="file whose content every host serves as robots.txt")
     s.add_argument(

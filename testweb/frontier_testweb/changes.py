@@ -212,7 +212,8 @@ class ChangeModel:
 
 
 class GroundTruth:
-    """The change model as a benchmark sees it: host addresses, URL paths, monotonic times.
+    """The change model as a benchmark sees it: host addresses (a named
+    host: its name), URL paths, monotonic times.
 
     ``started`` is the server's ``time.monotonic()`` at start, ``started_wall`` its
     ``time.time()`` at the same moment (only Last-Modified dates need it). Build one from the
@@ -241,7 +242,8 @@ class GroundTruth:
         changes = info.get("changes") or {}
         model = ChangeModel(int(info["seed"]), ChangeOptions.from_dict(changes))
         hosts = [
-            (str(h["address"]), 0 if h.get("doc_root") else int(h["pages"])) for h in info["hosts"]
+            (str(h.get("name") or h["address"]), 0 if h.get("doc_root") else int(h["pages"]))
+            for h in info["hosts"]
         ]
         return cls(model, hosts, float(info["started"]), float(info.get("started_wall", 0.0)))
 
@@ -421,8 +423,7 @@ def render_dynamic_page(
     and ``edits``, the rest only on (seed, host, page). Raises IndexError for unknown pages.
     """
     links = spec.links(host_index, page, port_of)
-    address = spec.hosts[host_index].address
-    title = f"Host {address} page {page}"
+    title = f"Host {spec.hosts[host_index].key} page {page}"
     stable = _words(random.Random(f"{spec.seed}:stable:{host_index}:{page}"), STABLE_WORDS)
     news = _words(random.Random(f"{spec.seed}:news:{host_index}:{page}:{version}"), NEWS_WORDS)
     for k in range(1, edits + 1):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -61,6 +62,7 @@ def run_crawl(
     fs_error: dict[str, Any] | None = None,
     items: bool = False,
     self_kill: dict[str, Any] | None = None,
+    profile: Path | None = None,
 ) -> CrawlResult:
     """Crawl ``start_urls`` in a fresh process; follow every link found.
 
@@ -84,6 +86,13 @@ def run_crawl(
     ``self_kill`` ``{"after": s, "report": path}``: ``s`` seconds after the spider opened,
     the crawl writes what was in flight (:func:`_in_flight_now`) to ``report`` as JSON, then
     SIGKILLs itself: a kill at a known moment, with its in-flight requests known.
+    ``profile``: run the crawl under cProfile, every thread timed by its own CPU clock
+    (:class:`ThreadProfiles`), and write the merged stats there (``pstats`` format).
+
+    The stats also hold the crawl process's own ``harness/cpu_s`` (user + system seconds)
+    and ``harness/maxrss_kb`` (peak resident set), read as the crawl ends, and
+    ``harness/startup_cpu_s``, the CPU seconds it had used before the crawler was made (the
+    interpreter's start, Scrapy's imports; the crawler's components load after).
     """
     tmp = Path(workdir or tempfile.mkdtemp(prefix="frontier-crawl-"))
     tmp.mkdir(parents=True, exist_ok=True)
@@ -103,6 +112,7 @@ def run_crawl(
                 "fs_error": fs_error,
                 "items": items,
                 "self_kill": self_kill,
+                "profile": None if profile is None else str(profile),
             }
         )
     )
@@ -134,7 +144,6 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
     if limit:
         # A full disk, as the crawl sees it: writes past ``limit`` bytes in any file fail
         # (EFBIG) instead of killing the process (SIGXFSZ ignored).
-        import resource
         import signal
 
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -209,6 +218,8 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
     if with_items:
         settings = {**settings, "ITEM_PIPELINES": {
             **settings.get("ITEM_PIPELINES", {}), "frontier_testweb.crawl.HeldItems": 300}}
+    # Before the crawler loads its components (the add-on and the modules it imports).
+    before = resource.getrusage(resource.RUSAGE_SELF)
     process = CrawlerProcess(settings=settings, install_root_handler=True)
     crawler = process.create_crawler(spider_cls)
     self_kill = spec.get("self_kill")
@@ -226,15 +237,76 @@ def _crawl_main(spec_path: str, out_path: str) -> int:
     wait_for = spec.get("wait_for")
     if wait_for:
         _wait_for_file(Path(wait_for), timeout=float(spec.get("wait_timeout") or 120.0))
+    _raise_fd_limit()
     process.crawl(crawler)
     started = time.monotonic()
-    process.start()
+    profile = spec.get("profile")
+    if profile:
+        profiles = ThreadProfiles()
+        profiles.start()
+        try:
+            process.start()
+        finally:
+            profiles.dump(Path(profile))
+    else:
+        process.start()
     stats = dict(crawler.stats.get_stats()) if crawler.stats else {}
     stats["harness/elapsed"] = time.monotonic() - started
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    stats["harness/cpu_s"] = usage.ru_utime + usage.ru_stime
+    stats["harness/startup_cpu_s"] = before.ru_utime + before.ru_stime
+    stats["harness/maxrss_kb"] = usage.ru_maxrss  # kilobytes on Linux
     # On the server log's clock (CLOCK_MONOTONIC, shared by the machine's processes).
     stats["harness/ended_at"] = time.monotonic()
     Path(out_path).write_text(json.dumps(stats, default=str))
     return 0
+
+
+def _raise_fd_limit() -> None:
+    """Soft RLIMIT_NOFILE up to the hard limit: a broad crawl keeps a connection open to
+    each host it contacted lately."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+class ThreadProfiles:
+    """cProfile on this thread and on every thread started after :meth:`start`, each timed
+    by its own CPU clock (``time.thread_time``): no function is charged for time spent
+    waiting, or for another thread's work; :meth:`dump` merges them into one stats file."""
+
+    def __init__(self) -> None:
+        import cProfile
+
+        self._profile = cProfile.Profile
+        self.profilers: list[Any] = []
+
+    def start(self) -> None:
+        import threading
+
+        self._enable()
+        threading.setprofile(self._boot)
+
+    def _enable(self) -> None:
+        profiler = self._profile(time.thread_time)
+        self.profilers.append(profiler)
+        profiler.enable()
+
+    def _boot(self, frame: Any, event: str, arg: Any) -> None:
+        # A new thread's first profile event: its own profiler takes over from this hook.
+        self._enable()
+
+    def dump(self, path: Path) -> None:
+        import pstats
+        import threading
+
+        threading.setprofile(None)  # type: ignore[arg-type]
+        first, *others = self.profilers
+        first.disable()
+        stats = pstats.Stats(first)
+        for profiler in others:
+            stats.add(profiler)
+        stats.dump_stats(str(path))
 
 
 class HeldItems:

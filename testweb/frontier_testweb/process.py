@@ -42,6 +42,8 @@ class ServerProcess:
         self.expected: set[tuple[str, str]] = set()
         #: Host addresses; give them to the spider's allowed_domains to stay on loopback.
         self.allowed_domains: list[str] = []
+        #: Named hosts' addresses (``--addresses``): the crawl's ``TESTWEB_HOST_ADDRESSES``.
+        self.host_addresses: dict[str, str] = {}
 
     def start(self) -> ServerProcess:
         cmd = [self.python, "-m", "frontier_testweb", "serve", *self.args]
@@ -61,6 +63,8 @@ class ServerProcess:
         self.start_urls = [str(u) for u in self.info["start_urls"]]
         self.expected = {(str(h), str(p)) for h, p in self.info["expected"]}
         self.allowed_domains = [str(a) for a in self.info["allowed_domains"]]
+        self.host_addresses = {str(h["name"]): str(h["address"])
+                               for h in self.info["hosts"] if h.get("name")}
         return self
 
     @property

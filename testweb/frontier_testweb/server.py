@@ -1,4 +1,5 @@
-"""A Twisted HTTP server that plays many hosts at once, one loopback address per host.
+"""A Twisted HTTP server that plays many hosts at once, one loopback address per host, or
+named virtual hosts (:attr:`~frontier_testweb.spec.HostSpec.name`) on a few shared addresses.
 
 Latency is simulated with ``callLater`` so one reactor thread can keep hundreds of slow requests
 open at the same time, as hundreds of real hosts would. A host with ``workers``
@@ -108,6 +109,8 @@ MAX_DOC_FILE_BYTES = 20 * 1024 * 1024
 MAX_LISTING_ENTRIES = 2000
 #: File descriptors kept free on top of one per listening address, for client connections.
 FD_HEADROOM = 1024
+#: Twisted's default: a connection idle this long (no request in service) is closed.
+IDLE_TIMEOUT = 60.0
 
 _PAGE_RE = re.compile(re.escape(PAGE_PREFIX) + r"(0|[1-9][0-9]{0,8})")
 _HTML = "text/html; charset=utf-8"
@@ -142,8 +145,9 @@ class _QuietSite(Site):
 
     noisy = False
 
-    def __init__(self, root: Resource, channels: weakref.WeakSet[TwistedProtocol]) -> None:
-        super().__init__(root)
+    def __init__(self, root: Resource, channels: weakref.WeakSet[TwistedProtocol],
+                 idle_timeout: float) -> None:
+        super().__init__(root, timeout=idle_timeout)
         self._channels = channels
 
     def log(self, request: object) -> None:
@@ -205,8 +209,30 @@ class _HostResource(Resource):
         return self._handler(self._index, request)
 
 
+class _NamedHostsResource(Resource):
+    """The named hosts of one address: the Host header's name picks the host."""
+
+    isLeaf = True
+
+    def __init__(self, handler: Callable[[int, Request], int], by_name: dict[str, int]) -> None:
+        super().__init__()
+        self._handler = handler
+        self._by_name = by_name
+
+    def render(self, request: Request) -> int | bytes:
+        header = (request.getHeader(b"host") or b"").decode("latin-1")
+        name = header.rsplit(":", 1)[0] if ":" in header else header
+        index = self._by_name.get(name.lower())
+        if index is None:  # not logged: no host of the web was asked
+            request.setResponseCode(404)
+            request.setHeader(b"Content-Type", b"text/plain")
+            return b"no such host here\n"
+        return self._handler(index, request)
+
+
 class TestWebServer:
-    """Twisted HTTP server(s) on loopback, one listening address per host.
+    """Twisted HTTP server(s) on loopback, one listening address per host or per group of named
+    hosts.
 
     ``start()`` only calls ``listenTCP``, so it works before the reactor runs or inside a running
     one (pytest-twisted, Scrapy's own reactor in-process). Every answered request is appended to
@@ -235,6 +261,7 @@ class TestWebServer:
         hostile: bool = False,
         kinds: Sequence[str] = KINDS,
         edits: bool = False,
+        idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port out of range: {port}")
@@ -268,6 +295,8 @@ class TestWebServer:
                              f"a change rate ({changes.rate}) would be ignored")
         #: Wall-clock times of each page's edits, in order.
         self._edit_times: dict[tuple[int, int], list[float]] = {}
+        #: Seconds a connection may stay idle before the server closes it (keep-alive).
+        self.idle_timeout = idle_timeout
         self._robots_hits: dict[int, int] = {}
         for index in [*self.crawl_delays, *self.failing_hosts, *self.trap_hosts,
                       *(i for pair in self.foreign_sitemaps for i in pair)]:
@@ -308,7 +337,8 @@ class TestWebServer:
     def start(self) -> None:
         if self._ports:
             raise RuntimeError("server already started")
-        ensure_fd_limit(len(self.spec.hosts) + FD_HEADROOM)
+        resources = self._resources()
+        ensure_fd_limit(len(resources) + FD_HEADROOM)
         if self.log_path is not None:
             self._writer = LogWriter(self.log_path)
         tcp = _reactor()
@@ -316,19 +346,19 @@ class TestWebServer:
         self.started = time.monotonic()
         self.started_wall = time.time()
         try:
-            for i, host in enumerate(self.spec.hosts):
-                site = _QuietSite(_HostResource(self._handle, i), self._channels)
+            for address, resource in resources.items():
+                site = _QuietSite(resource, self._channels, self.idle_timeout)
                 try:
-                    lp = tcp.listenTCP(shared, site, interface=host.address)
+                    lp = tcp.listenTCP(shared, site, interface=address)
                 except CannotListenError:
                     if self.requested_port != 0 or shared == 0:
                         raise  # an explicit port must be honoured exactly
-                    lp = tcp.listenTCP(0, site, interface=host.address)
+                    lp = tcp.listenTCP(0, site, interface=address)
                 bound = lp.getHost().port
                 if shared == 0:
                     shared = bound
                 self._ports.append(lp)
-                self.port_of[host.address] = bound
+                self.port_of[address] = bound
         except BaseException:
             for lp in self._ports:
                 lp.stopListening()
@@ -338,6 +368,20 @@ class TestWebServer:
                 self._writer.close()
                 self._writer = None
             raise
+
+    def _resources(self) -> dict[str, Resource]:
+        """What each listening address serves: its one host, or its named hosts by name."""
+        named: dict[str, dict[str, int]] = {}
+        out: dict[str, Resource] = {}
+        for i, host in enumerate(self.spec.hosts):
+            if host.name is None:
+                out[host.address] = _HostResource(self._handle, i)
+            else:
+                if host.address not in named:
+                    named[host.address] = {}
+                    out[host.address] = _NamedHostsResource(self._handle, named[host.address])
+                named[host.address][host.name] = i
+        return out
 
     def stop(self) -> Deferred[None]:
         """Stop listening on every address, drop pending responses and open connections."""
@@ -368,13 +412,14 @@ class TestWebServer:
         """Which version each page has when (requires a change model and a started server)."""
         if self.changes is None or self.started is None or self.started_wall is None:
             raise RuntimeError("no change model, or server not started")
-        hosts = [(h.address, 0 if h.doc_root else h.pages) for h in self.spec.hosts]
+        hosts = [(h.key, 0 if h.doc_root else h.pages) for h in self.spec.hosts]
         return GroundTruth(self.changes, hosts, self.started, self.started_wall)
 
     # -- what a crawl should do --------------------------------------------------------------
 
     def start_urls(self) -> list[str]:
-        """One root URL per host, e.g. http://127.0.1.7:PORT/p/0."""
+        """One root URL per host, e.g. http://127.0.1.7:PORT/p/0 or, named,
+        http://h7.web.test:PORT/p/0."""
         if not self.port_of:
             raise RuntimeError("server not started")
         return [
@@ -383,9 +428,13 @@ class TestWebServer:
         ]
 
     def allowed_domains(self) -> list[str]:
-        """The host addresses: put them in ``allowed_domains`` so a crawl stays on loopback
-        (documentation hosts link to the real web)."""
-        return self.spec.addresses()
+        """Put these in ``allowed_domains`` so a crawl stays on loopback (documentation hosts
+        link to the real web): see :meth:`~frontier_testweb.spec.WebSpec.allowed_domains`."""
+        return self.spec.allowed_domains()
+
+    def host_addresses(self) -> dict[str, str]:
+        """Each named host's address: a crawl's ``TESTWEB_HOST_ADDRESSES``."""
+        return {h.name: h.address for h in self.spec.hosts if h.name is not None}
 
     def expected(self) -> set[tuple[str, str]]:
         """Every (host address, path) a complete crawl fetches; doc hosts and robots excluded."""
@@ -516,7 +565,7 @@ class TestWebServer:
                 request.finish()
             self._record(
                 LogEntry(
-                    host.address,
+                    host.key,
                     logged_path,
                     start,
                     time.monotonic(),
@@ -533,7 +582,7 @@ class TestWebServer:
         def closed(ended: float, began: float | None) -> None:
             self._record(
                 LogEntry(
-                    host.address,
+                    host.key,
                     logged_path,
                     start,
                     ended,
@@ -621,7 +670,7 @@ class TestWebServer:
             call = self._pending.pop(request, None)
             if call is not None and call.active():
                 call.cancel()
-            self._record(LogEntry(host.address, logged_path, start, time.monotonic(),
+            self._record(LogEntry(host.key, logged_path, start, time.monotonic(),
                                   CLIENT_CLOSED, vhost, bytes=sent))
 
         request.notifyFinish().addErrback(gone)

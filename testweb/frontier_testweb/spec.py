@@ -17,11 +17,15 @@ PAGE_PREFIX = "/p/"
 #: Seeded random same-host links per page, on top of the tree links (they create duplicate
 #: discoveries, which is what a real site's navigation does to a crawler's seen-set).
 SAME_HOST_EXTRA_LINKS = 2
-#: Upper bounds that keep a spec (and a server) finite.
-MAX_HOSTS = 5000
+#: Upper bounds that keep a spec (and a server) finite: hosts (named ones share addresses),
+#: listening addresses (one socket each) and pages per host.
+MAX_HOSTS = 200_000
+MAX_ADDRESSES = 5000
 MAX_PAGES_PER_HOST = 1_000_000
 
 DEFAULT_FIRST_ADDRESS = "127.0.1.1"
+#: Named hosts are h0.web.test, h1.web.test, ... (``.test`` is reserved: never a real name).
+NAMED_DOMAIN = "web.test"
 
 
 def check_loopback(address: str) -> str:
@@ -46,8 +50,8 @@ def host_addresses(count: int, first: str = DEFAULT_FIRST_ADDRESS) -> list[str]:
 
     Skipping them avoids addresses that look like network/broadcast addresses to humans and tools.
     """
-    if count < 0 or count > MAX_HOSTS:
-        raise ValueError(f"host count must be in 0..{MAX_HOSTS}, got {count}")
+    if count < 0 or count > MAX_ADDRESSES:
+        raise ValueError(f"address count must be in 0..{MAX_ADDRESSES}, got {count}")
     out: list[str] = []
     ip = ipaddress.IPv4Address(check_loopback(first))
     while len(out) < count:
@@ -62,7 +66,12 @@ def host_addresses(count: int, first: str = DEFAULT_FIRST_ADDRESS) -> list[str]:
 class HostSpec:
     """One simulated host.
 
-    ``address`` is both the listening address and the host key Scrapy sees (URLs use the IP).
+    ``address`` is both the listening address and the host key Scrapy sees (URLs use the IP),
+    unless the host has a ``name``: a named host is a virtual host, found by its name (the
+    request's Host header) on ``address``, which other named hosts share; its URLs, log
+    entries and audit key use the name (:attr:`key`), and a crawl resolves the name with
+    :class:`~frontier_testweb.resolver.AliasResolver`.
+
     A generated host serves /p/0 .. /p/{pages-1}. A host with ``doc_root`` serves the static files
     of that directory instead; ``pages`` is then only informative (its number of .html files).
 
@@ -76,15 +85,23 @@ class HostSpec:
     latency: float
     doc_root: str | None = None
     workers: int | None = None
+    name: str | None = None
 
     def __post_init__(self) -> None:
         check_loopback(self.address)
+        if self.name is not None and (not self.name or self.name != self.name.lower()):
+            raise ValueError(f"a host name must be non-empty and lower case, got {self.name!r}")
         if self.doc_root is None and not 1 <= self.pages <= MAX_PAGES_PER_HOST:
             raise ValueError(f"pages must be in 1..{MAX_PAGES_PER_HOST}, got {self.pages}")
         if not 0.0 <= self.latency <= 60.0:
             raise ValueError(f"latency must be in [0, 60] seconds, got {self.latency}")
         if self.workers is not None and self.workers < 1:
             raise ValueError(f"workers must be None or >= 1, got {self.workers}")
+
+    @property
+    def key(self) -> str:
+        """What URLs, the log and the audit call this host: its name, else its address."""
+        return self.address if self.name is None else self.name
 
 
 def _rng(*parts: object) -> random.Random:
@@ -104,19 +121,26 @@ class WebSpec:
     def __post_init__(self) -> None:
         if len(self.hosts) > MAX_HOSTS:
             raise ValueError(f"at most {MAX_HOSTS} hosts, got {len(self.hosts)}")
-        addresses = [h.address for h in self.hosts]
-        if len(set(addresses)) != len(addresses):
-            raise ValueError("host addresses must be unique")
+        keys = [h.key for h in self.hosts]
+        if len(set(keys)) != len(keys):
+            raise ValueError("host names and addresses must be unique")
+        plain = [h.address for h in self.hosts if h.name is None]
+        named = {h.address for h in self.hosts if h.name is not None}
+        if len(set(plain)) != len(plain) or named.intersection(plain):
+            raise ValueError("an address without names serves one host only")
+        if len(named) + len(plain) > MAX_ADDRESSES:
+            raise ValueError(f"at most {MAX_ADDRESSES} addresses")
         if self.cross_links < 0:
             raise ValueError(f"cross_links must be >= 0, got {self.cross_links}")
 
     # -- graph -------------------------------------------------------------------------------
 
-    def index_of(self, address: str) -> int:
+    def index_of(self, key: str) -> int:
+        """The index of the host whose :attr:`HostSpec.key` is ``key``."""
         for i, h in enumerate(self.hosts):
-            if h.address == address:
+            if h.key == key:
                 return i
-        raise KeyError(address)
+        raise KeyError(key)
 
     def root_path(self, host_index: int) -> str:
         """Path of a host's entry page: /p/0, or / for a documentation host."""
@@ -164,13 +188,14 @@ class WebSpec:
         return out
 
     def url(self, host_index: int, path: str, port_of: Mapping[str, int] | None = None) -> str:
-        address = self.hosts[host_index].address
+        """The host's URL of ``path``; ``port_of`` maps listening addresses to ports."""
+        host = self.hosts[host_index]
         if port_of is None:
-            return f"http://{address}{path}"
-        return f"http://{address}:{port_of[address]}{path}"
+            return f"http://{host.key}{path}"
+        return f"http://{host.key}:{port_of[host.address]}{path}"
 
     def expected_paths(self, port_of: Mapping[str, int] | None = None) -> set[tuple[str, str]]:
-        """Every (host address, path) a complete crawl fetches, robots.txt excluded.
+        """Every (host key, path) a complete crawl fetches, robots.txt excluded.
 
         Documentation hosts are left out: which of their files a crawl reaches depends on the
         crawler's link extraction, so only politeness (not coverage) is checked for them.
@@ -179,19 +204,27 @@ class WebSpec:
         """
         del port_of
         return {
-            (h.address, f"{PAGE_PREFIX}{p}")
+            (h.key, f"{PAGE_PREFIX}{p}")
             for h in self.hosts
             if h.doc_root is None
             for p in range(h.pages)
         }
 
     def addresses(self) -> list[str]:
-        """Every host address, e.g. for a spider's ``allowed_domains``.
+        """Every host's address (named hosts share theirs), in host order."""
+        return [h.address for h in self.hosts]
+
+    def allowed_domains(self) -> list[str]:
+        """A spider's ``allowed_domains`` for this web: every unnamed host's address, and the
+        parent domain of the named hosts' names (one entry for them all: Scrapy checks every
+        URL against one regular expression of this list).
 
         Restricting a crawl to these matters: documentation hosts contain links to the real
         web, and a crawl of the test web must never follow them off loopback.
         """
-        return [h.address for h in self.hosts]
+        out = [h.address if h.name is None else h.name.partition(".")[2] or h.name
+               for h in self.hosts]
+        return list(dict.fromkeys(out))
 
     def total_pages(self) -> int:
         return sum(h.pages for h in self.hosts if h.doc_root is None)
@@ -215,8 +248,7 @@ class WebSpec:
     def render_page(self, host_index: int, page: int, port_of: Mapping[str, int]) -> bytes:
         """Small valid HTML for a generated page (raises IndexError for unknown pages)."""
         links = self.links(host_index, page, port_of)
-        address = self.hosts[host_index].address
-        title = f"Host {address} page {page}"
+        title = f"Host {self.hosts[host_index].key} page {page}"
         rng = _rng(self.seed, "text", host_index, page)
         # A little seeded filler so pages differ in size, as real pages do.
         filler = " ".join(rng.choice(_WORDS) for _ in range(rng.randrange(20, 80)))
@@ -271,6 +303,28 @@ def zipf_sizes(hosts: int, largest: int, zipf_s: float) -> list[int]:
     return [max(1, round(largest / (i + 1) ** zipf_s)) for i in range(hosts)]
 
 
+def _build(sizes: list[int], lats: list[float], seed: int, first_address: str,
+           cross_links: int, addresses: int | None) -> WebSpec:
+    if addresses is None:
+        pool = host_addresses(len(sizes), first_address)
+        hosts = tuple(HostSpec(a, s, lat) for a, s, lat in zip(pool, sizes, lats, strict=True))
+    else:
+        if len(sizes) > MAX_HOSTS:
+            raise ValueError(f"at most {MAX_HOSTS} hosts, got {len(sizes)}")
+        hosts = _named(sizes, lats, addresses, first_address)
+    return WebSpec(hosts=hosts, seed=seed, cross_links=cross_links)
+
+
+def _named(sizes: list[int], lats: list[float], addresses: int,
+           first_address: str) -> tuple[HostSpec, ...]:
+    """Host i is ``h{i}.web.test`` on the (i mod ``addresses``)-th address."""
+    if addresses < 1:
+        raise ValueError(f"addresses must be >= 1, got {addresses}")
+    pool = host_addresses(min(addresses, max(1, len(sizes))), first_address)
+    return tuple(HostSpec(pool[i % len(pool)], s, lat, name=f"h{i}.{NAMED_DOMAIN}")
+                 for i, (s, lat) in enumerate(zip(sizes, lats, strict=True)))
+
+
 def skewed_web(
     hosts: int = 30,
     largest: int = 150,
@@ -279,20 +333,17 @@ def skewed_web(
     seed: int = 1,
     first_address: str = DEFAULT_FIRST_ADDRESS,
     cross_links: int = 2,
+    addresses: int | None = None,
 ) -> WebSpec:
     """Few hosts with Zipf-distributed sizes: a big host dominates, as on the real web.
 
     This is the shape where a plain priority queue bursts at one host and where the per-host
-    delay, not concurrency, bounds the crawl time.
+    delay, not concurrency, bounds the crawl time. ``addresses``: named virtual hosts on that
+    many addresses (host i is ``h{i}.web.test`` on the (i mod ``addresses``)-th), for webs of
+    more hosts than addresses.
     """
-    addresses = host_addresses(hosts, first_address)
-    sizes = zipf_sizes(hosts, largest, zipf_s)
-    lats = _latencies(hosts, latency, seed)
-    return WebSpec(
-        hosts=tuple(HostSpec(a, s, lat) for a, s, lat in zip(addresses, sizes, lats, strict=True)),
-        seed=seed,
-        cross_links=cross_links,
-    )
+    return _build(zipf_sizes(hosts, largest, zipf_s), _latencies(hosts, latency, seed), seed,
+                  first_address, cross_links, addresses)
 
 
 def wide_web(
@@ -302,12 +353,9 @@ def wide_web(
     seed: int = 1,
     first_address: str = DEFAULT_FIRST_ADDRESS,
     cross_links: int = 2,
+    addresses: int | None = None,
 ) -> WebSpec:
-    """Many small, slow hosts: the shape where concurrency, not politeness, bounds crawl time."""
-    addresses = host_addresses(hosts, first_address)
-    lats = _latencies(hosts, latency, seed)
-    return WebSpec(
-        hosts=tuple(HostSpec(a, pages, lat) for a, lat in zip(addresses, lats, strict=True)),
-        seed=seed,
-        cross_links=cross_links,
-    )
+    """Many small, slow hosts: the shape where concurrency, not politeness, bounds crawl time.
+    ``addresses``: as :func:`skewed_web`'s."""
+    return _build([pages] * hosts, _latencies(hosts, latency, seed), seed, first_address,
+                  cross_links, addresses)
