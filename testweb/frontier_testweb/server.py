@@ -214,7 +214,8 @@ class _NamedHostsResource(Resource):
 
     isLeaf = True
 
-    def __init__(self, handler: Callable[[int, Request], int], by_name: dict[str, int]) -> None:
+    def __init__(self, handler: Callable[[int, Request], int | bytes],
+                 by_name: dict[str, int]) -> None:
         super().__init__()
         self._handler = handler
         self._by_name = by_name
