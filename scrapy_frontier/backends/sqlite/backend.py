@@ -245,6 +245,8 @@ class SQLiteBackend(MemoryBackend):
             self.state_dir, self.frontier, self.ctx.stats, self.ctx.clock,
             closed=self.controls.closed_hosts)
         control.steer_to = self.controls.steer_policies
+        control.traps_to = self.controls.trap_kept
+        self.controls.on_contain = control.contain
         control.start()
 
     def _trust(self) -> RowTrust:
