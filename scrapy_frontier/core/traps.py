@@ -42,8 +42,9 @@ _TOKEN = re.compile(r"(?=\D*\d)[A-Za-z0-9_-]{16,}")
 class TrapConfig:
     """FRONTIER_TRAPS and its numbers (see docs/settings.rst)."""
 
-    enabled: bool = True
-    """FRONTIER_TRAPS: judge hosts by the yield of new content, and contain traps."""
+    enabled: bool = False
+    """FRONTIER_TRAPS: judge hosts by the yield of new content, and contain traps (opt-in:
+    a false positive drops pages the spider asked for)."""
     window: int = 50
     """FRONTIER_TRAPS_WINDOW: a host is judged on its last this many pages, once it has them."""
     min_yield: float = 0.1

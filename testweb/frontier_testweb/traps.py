@@ -78,8 +78,13 @@ def _calendar(host: int, path: str) -> bytes:
 
     days = calendar.monthrange(day.year, day.month)[1]
     grid = " ".join(f'<a href="{href(day.replace(day=i))}">{i}</a>' for i in range(1, days + 1))
-    one = datetime.timedelta(days=1)
-    links = [("previous day", day - one), ("next day", day + one),
+    def shift_day(d: datetime.date, days: int) -> datetime.date:
+        try:
+            return d + datetime.timedelta(days=days)
+        except OverflowError:  # the first and last days of dates link to themselves
+            return d
+
+    links = [("previous day", shift_day(day, -1)), ("next day", shift_day(day, 1)),
              ("previous month", shift_month(day, -1)), ("next month", shift_month(day, 1)),
              ("previous year", shift_month(day, -12)), ("next year", shift_month(day, 12))]
     nav = " ".join(f'<a href="{href(d)}">{name}</a>' for name, d in links)
