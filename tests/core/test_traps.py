@@ -1,5 +1,5 @@
-"""The crawler-trap detector (core/traps.py): URL shapes, the yield window, containment once,
-restored states, bounded memory."""
+"""The crawler-trap detector (core/traps.py): URL shapes, the yield window, the growth of the
+URLs, containment once, restored states, bounded memory."""
 
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ def test_a_url_shape_blanks_numbers_and_ids_and_drops_query_values() -> None:
     assert shape.text == "/cal/#/#/#?sid&view"
     assert shape.depth == 4
     assert shape.session_keys == ("sid",)
+    assert shape.parts == (("/cal/#/#/#@0", "2026"), ("/cal/#/#/#@1", "05"),
+                           ("/cal/#/#/#@2", "17"), ("?sid", "abc"), ("?view", "day"))
     assert url_shape("http://h/item/deadbeef42/x").text == "/item/{id}/x"
     assert url_shape("http://h/page-12.html").text == "/page-#.html"
     assert url_shape("http://h/a;jsessionid=XYZ/b").session_keys == ("jsessionid",)
@@ -70,6 +72,35 @@ def test_near_duplicates_under_new_shapes_are_new_pages() -> None:
     for _ in range(100):
         name = "".join(rng.choice("abcdefghij") for _ in range(12))
         assert detector.observe("site", f"http://site/{name}", near(base, rng)) is None
+
+
+@pytest.mark.parametrize(("lanes", "contained"), [((1, 2, 4, 8, 16), False),
+                                                   (tuple(range(1, 21)), True)])
+def test_near_duplicates_are_a_trap_only_if_a_part_of_their_urls_grows(
+        lanes: tuple[int, ...], contained: bool) -> None:
+    """Generated API documentation: short pages of one template under a few shapes, whose
+    variable parts take a few values each (``fn.vadd_s8x16``, ``_s16x8``, ...); the same pages
+    with a part that takes many values are a trap."""
+    rng = random.Random(7)
+    detector = TrapDetector(CONFIG)
+    base = far(rng)
+    urls = [f"http://docs/fn.v{op}_s{bits}x{n}.html" for op in ("add", "sub", "mul", "min")
+            for bits in (8, 16, 32, 64) for n in lanes]
+    found = [detector.observe("docs", url, near(base, rng)) for url in urls]
+    assert any(found) is contained
+    assert ("docs" in detector.contained) is contained
+
+
+def test_a_token_in_every_link_is_growth_whatever_its_key() -> None:
+    rng = random.Random(8)
+    detector = TrapDetector(CONFIG)
+    base = far(rng)
+    pages = ("home", "news", "faq", "jobs")
+    found = [detector.observe("s", f"http://s/{pages[i % 4]}?t={rng.getrandbits(48):x}",
+                              near(base, rng)) for i in range(40)]
+    hit = next(f for f in found if f is not None)
+    assert hit.variety >= CONFIG.window // 3 and not hit.session_keys
+    assert "values of one part of the URLs" in hit.evidence()
 
 
 def test_a_host_whose_yield_falls_is_contained_after_the_window_moves_on() -> None:
