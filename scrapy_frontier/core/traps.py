@@ -28,7 +28,6 @@ remembered apart, by name: neither is judged again.
 from __future__ import annotations
 
 import re
-import sys
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
@@ -232,7 +231,7 @@ class TrapDetector:
         else:
             hosts.move_to_end(host)
         shape = url_shape(url)
-        text = sys.intern(shape.text)  # one string per shape, not per page
+        text = shape.text
         bits = self.config.near_bits
         near = any((simhash ^ h).bit_count() <= bits for h in w.hashes)
         new = not near or not w.shape_counts[text]
