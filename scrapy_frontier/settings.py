@@ -33,10 +33,11 @@ from scrapy_frontier.core.politeness import (
 from scrapy_frontier.core.recrawl import MODES, PREDICTORS, RecrawlSettings
 from scrapy_frontier.core.refresh import DAY, RefreshConfig
 from scrapy_frontier.core.seen import DEFAULT_CACHE_SIZE, POLICIES
+from scrapy_frontier.core.traps import TrapConfig
 from scrapy_frontier.errors import FrontierConfigError
 
-__all__ = ["DEFAULTS", "BACKENDS", "FrontierConfig", "FrontierConfigError", "ObserveConfig",
-           "SitemapConfig", "unknown_settings"]
+__all__ = ["DEFAULTS", "BACKENDS", "BudgetConfig", "FrontierConfig", "FrontierConfigError",
+           "ObserveConfig", "SitemapConfig", "unknown_settings"]
 
 #: The backends that ship with scrapy-frontier; FRONTIER_BACKEND may also be an import path.
 BACKENDS = {
@@ -102,6 +103,10 @@ DEFAULTS: dict[str, Any] = {
     "FRONTIER_METRICS_HOST": "127.0.0.1",
     "FRONTIER_HOST_BUDGET": 0,
     "FRONTIER_HOST_BUDGETS": {},
+    "FRONTIER_TRAPS": False,
+    "FRONTIER_TRAPS_WINDOW": 50,
+    "FRONTIER_TRAPS_MIN_YIELD": 0.1,
+    "FRONTIER_TRAPS_ALLOWANCE": 20,
     "FRONTIER_HOST_POLICY": {},
     "FRONTIER_CAPACITY": 0,
 }
@@ -207,6 +212,18 @@ class SiteRuleLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class BudgetConfig:
+    """How many fetches hosts may have, and the traps that shrink that."""
+
+    per_host: int = 0
+    """FRONTIER_HOST_BUDGET: pages fetched per host per crawl (0: unlimited)."""
+    own: dict[str, int] = field(default_factory=dict)
+    """FRONTIER_HOST_BUDGETS: host -> its own budget (0: unlimited)."""
+    traps: TrapConfig = field(default_factory=TrapConfig)
+    """FRONTIER_TRAPS*: hosts whose yield of new content collapses get a small budget."""
+
+
+@dataclass(frozen=True, slots=True)
 class FrontierConfig:
     front_queues: int
     priority_bias: float
@@ -241,10 +258,9 @@ class FrontierConfig:
     """FRONTIER_SEEN_CACHE_SIZE and FRONTIER_SEEN_CACHE_POLICY."""
     redis: RedisConfig = field(default_factory=RedisConfig)
     observe: ObserveConfig = field(default_factory=ObserveConfig)
-    host_budget: int = 0
-    """FRONTIER_HOST_BUDGET: pages fetched per host per crawl (0: unlimited)."""
-    host_budgets: dict[str, int] = field(default_factory=dict)
-    """FRONTIER_HOST_BUDGETS: host -> its own budget (0: unlimited)."""
+    budgets: BudgetConfig = field(default_factory=lambda: BudgetConfig())
+    """FRONTIER_HOST_BUDGET, FRONTIER_HOST_BUDGETS and FRONTIER_TRAPS*: the fetch budgets,
+    and the traps that shrink them."""
     sitemaps: SitemapConfig = field(default_factory=SitemapConfig)
     """FRONTIER_SITEMAPS and FRONTIER_SITEMAP_TIMEOUT: the sitemaps and feeds the frontier
     reads itself."""
@@ -260,11 +276,11 @@ class FrontierConfig:
     def budget_for(self, host: str) -> int:
         """FRONTIER_HOST_BUDGETS' entry for ``host``, else its per-host policy's budget,
         else FRONTIER_HOST_BUDGET."""
-        own = self.host_budgets.get(host)
+        own = self.budgets.own.get(host)
         if own is not None:
             return own
         policy = self.host_policies.budget_of(host)
-        return self.host_budget if policy is None else policy
+        return self.budgets.per_host if policy is None else policy
 
     @property
     def policy(self) -> DelayPolicy:
@@ -378,8 +394,8 @@ class FrontierConfig:
                              maximum=MAX_CACHE_SIZE), _cache_policy(settings)),
             redis=_redis(settings),
             observe=_observe(settings),
-            host_budget=_int(settings, "FRONTIER_HOST_BUDGET", minimum=0),
-            host_budgets=_host_budgets(settings),
+            budgets=BudgetConfig(_int(settings, "FRONTIER_HOST_BUDGET", minimum=0),
+                                 _host_budgets(settings), _traps(settings)),
             sitemaps=SitemapConfig(
                 _sitemaps(settings),
                 _float(settings, "FRONTIER_SITEMAP_TIMEOUT", minimum=0.001)),
@@ -675,6 +691,15 @@ def _sitemaps(settings: BaseSettings) -> tuple[str, ...]:
             raise FrontierConfigError(
                 f"FRONTIER_SITEMAPS: {value!r} is neither 'robots' nor an http(s) URL")
     return tuple(values)
+
+
+def _traps(settings: BaseSettings) -> TrapConfig:
+    return TrapConfig(
+        enabled=_bool(settings, "FRONTIER_TRAPS"),
+        window=_int(settings, "FRONTIER_TRAPS_WINDOW", minimum=1),
+        min_yield=_float(settings, "FRONTIER_TRAPS_MIN_YIELD", minimum=0.0),
+        allowance=_int(settings, "FRONTIER_TRAPS_ALLOWANCE", minimum=1),
+    )
 
 
 def _host_budgets(settings: BaseSettings) -> dict[str, int]:

@@ -126,12 +126,24 @@ class RecrawlMiddleware:
     def process_spider_input(self, response: Response, spider: Any = None) -> None:
         # The history side of a frontier scheduler (not there with another scheduler).
         feed = getattr(running_scheduler(self.crawler), "history_feed", None)
-        if feed is None or feed.recrawler is None:
+        if feed is None:
             return
         request = response.request
         if request is None:
             return
-        feed.page_visited(request, visit_of(response, request))
+        text: str | None = None
+        traps = feed.traps
+        if (traps is not None and 200 <= response.status < 300 and not feed.run.closed
+                and traps.wants(request)):
+            text = visible_text(response)
+            if text is not None:
+                traps.page(request, text)
+        if feed.recrawler is None:
+            return
+        visit = visit_of(response, request)
+        if text is not None:
+            visit.text = text  # made once for both
+        feed.page_visited(request, visit)
         owned = bool(request.meta.get(SITEMAP_META))
         if 200 <= response.status < 300:
             feed.signals_received(request.url, response.body, owned=owned)

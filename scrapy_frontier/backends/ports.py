@@ -228,6 +228,19 @@ class HostControlPort(ABC):
         connections refuses at startup."""
         raise NotImplementedError(f"{type(self).__name__} keeps its hosts' connections")
 
+    def contain(self, host: str, fetched: int, allowance: int) -> None:
+        """``host`` is a crawler trap (:mod:`scrapy_frontier.core.traps`): its budget becomes
+        the larger of its fetch count and ``fetched``, plus ``allowance`` (a lower budget of
+        its own stays), and the backend keeps it marked contained until an operator sets its
+        budget, which releases it. A backend that cannot keeps this default: the crawl then
+        runs without trap containment."""
+        raise NotImplementedError(f"{type(self).__name__} cannot contain traps")
+
+    def take_trap_states(self) -> list[tuple[str, str]]:
+        """(host, "contained" or "released") learnt since the last call: kept by an earlier
+        run or another worker, or a host an operator released (``scrapy frontier budget``)."""
+        return []
+
     def steer_policies(self, raw: Mapping[str, Any]) -> list[str]:
         """Put the per-host policy's steered entries ``raw`` (key -> fields, as in
         ``FRONTIER_HOST_POLICY``; ``scrapy frontier policy``) in force for every host, in

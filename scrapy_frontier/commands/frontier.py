@@ -52,7 +52,8 @@ USAGE = """\
   delay HOST SECONDS             a minimum rest after every fetch of the host (0 removes)
   retire HOST                    drop its queued URLs and refuse new ones
   unretire HOST                  take a retired host back (its dropped URLs are gone)
-  budget HOST PAGES              its fetch budget for the crawl (0: unlimited)
+  budget HOST PAGES              its fetch budget for the crawl (0: unlimited); releases a
+                                 host contained as a crawler trap
   policy KEY FIELD=VALUE ... | policy KEY --clear
                                  set or clear a per-host policy entry on the crawl (KEY and
                                  fields as in FRONTIER_HOST_POLICY: delay_factor, min_delay,

@@ -175,13 +175,14 @@ class RedisInspector:
             pipe.smembers(k("capped"))
             pipe.hgetall(k("budgets"))
             pipe.hgetall(k("fetched"))
+            pipe.hgetall(k("traps"))
             out = pipe.execute()
             if self.cluster:
                 return [self.client.time(), *out]
             return out  # type: ignore[no-any-return]
 
         (sec, usec), count, active, leases, ready, rest, blocked, fetch, minrest, delay, \
-            retired, capped, budgets, fetched = self._read("reading the frontier", read)
+            retired, capped, budgets, fetched, traps = self._read("reading the frontier", read)
         return {
             "now": sec + usec / 1e6,
             "count": {text(a): int(b) for a, b in count.items()},
@@ -194,6 +195,7 @@ class RedisInspector:
             "retired": {text(h) for h in retired}, "capped": {text(h) for h in capped},
             "budgets": {text(a): int(b) for a, b in budgets.items()},
             "fetched": {text(a): int(b) for a, b in fetched.items()},
+            "traps": {text(a): text(b) for a, b in traps.items()},
         }
 
     def _front_hosts(self) -> dict[str, int]:
@@ -275,6 +277,9 @@ class RedisInspector:
                              else f"budget reached at {fetched}")
             elif budget:
                 parts.append(f"{fetched}/{budget} of budget")
+            trap = snap["traps"].get(host)
+            if trap in shapes.TRAP_NOTES:
+                parts.append(shapes.TRAP_NOTES[trap])
             policy = self.config.host_policies.note(host)
             if policy is not None:
                 parts.append(policy)

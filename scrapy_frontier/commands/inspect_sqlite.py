@@ -193,6 +193,7 @@ class SQLiteInspector:
         budgets = {h: c.budget for h, c in self.control.controls().items()
                    if c.budget is not None}
         counts = self.control.crawl_hosts()
+        traps = self.control.traps()
         notes: dict[str, str] = {}
         for host, v in views.items():
             budget = budgets.get(host, self.config.budget_for(host))
@@ -205,6 +206,8 @@ class SQLiteInspector:
                 parts.append(shapes.RETIRED_WHY.get(v.retired, v.retired))
             elif budget:
                 parts.append(f"{fetched}/{budget} of budget")
+            if host in traps:
+                parts.append(shapes.TRAP_NOTES[traps[host][0]])
             policy = self.config.host_policies.note(host)
             if policy is not None:
                 parts.append(policy)

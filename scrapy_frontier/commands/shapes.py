@@ -14,6 +14,8 @@ from scrapy_frontier.core.history import PageRecord
 STATES = ("retired", "blocked", "active", "resting", "waiting")
 #: Why a host is retired, in the human table's words.
 RETIRED_WHY = {"retired": "by hand", "failures": "after failures", "budget": "budget"}
+#: A crawler trap's state (core/traps.py), in the human table's words.
+TRAP_NOTES = {"contained": "trap contained", "released": "trap released by hand"}
 
 
 @dataclass(slots=True)

@@ -72,10 +72,10 @@ def frontier_line(config: FrontierConfig, location: str) -> str:
         + (", every page once (FRONTIER_RECRAWL_ALL)" if config.recrawl.refetch_all else ""),
     ]
     budgets = []
-    if config.host_budget:
-        budgets.append(f"{config.host_budget} pages per host")
-    if config.host_budgets:
-        budgets.append(f"{len(config.host_budgets)} hosts with their own")
+    if config.budgets.per_host:
+        budgets.append(f"{config.budgets.per_host} pages per host")
+    if config.budgets.own:
+        budgets.append(f"{len(config.budgets.own)} hosts with their own")
     parts.append("budgets: " + (", ".join(budgets) if budgets else "none"))
     return "Frontier: " + "; ".join(parts)
 

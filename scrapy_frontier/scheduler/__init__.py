@@ -39,6 +39,7 @@ from scrapy_frontier.scheduler.robots import RobotsPacing
 from scrapy_frontier.scheduler.robots_cache import RobotsCache
 from scrapy_frontier.scheduler.run_state import RunState
 from scrapy_frontier.scheduler.slots import SlotKeys
+from scrapy_frontier.scheduler.traps import TrapWatch
 from scrapy_frontier.settings import (
     FrontierConfig,
     refuse_scrapy_redis_switches,
@@ -99,7 +100,10 @@ class FrontierScheduler:
         self.history_feed = HistoryFeed(config, self.backend.history, self.run,
                                         fp64=self.admission.fp64, enqueue=self.enqueue_request,
                                         wake=self.waker.nudge, settings=crawler.settings,
-                                        stats=self.stats)
+                                        stats=self.stats,
+                                        traps=TrapWatch.build(
+                                            config.budgets.traps, self.backend.controls,
+                                            partial(slots.key, remember=False), self.stats))
         self.fetches = Fetches(crawler, config, self.backend, engine=self.engine, run=self.run,
                                history_feed=self.history_feed, clock=clock)
         self.robots = RobotsPacing(slots=slots, rules=self.fetches.rules,

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from scrapy_frontier.core.recrawl import Recrawler, Visit
     from scrapy_frontier.scheduler.recrawl import RecrawlHooks
     from scrapy_frontier.scheduler.run_state import RunState
+    from scrapy_frontier.scheduler.traps import TrapWatch
     from scrapy_frontier.settings import FrontierConfig
 
 logger = logging.getLogger("scrapy_frontier.scheduler")
@@ -47,7 +48,7 @@ class HistoryFeed:
     def __init__(self, config: FrontierConfig, port: HistoryPort, run: RunState, *,
                  fp64: Callable[[Request], int], enqueue: Callable[[Request], object],
                  wake: Callable[[], None], settings: BaseSettings,
-                 stats: StatsCollector) -> None:
+                 stats: StatsCollector, traps: TrapWatch | None = None) -> None:
         self.config = config
         self.port = port
         self.run = run
@@ -57,6 +58,8 @@ class HistoryFeed:
         self.settings = settings
         self.stats = stats
         self.hooks: RecrawlHooks | None = None
+        #: Judges each fetched page's host for a crawler trap (None: FRONTIER_TRAPS off).
+        self.traps = traps
         #: Reads the sitemaps and feeds the spider fetches (with hooks only).
         self.reader: SignalReader | None = None
         #: Where the frontier's own sitemap requests may go (with the reader).

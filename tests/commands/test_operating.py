@@ -463,6 +463,40 @@ def test_a_budget_caps_a_trap_host_while_the_others_finish(
         assert "budget 15/15" in b.run(["hosts"]).stdout
 
 
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("redis", marks=pytest.mark.slow)])
+def test_a_learned_trap_is_noted_and_a_budget_releases_it_for_good(
+        backend: str, tmp_path: Path, redis_server: RedisServer) -> None:
+    """FRONTIER_TRAPS contains a trap host; ``hosts`` notes it; ``budget HOST N`` releases it,
+    and a later run (a restart, or another worker) learns of the release and crawls the host
+    to that budget, past a window, unjudged."""
+    b = Backend(backend, tmp_path, redis_server)
+    b.crawl.update(FRONTIER_MIN_DELAY=0.0, FRONTIER_TRAPS=True, FRONTIER_TRAPS_WINDOW=10,
+                   FRONTIER_TRAPS_ALLOWANCE=5)
+    log = tmp_path / "server.jsonl"
+    with ServerProcess(["--shape", "wide", "--hosts", "2", "--pages", "6", "--latency", "0.002",
+                        "0.004", "--seed", "3", "--trap", "1:counter"], log_path=str(log)) as web:
+        trap = web.allowed_domains[1]
+        result = run_crawl(web.start_urls, b.crawl, allowed_domains=web.allowed_domains,
+                           workdir=tmp_path / "crawl", timeout=120)
+        assert result.returncode == 0, result.output[-3000:]
+        first = len(pages(log, trap))
+        assert 10 <= first <= 40  # the window, the allowance and the requests in flight
+        assert {(e.host, e.path) for e in pages(log) if e.host != trap} == web.expected
+        assert result.stats["frontier/traps/contained"] == 1
+        assert result.output.count("looks like a crawler trap") == 1
+        (line,) = [ln for ln in b.run(["hosts"]).stdout.splitlines() if trap in ln]
+        assert "trap contained" in line, line
+        b.run(["budget", trap, str(first + 25)])
+        again = run_crawl([web.start_urls[1].replace("/p/0", "/counter/1000")], b.crawl,
+                          allowed_domains=web.allowed_domains, workdir=tmp_path / "again",
+                          timeout=60)
+    assert again.returncode == 0, again.output[-3000:]
+    assert len(pages(log, trap)) - first >= 20  # more than a window and an allowance
+    assert again.stats.get("frontier/traps/released") == 1, again.stats
+    assert f"Host {trap!r} was released from its trap containment" in again.output
+    assert "looks like a crawler trap" not in again.output
+
+
 # -- bad input -----------------------------------------------------------------------------
 
 

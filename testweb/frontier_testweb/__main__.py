@@ -49,6 +49,7 @@ from frontier_testweb.log import read_log
 from frontier_testweb.server import IDLE_TIMEOUT, TestWebServer
 from frontier_testweb.signals import KINDS, host_kind, parse_kinds
 from frontier_testweb.spec import WebSpec, skewed_web, wide_web
+from frontier_testweb.traps import TRAP_KINDS
 
 
 def build_changes(args: argparse.Namespace) -> ChangeOptions | None:
@@ -157,6 +158,7 @@ def serve(args: argparse.Namespace) -> int:
         kinds=args.kinds or KINDS,
         edits=args.edits,
         idle_timeout=args.idle_timeout,
+        trap_kinds=dict(args.trap or ()),
     )
     server.start()
     announcement = {
@@ -310,6 +312,14 @@ def parser() -> argparse.ArgumentParser:
         metavar="HOST",
         help="host number HOST is a spider trap: an infinite calendar (repeatable)",
     )
+    s.add_argument(
+        "--trap",
+        type=_trap,
+        action="append",
+        metavar="HOST:KIND",
+        help="host number HOST is a trap of KIND: calendar, session or counter (its pages "
+        "wear a site template; see frontier_testweb.traps; repeatable)",
+    )
     c = s.add_argument_group("pages that change (any of these turns the change model on)")
     c.add_argument(
         "--change-rate",
@@ -380,6 +390,14 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--strict", action="store_true", help="exit 1 if the log is impolite")
     a.set_defaults(func=run_audit)
     return p
+
+
+def _trap(text: str) -> tuple[int, str]:
+    host, _, kind = text.partition(":")
+    if not host.isdigit() or kind not in TRAP_KINDS:
+        raise argparse.ArgumentTypeError(
+            f"expected HOST:KIND with KIND one of {', '.join(TRAP_KINDS)}, got {text!r}")
+    return int(host), kind
 
 
 def main(argv: Sequence[str] | None = None) -> int:

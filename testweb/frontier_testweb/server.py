@@ -64,6 +64,7 @@ from frontier_testweb.signals import (
     urlset,
 )
 from frontier_testweb.spec import PAGE_PREFIX, WebSpec
+from frontier_testweb.traps import TRAP_KINDS, trap_page
 
 if TYPE_CHECKING:
     from twisted.internet.protocol import Protocol as TwistedProtocol
@@ -263,6 +264,7 @@ class TestWebServer:
         kinds: Sequence[str] = KINDS,
         edits: bool = False,
         idle_timeout: float = IDLE_TIMEOUT,
+        trap_kinds: Mapping[int, str] | None = None,
     ) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port out of range: {port}")
@@ -298,8 +300,16 @@ class TestWebServer:
         self._edit_times: dict[tuple[int, int], list[float]] = {}
         #: Seconds a connection may stay idle before the server closes it (keep-alive).
         self.idle_timeout = idle_timeout
+        #: Host index -> the kind of trap it is (frontier_testweb.traps): every path of it
+        #: is a page of the trap, and its pages are not expected of a crawl.
+        self.trap_kinds = dict(trap_kinds or {})
+        for kind in self.trap_kinds.values():
+            if kind not in TRAP_KINDS:
+                raise ValueError(f"unknown trap kind {kind!r}; the kinds are "
+                                 f"{', '.join(TRAP_KINDS)}")
         self._robots_hits: dict[int, int] = {}
         for index in [*self.crawl_delays, *self.failing_hosts, *self.trap_hosts,
+                      *self.trap_kinds,
                       *(i for pair in self.foreign_sitemaps for i in pair)]:
             if not 0 <= index < len(spec.hosts):
                 raise ValueError(f"no host with index {index}")
@@ -438,8 +448,10 @@ class TestWebServer:
         return {h.name: h.address for h in self.spec.hosts if h.name is not None}
 
     def expected(self) -> set[tuple[str, str]]:
-        """Every (host address, path) a complete crawl fetches; doc hosts and robots excluded."""
-        return self.spec.expected_paths()
+        """Every (host address, path) a complete crawl fetches; doc hosts, trap hosts of a
+        kind and robots excluded."""
+        traps = {self.spec.hosts[i].address for i in self.trap_kinds}
+        return {(h, p) for h, p in self.spec.expected_paths() if h not in traps}
 
     # -- request handling --------------------------------------------------------------------
 
@@ -476,6 +488,9 @@ class TestWebServer:
             status, ctype, body = 503, "text/plain", b"down\n"
         elif index in self.trap_hosts:
             status, ctype, body = 200, "text/html", _calendar_page(raw_path)
+        elif index in self.trap_kinds:
+            status, ctype, body = 200, "text/html", trap_page(self.trap_kinds[index], index,
+                                                              raw_path, query)
         elif raw_path.startswith("/garbage-retry-after/") and not query:
             # 429 with a Retry-After no parser can read (Latin-1 superscript two: it passes
             # str.isdigit() and fails float()), then 200.

@@ -74,10 +74,10 @@ class MemoryBackend(Backend):
             connections=(self._measured_connections if config.capacity
                          else config.host_policies.connections),
         )
-        frontier.budgets.default = config.host_budget
+        frontier.budgets.default = config.budgets.per_host
         if config.host_policies.has_budgets:
             frontier.budgets.by_policy = config.host_policies.budget_of
-        for host, budget in config.host_budgets.items():
+        for host, budget in config.budgets.own.items():
             frontier.set_budget(host, budget)
         return frontier
 

@@ -20,7 +20,7 @@ from scrapy_frontier.core.history import HistoryStore, MemoryHistoryStore
 from scrapy_frontier.observe.census import Census, HostCounts
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from scrapy import Request
     from scrapy.dupefilters import BaseDupeFilter
@@ -145,6 +145,10 @@ class LocalControls(HostControlPort):
         self.measuring = measuring
         #: Each origin's robots.txt record, for the run (``robots_get``).
         self.robots: dict[str, bytes] = {}
+        #: Trap states learnt from the control file (SQLite), for take_trap_states.
+        self.trap_states: list[tuple[str, str]] = []
+        #: Keeps a containment (SQLite: in control.sqlite): host, its budget.
+        self.on_contain: Callable[[str, int], None] | None = None
 
     def set_connections(self, host: str, connections: int, *, together: bool = False) -> None:
         self.measured[host] = connections
@@ -183,6 +187,45 @@ class LocalControls(HostControlPort):
 
     def set_min_rest(self, host: str, seconds: float) -> None:
         self.frontier.set_min_rest(host, seconds)
+
+    def contain(self, host: str, fetched: int, allowance: int) -> None:
+        budget = self.trap_budget(host, fetched, allowance)
+        if self.on_contain is not None:
+            self.on_contain(host, budget)
+
+    def trap_budget(self, host: str, fetched: int, allowance: int | None,
+                    budget: int | None = None) -> int:
+        """Give ``host`` the budget of a trap: its fetches (at least ``fetched``) plus
+        ``allowance``, or ``budget`` as kept; a lower budget of its own stays. A host that
+        has spent it retires now."""
+        frontier = self.frontier
+        budgets = frontier.budgets
+        if budgets.fetched(host) < fetched:
+            budgets.restore(host, fetched)
+        if budget is None:
+            budget = budgets.fetched(host) + (allowance or 0)
+        own = budgets.of(host)
+        if own and own < budget:
+            budget = own
+        frontier.set_budget(host, budget)
+        if budgets.spent(host) and not frontier.is_retired(host):
+            frontier.newly_capped.append((host, len(frontier.retire(host, budget=True))))
+        if frontier.over_budget(host):
+            self.closed_hosts[host] = "budget"
+        return budget
+
+    def trap_kept(self, host: str, state: str, budget: int | None) -> None:
+        """A row of the control file's traps table: a containment of an earlier run (its
+        budget holds again), or a release by an operator (whose budget is in force)."""
+        if state == "contained":
+            self.trap_budget(host, 0, None, budget)
+        self.trap_states.append((host, state))
+
+    def take_trap_states(self) -> list[tuple[str, str]]:
+        if not self.trap_states:
+            return []
+        states, self.trap_states = self.trap_states, []
+        return states
 
     def retire(self, host: str) -> list[Request]:
         self.closed_hosts.setdefault(host, "failures")

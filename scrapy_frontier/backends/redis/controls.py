@@ -80,6 +80,21 @@ class RedisControls(HostControlPort):
     def take_dropped(self) -> list[tuple[str, Request]]:
         return self.local.take_dropped()
 
+    def contain(self, host: str, fetched: int, allowance: int) -> None:
+        """Atomic in Redis with the workers' claims (lua/control.lua), at the next round."""
+        self.driver.next.contain.append((host, fetched, allowance))
+        self.driver.kick()
+
+    def take_trap_states(self) -> list[tuple[str, str]]:
+        session = self.driver.session
+        if session is None:
+            return []
+        states = session.rounds.memory.trap_states
+        out = []
+        while states:
+            out.append(states.popleft())
+        return out
+
     def over_budget(self, host: str) -> bool:
         return False  # budgets are counted in Redis (complete.lua), not at the push
 

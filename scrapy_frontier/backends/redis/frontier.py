@@ -45,6 +45,7 @@ put the name in ``{...}`` to keep every key in one Redis Cluster slot)::
     P blocked         ZSET   host -> end of its block (server time; inf: until unblocked)
     P delay           HASH   host -> an operator's minimum rest (scrapy frontier delay)
     P budgets         HASH   host -> its fetch budget (scrapy frontier budget)
+    P traps           HASH   host -> "contained" (a crawler trap) or "released" by an operator
     P policies        HASH   key -> fields as JSON: the per-host policy's steered entries
                              (scrapy frontier policy; kept in the first partition)
     P fetched         HASH   host -> fetches completed, while a budget is in force
@@ -261,6 +262,7 @@ _KEY_TYPES = {
     "conns": "hash",
     "spare": "zset",
     "policies": "hash",
+    "traps": "hash",
 }
 
 
@@ -795,6 +797,20 @@ class RedisFrontier:
         self._check_host(host)
         arg = "inf" if isinstance(value, float) and math.isinf(value) else repr(value)
         return list(self._run(self._control, f"changing host {host!r} ({op})", op, host, arg))
+
+    def contain(self, host: str, fetched: int, allowance: int) -> int:
+        """``host`` is a crawler trap: its budget becomes its fetch count (at least
+        ``fetched``) plus ``allowance``; returns it (as it was for a host contained
+        already), or -1 for a host an operator released. See lua/control.lua."""
+        self._check_host(host)
+        return int(self._run(self._control, f"containing host {host!r}", "contain", host,
+                             f"{int(fetched)} {int(allowance)}")[0])
+
+    def traps(self) -> dict[str, str]:
+        """host -> "contained" or "released"."""
+        raw = self._call("reading the crawler traps",
+                         lambda: self.client.hgetall(self.key("traps")))
+        return {text(h): text(state) for h, state in raw.items()}
 
     def is_retired(self, host: str) -> bool:
         return bool(self._call("reading retired hosts",

@@ -364,6 +364,15 @@ class PartitionedFrontier:
     def control(self, op: str, host: str, value: float | int = 0) -> list[Any]:
         return self.part(host).control(op, host, value)
 
+    def contain(self, host: str, fetched: int, allowance: int) -> int:
+        return self.part(host).contain(host, fetched, allowance)
+
+    def traps(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for part in self.parts:
+            out.update(part.traps())
+        return out
+
     def is_retired(self, host: str) -> bool:
         return self.part(host).is_retired(host)
 

@@ -15,6 +15,7 @@ directly.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
@@ -98,6 +99,8 @@ class Round:
     quarantine: list[Quarantined] = field(default_factory=list)
     min_rests: list[tuple[str, float]] = field(default_factory=list)
     retire: list[str] = field(default_factory=list)
+    #: Crawler traps to contain: (host, pages fetched, allowance).
+    contain: list[tuple[str, int, int]] = field(default_factory=list)
     #: Page history updates: (fingerprint, URL, the visit, or None for a download error).
     visits: list[tuple[int, str, Visit | None]] = field(default_factory=list)
     #: Change hints of sitemaps and feeds: (fingerprint, URL, hinted change time,
@@ -115,7 +118,8 @@ class Round:
 
     def has_writes(self) -> bool:
         return bool(self.pushes or self.completions or self.quarantine or self.min_rests
-                    or self.retire or self.visits or self.hints or self.sources)
+                    or self.retire or self.contain or self.visits or self.hints
+                    or self.sources)
 
     def merged(self, later: Round) -> Round:
         return Round(
@@ -124,6 +128,7 @@ class Round:
             quarantine=self.quarantine + later.quarantine,
             min_rests=self.min_rests + later.min_rests,
             retire=self.retire + later.retire,
+            contain=self.contain + later.contain,
             visits=self.visits + later.visits,
             hints=self.hints + later.hints,
             sources=self.sources + later.sources,
@@ -179,6 +184,9 @@ class RoundMemory:
     marks: int | None = None
     """``scrapy frontier recrawl``'s counter as last read (None: not read yet)."""
     marks_read_at: float = 0.0
+    trap_states: deque[tuple[str, str]] = field(default_factory=deque)
+    """(host, "contained" or "released") for the shell (appended here, taken on the
+    reactor)."""
 
 
 @dataclass
@@ -247,11 +255,14 @@ def gate_pushes(pushes: list[Pushed], seen: PartitionedSeen,
     return gated
 
 
-def write_host_rules(remote: PartitionedFrontier, rnd: Round) -> None:
+def write_host_rules(remote: PartitionedFrontier, rnd: Round, memory: RoundMemory) -> None:
     for host, rest in rnd.min_rests:
         remote.set_min_rest(host, rest)
     for host in rnd.retire:
         remote.retire(host)
+    for host, fetched, allowance in rnd.contain:
+        if remote.contain(host, fetched, allowance) < 0:
+            memory.trap_states.append((host, "released"))
 
 
 def write_history(recrawler: Recrawler, rnd: Round) -> None:
@@ -388,7 +399,7 @@ def run_round(rnd: Round, inputs: RoundInputs, memory: RoundMemory) -> RoundAnsw
     """One round against Redis (see backends/redis/driver.py's docstring)."""
     remote, recrawler, fence = inputs.remote, inputs.recrawler, inputs.fence
     gated = gate_pushes(rnd.pushes, inputs.seen, recrawler)
-    write_host_rules(remote, rnd)
+    write_host_rules(remote, rnd, memory)
     if recrawler is not None:
         write_history(recrawler, rnd)
     # Before the completions: a worker killed between the two leaves the item both set

@@ -90,6 +90,8 @@ class RedisSession:
         self.rounds = RoundRunner(self.remote, self.seen, budget_for=config.budget_for,
                                   clock=clock, unfetched=unfetched, claim_ahead=CLAIM_AHEAD,
                                   fence=self.fence)
+        # Crawler traps contained or released before this worker opened.
+        self.rounds.memory.trap_states.extend(self.remote.traps().items())
         self.heartbeat: Heartbeat | None = None
         if config.redis.liveness:
             self.heartbeat = Heartbeat(self.remote, self.rounds.held, fence=self.fence,

@@ -289,6 +289,8 @@ class SQLiteBackend(MemoryBackend):
             closed=self.controls.closed_hosts)
         control.steer_to = self.controls.steer_policies
         self.controls.file = control.file
+        control.traps_to = self.controls.trap_kept
+        self.controls.on_contain = control.contain
         control.start()
 
     def _trust(self) -> RowTrust:

@@ -21,6 +21,9 @@ crawl's write lock, and so that the crawl reads one small table, not its queues:
   ``expires`` (wall-clock time, 30 days after its fetch): the next run does not fetch it
   again while it is fresh (FRONTIER_ROBOTS_CACHE), and uses it after that while the
   site's robots.txt is unreachable.
+* ``traps(host, state, budget)`` -- written by the crawl when it contains a crawler trap
+  (``contained``, with the budget it gave the host), and by ``scrapy frontier budget``, which
+  releases a contained host (``released``: it is not judged again).
 * ``control_meta(key, value)`` -- ``format``, ``version`` and ``seq``, raised by every
   command write: the crawl polls ``seq`` (one indexed read) and reads the controls
   only when it changed.
@@ -67,7 +70,12 @@ CREATE TABLE IF NOT EXISTS policies(key TEXT PRIMARY KEY, fields TEXT NOT NULL) 
 CREATE TABLE IF NOT EXISTS robots(
     origin TEXT PRIMARY KEY, expires REAL NOT NULL, record BLOB NOT NULL) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS robots_expires ON robots(expires);
+CREATE TABLE IF NOT EXISTS traps(
+    host TEXT PRIMARY KEY, state TEXT NOT NULL, budget INTEGER) WITHOUT ROWID;
 """
+
+#: ``traps.state``: a host contained as a crawler trap, and one an operator released.
+CONTAINED, RELEASED = "contained", "released"
 
 
 @dataclass(slots=True)
@@ -239,6 +247,21 @@ class ControlFile:
             conn.execute("DELETE FROM robots WHERE expires <= ?", (now,))
             conn.execute("INSERT OR REPLACE INTO robots VALUES (?, ?, ?)",
                          (origin, expires, record))
+    def traps(self) -> dict[str, tuple[str, int | None]]:
+        """host -> (state, budget) of the crawler traps contained or released (a file that
+        an older release wrote, read only, has none)."""
+        if self.conn is None or not self.conn.execute(
+                "SELECT COUNT(*) FROM sqlite_master WHERE name = 'traps'").fetchone()[0]:
+            return {}
+        return {str(h): (str(st), None if b is None else int(b)) for h, st, b in
+                self.conn.execute("SELECT host, state, budget FROM traps")}
+
+    def contained(self, host: str, budget: int) -> None:
+        """The crawl contained ``host`` as a trap with ``budget`` (unless released)."""
+        with self._writing() as conn:
+            conn.execute("INSERT INTO traps VALUES (?, ?, ?) ON CONFLICT(host) DO UPDATE SET "
+                         "budget = excluded.budget WHERE state = ?",
+                         (host, CONTAINED, budget, CONTAINED))
 
     def crawl_hosts(self) -> dict[str, tuple[int, str | None]]:
         if self.conn is None:
@@ -258,6 +281,9 @@ class ControlFile:
                 host, row[0], row[1], int(row[2]), row[3])
             for name, value in changes.items():
                 setattr(control, name, value)
+            if "budget" in changes:  # an operator's budget releases a contained trap
+                conn.execute("UPDATE traps SET state = ? WHERE host = ? AND state = ?",
+                             (RELEASED, host, CONTAINED))
             if control.empty():
                 conn.execute("DELETE FROM controls WHERE host = ?", (host,))
             else:
@@ -276,4 +302,5 @@ def wall_to_clock(until: float | None, clock_now: float, wall_now: float) -> flo
     return math.inf if math.isinf(until) else clock_now + (until - wall_now)
 
 
-__all__ = ["FILE", "RETIRED", "TAKEN_BACK", "ControlFile", "HostControl", "wall_to_clock"]
+__all__ = ["CONTAINED", "FILE", "RELEASED", "RETIRED", "TAKEN_BACK", "ControlFile",
+           "HostControl", "wall_to_clock"]

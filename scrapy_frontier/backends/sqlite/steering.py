@@ -73,6 +73,9 @@ class ControlPoller:
         #: Puts the steered policy entries in force (``HostControlPort.steer_policies``).
         self.steer_to: Callable[[dict[str, Any]], list[str]] | None = None
         self._policies: dict[str, Any] | None = None
+        #: Applies a row of the traps table that changed: host, state, budget.
+        self.traps_to: Callable[[str, str, int | None], None] | None = None
+        self._traps: dict[str, tuple[str, int | None]] = {}
 
     def start(self) -> None:
         """Resume the counts of an earlier run and apply the controls, then tick."""
@@ -83,6 +86,7 @@ class ControlPoller:
                     self.closed[host] = "budget"
         self._saved = self.file.crawl_hosts()
         self.poll()
+        self.apply_traps()  # after the controls: a contained host's budget is the trap's
         self._arm()
 
     def _arm(self) -> None:
@@ -114,6 +118,8 @@ class ControlPoller:
                 self._apply(self.file.controls())
                 self.apply_policies()
                 self.apply_recrawls()
+                if self._seq >= 0:
+                    self.apply_traps()
                 self._seq = seq
             self._save_counts()
         except (sqlite3.Error, StoreError) as exc:
@@ -134,6 +140,26 @@ class ControlPoller:
         marked = self.recrawl_to([(fp, host) for _, fp, host in rows])
         self.file.applied_recrawls(rows[-1][0])
         logger.info("scrapy frontier recrawl: %d pages marked due now", marked)
+
+    def apply_traps(self) -> None:
+        """Hand on the rows of the traps table that changed (a release by an operator, or
+        what an earlier run contained)."""
+        if self.traps_to is None:
+            return
+        rows = self.file.traps()
+        for host, row in rows.items():
+            if self._traps.get(host) != row:
+                self.traps_to(host, *row)
+        self._traps = rows
+
+    def contain(self, host: str, budget: int) -> None:
+        """Keep a containment of this crawl in the control file."""
+        self._traps[host] = ("contained", budget)
+        try:
+            self.file.contained(host, budget)
+        except (sqlite3.Error, StoreError) as exc:
+            logger.warning("Could not keep the containment of host %r in %s (%s): a restart "
+                           "judges it again", host, self.file.path, exc)
 
     def apply_policies(self) -> None:
         """Put the steered policy entries in force when they changed."""

@@ -53,6 +53,10 @@ elseif op == 'budget' or op == 'rebudget' then
   local budget = tonumber(value)
   if op == 'budget' then
     redis.call('HSET', K_BUDGETS, host, value)
+    -- An operator's budget releases a contained trap: it is not judged again.
+    if redis.call('HGET', K_TRAPS, host) == 'contained' then
+      redis.call('HSET', K_TRAPS, host, 'released')
+    end
   else
     budget = tonumber(redis.call('HGET', K_BUDGETS, host) or value)
   end
@@ -66,6 +70,26 @@ elseif op == 'budget' or op == 'rebudget' then
     retire_host(host, true)
   end
   return {reopened, fmt(now)}
+elseif op == 'contain' then
+  -- value: "fetched allowance". A crawler trap: its budget becomes its fetch count (at least
+  -- fetched) plus allowance, below a lower budget of its own; returns the budget, kept as it
+  -- was for a host contained already, or -1 for one an operator released.
+  local state = redis.call('HGET', K_TRAPS, host)
+  if state == 'released' then return {-1, fmt(now)} end
+  local own = tonumber(redis.call('HGET', K_BUDGETS, host) or '0')
+  if state == 'contained' then return {own, fmt(now)} end
+  local seen, allowance = string.match(value, '^(%d+) (%d+)$')
+  local n = tonumber(redis.call('HGET', K_FETCHED, host) or '0')
+  if n < tonumber(seen) then
+    n = tonumber(seen)
+    redis.call('HSET', K_FETCHED, host, n)
+  end
+  local budget = n + tonumber(allowance)
+  if own > 0 and own < budget then budget = own end
+  redis.call('HSET', K_BUDGETS, host, budget)
+  redis.call('HSET', K_TRAPS, host, 'contained')
+  if n >= budget then retire_host(host, true) end
+  return {budget, fmt(now)}
 elseif op == 'retire' then
   return {#retire_host(host, false), fmt(now)}
 elseif op == 'unretire' then

@@ -61,6 +61,8 @@ local K_CONNS, K_SPARE = P .. 'conns', P .. 'spare'
 -- the retired hosts that were retired for reaching their budget.
 local K_BLOCKED, K_DELAY, K_BUDGETS = P .. 'blocked', P .. 'delay', P .. 'budgets'
 local K_FETCHED, K_CAPPED = P .. 'fetched', P .. 'capped'
+-- Crawler traps (host -> "contained", or "released" by an operator's budget).
+local K_TRAPS = P .. 'traps'
 local function fkey(lv) return P .. 'f:' .. lv end
 local function bkey(lv, host) return P .. 'b:' .. lv .. ':' .. host end
 -- Connections (see K_CONNS): the member of connection c of a host of several, the host of a
