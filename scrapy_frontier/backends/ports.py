@@ -248,6 +248,12 @@ class HostControlPort(ABC):
         backend calls it with what its control store holds, at open and when that changes."""
         raise NotImplementedError(f"{type(self).__name__} keeps no steered policies")
 
+
+class RobotsPort:
+    """Each site's robots.txt record (``FRONTIER_ROBOTS_CACHE``), kept for every worker and
+    later runs. Both members are optional: a backend that keeps none leaves this port's
+    defaults (:attr:`Backend.robots`), and every worker and run fetches robots.txt itself."""
+
     def robots_get(self, origin: str) -> Deferred[object]:
         """The robots.txt record kept for ``origin`` (``scheme://host[:port]``), as
         :meth:`robots_put` was given it, or None: a Deferred that fires on the reactor (a
@@ -303,11 +309,13 @@ class Backend(ABC):
     history: HistoryPort
     controls: HostControlPort
     inspection: InspectPort
+    #: Keeps none unless the backend sets its own.
+    robots: RobotsPort = RobotsPort()
 
     #: Each port's attribute and the class it must be an instance of.
     PORTS: ClassVar[dict[str, type]] = {
         "queue": QueuePort, "history": HistoryPort, "controls": HostControlPort,
-        "inspection": InspectPort,
+        "inspection": InspectPort, "robots": RobotsPort,
     }
 
     @abstractmethod
@@ -325,8 +333,8 @@ class Backend(ABC):
 def contract_members() -> dict[str, tuple[list[str], list[str]]]:
     """Each port's members: (required, optional), as the docs list them."""
     out: dict[str, tuple[list[str], list[str]]] = {}
-    for port in (Backend, QueuePort, HistoryPort, HostControlPort, InspectPort):
-        required = sorted(port.__abstractmethods__)
+    for port in (Backend, QueuePort, HistoryPort, HostControlPort, InspectPort, RobotsPort):
+        required = sorted(getattr(port, "__abstractmethods__", ()))
         optional = sorted(name for name, value in vars(port).items()
                           if inspect.isfunction(value) and name not in required
                           and not (name.startswith("_") and name != "__len__"))
@@ -397,5 +405,5 @@ def build_backend(cls: type[Backend], context: BackendContext) -> Backend:
 
 __all__ = [
     "Backend", "BackendContext", "Handout", "HistoryPort", "HostControlPort", "InspectPort",
-    "QueuePort", "SeenTest", "build_backend", "contract_members", "load_backend",
+    "QueuePort", "RobotsPort", "SeenTest", "build_backend", "contract_members", "load_backend",
 ]

@@ -380,7 +380,7 @@ def _robots_cache(config: FrontierConfig, backend: Backend,
     if seconds <= 0:
         return None
     keys = RowKeys(config.signing_keys) if config.signing_keys else None
-    return RobotsCache(backend.controls, stats, seconds, keys=keys)
+    return RobotsCache(backend.robots, stats, seconds, keys=keys)
 
 
 def _warn_about_stacked_delays(crawler: Crawler) -> None:

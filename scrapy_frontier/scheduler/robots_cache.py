@@ -1,5 +1,5 @@
 """robots.txt once per site: the answers Scrapy's robots.txt middleware fetched, kept with
-the frontier (``HostControlPort.robots_get`` / ``robots_put``) for ``FRONTIER_ROBOTS_CACHE``
+the frontier (``RobotsPort.robots_get`` / ``robots_put``) for ``FRONTIER_ROBOTS_CACHE``
 seconds, so that no other worker and no later run fetches them again meanwhile.
 
 ``RobotsCacheMiddleware`` (downloadermiddlewares.py) asks :meth:`RobotsCache.lookup` for
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
     from twisted.internet.defer import Deferred
 
-    from scrapy_frontier.backends.ports import HostControlPort
+    from scrapy_frontier.backends.ports import RobotsPort
 
 logger = logging.getLogger("scrapy_frontier.robots")
 
@@ -79,9 +79,9 @@ class Kept:
 class RobotsCache:
     """Reads and keeps each site's robots.txt record through the backend's port."""
 
-    def __init__(self, controls: HostControlPort, stats: StatsCollector, max_age: float, *,
+    def __init__(self, store: RobotsPort, stats: StatsCollector, max_age: float, *,
                  keys: Keyring | None = None, wall: Callable[[], float] = time.time) -> None:
-        self.controls = controls
+        self.store = store
         self.stats = stats
         self.max_age = max_age
         #: FRONTIER_SIGNING_KEYS: records are sealed, and only verified ones are read.
@@ -93,7 +93,7 @@ class RobotsCache:
     def lookup(self, origin: str) -> Deferred[Kept | None]:
         """The record of ``origin``'s robots.txt younger than STALE_LIMIT, fresh or not, or
         None (fetch it)."""
-        d = self.controls.robots_get(origin)
+        d = self.store.robots_get(origin)
         return d.addCallback(self._checked, origin)
 
     def _checked(self, raw: object, origin: str) -> Kept | None:
@@ -139,7 +139,7 @@ class RobotsCache:
         stored = encode(record)
         if self.keys is not None:
             stored = seal(self.keys, origin, stored)
-        self.controls.robots_put(origin, stored, STALE_LIMIT)
+        self.store.robots_put(origin, stored, STALE_LIMIT)
         self.stats.inc_value("frontier/robots/stored")
         return True
 

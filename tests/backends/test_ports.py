@@ -15,6 +15,7 @@ from scrapy_frontier.backends.ports import (
     HostControlPort,
     InspectPort,
     QueuePort,
+    RobotsPort,
     build_backend,
     contract_members,
     load_backend,
@@ -132,7 +133,7 @@ def test_the_docs_list_the_contract_as_the_code_has_it() -> None:
 
 def test_the_ports_are_small() -> None:
     """Narrow ports: a third party implements a handful of methods per port."""
-    for port in (QueuePort, HistoryPort, HostControlPort, InspectPort, Backend):
+    for port in (QueuePort, HistoryPort, HostControlPort, InspectPort, RobotsPort, Backend):
         required, optional = contract_members()[port.__name__]
         assert len(required) + len(optional) <= 10, port.__name__
 

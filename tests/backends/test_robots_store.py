@@ -1,4 +1,4 @@
-"""The robots.txt store of every backend (``HostControlPort.robots_get`` / ``robots_put``):
+"""The robots.txt store of every backend (``RobotsPort.robots_get`` / ``robots_put``):
 one contract on memory, SQLite, Redis and a Redis Cluster, through a real scheduler and the
 add-on's RobotsCacheMiddleware, as Scrapy's robots.txt middleware reaches it."""
 
@@ -63,7 +63,7 @@ def test_a_fetched_robots_txt_answers_the_next_request_of_every_run(driver: Driv
     run = Run(driver)
     yield run.open()
     try:
-        controls = run.scheduler.backend.controls
+        controls = run.scheduler.backend.robots
         # Nothing kept yet: the request goes to the site.
         got = controls.robots_get(ORIGIN)
         if driver.backend == "redis":
@@ -106,7 +106,7 @@ def test_a_record_replaces_the_one_before_and_a_bad_one_is_fetched_again(
     run = Run(driver)
     yield run.open()
     try:
-        controls = run.scheduler.backend.controls
+        controls = run.scheduler.backend.robots
         cache = run.scheduler.robots.cache
         now = cache.wall()
         controls.robots_put(ORIGIN, encode(RobotsRecord(200, b"old", now)), 60.0)
@@ -131,7 +131,7 @@ def test_a_stale_answer_stands_in_while_the_robots_txt_is_unreachable(driver: Dr
     run = Run(driver)
     yield run.open()
     try:
-        controls = run.scheduler.backend.controls
+        controls = run.scheduler.backend.robots
         mw = RobotsCacheMiddleware(run.crawler)
         stats = run.crawler.stats
         # Nothing kept: the 503 goes to Scrapy's middleware as it is, and is not kept.
@@ -185,7 +185,7 @@ def test_the_cache_off_answers_nothing_and_keeps_nothing(driver: Driver) -> Gen:
         request = _robots_request()
         assert mw.process_request(request) is None
         mw.process_response(request, Response(request.url, body=ROBOTS, request=request))
-        assert (yield run.scheduler.backend.controls.robots_get(ORIGIN)) is None
+        assert (yield run.scheduler.backend.robots.robots_get(ORIGIN)) is None
     finally:
         yield run.close()
 
@@ -198,7 +198,7 @@ def test_with_keys_a_forged_record_is_fetched_again_and_the_sites_answer_kept_se
     run = Run(driver, extra={"FRONTIER_SIGNING_KEYS": [KEY]})
     yield run.open()
     try:
-        controls = run.scheduler.backend.controls
+        controls = run.scheduler.backend.robots
         now = run.scheduler.robots.cache.wall()
         allow_all = encode(RobotsRecord(200, b"User-agent: *\nAllow: /\n", now))
         forged = (

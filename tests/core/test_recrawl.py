@@ -529,6 +529,7 @@ def test_middleware_takes_a_304_past_httperror_to_no_callback_unless_asked() -> 
 
     class FakeHistoryFeed:  # the middleware looks for a frontier scheduler's history side
         recrawler = rc
+        traps = None  # FRONTIER_TRAPS off
 
         def page_visited(self, request: Request, visit: Any) -> None:
             seen.append(visit.status)

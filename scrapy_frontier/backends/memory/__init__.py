@@ -42,7 +42,7 @@ class MemoryBackend(Backend):
                           if context.config.ip_politeness else None)
         self.queue = self._new_queue()
         self.history = self._new_history()
-        self.controls = self._new_controls()
+        self.controls = self.robots = self._new_controls()
         self.inspection = LocalInspection(self.name, frontier, self.history,
                                           context.dupefilter, self.ip_groups)
 

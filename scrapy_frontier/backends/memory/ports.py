@@ -13,6 +13,7 @@ from scrapy_frontier.backends.ports import (
     HostControlPort,
     InspectPort,
     QueuePort,
+    RobotsPort,
     SeenTest,
 )
 from scrapy_frontier.backends.steered import log_steered
@@ -131,7 +132,7 @@ class LocalHistory(HistoryPort):
             self.recrawler.close()
 
 
-class LocalControls(HostControlPort):
+class LocalControls(HostControlPort, RobotsPort):
     """Rests, retirements and budgets, on the frontier itself."""
 
     def __init__(self, frontier: Frontier[Request], measured: dict[str, int],

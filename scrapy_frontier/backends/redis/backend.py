@@ -29,6 +29,7 @@ class RedisBackend(Backend):
         self.history: RedisHistory = RedisHistory(driver, context.due_arrived)
         self.controls: RedisControls = RedisControls(driver, self.queue.local,
                                                      context.config.host_policies)
+        self.robots = self.controls
         self.inspection: RedisInspection = RedisInspection(driver, self.queue)
         driver.serve(self.queue, self.history)
         driver.steer_to = self.controls.steer_policies

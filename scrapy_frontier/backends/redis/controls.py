@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred, succeed
 
-from scrapy_frontier.backends.ports import HostControlPort
+from scrapy_frontier.backends.ports import HostControlPort, RobotsPort
 from scrapy_frontier.backends.steered import log_steered
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 redis_log = logging.getLogger("scrapy_frontier.redis")
 
 
-class RedisControls(HostControlPort):
+class RedisControls(HostControlPort, RobotsPort):
     """Rest and retire hosts in the shared frontier and in this worker's local one."""
 
     def __init__(self, driver: RedisDriver, local: Frontier[Request],
