@@ -100,6 +100,19 @@ def driver_settings(
             for key, value in DRIVER_SETTINGS[name].items()}
 
 
+def driver_for(name: str, tmp_path: Path, fixture: Callable[[str], Any]) -> Driver:
+    """The Driver of backend ``name`` for one test; ``fixture``: pytest's
+    ``request.getfixturevalue``, for the Redis servers and the key prefix."""
+    state_dir = tmp_path / "state"
+    if name.startswith("redis"):
+        server = fixture("redis_cluster" if name == "redis-cluster" else "redis_server")
+        settings = driver_settings(name, state_dir=state_dir, redis_url=server.url,
+                                   redis_prefix=fixture("redis_prefix"))
+    else:
+        settings = driver_settings(name, state_dir=state_dir)
+    return Driver(name, settings, state_dir)
+
+
 class ContractSpider(Spider):
     name = "contract"
 

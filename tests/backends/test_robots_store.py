@@ -21,7 +21,7 @@ from scrapy_frontier.core.robots_cache import STALE_LIMIT, RobotsRecord, encode,
 from scrapy_frontier.downloadermiddlewares import RobotsCacheMiddleware
 from scrapy_frontier.meta import ROBOTS_ORIGIN_META, ROBOTS_STALE_META
 from scrapy_frontier.scheduler.robots_cache import Kept
-from tests.contract_helpers import CONTRACT_DRIVERS, Driver, Run, driver_settings
+from tests.contract_helpers import CONTRACT_DRIVERS, Driver, Run, driver_for
 
 Gen = Generator[Any, Any, None]
 ORIGIN = "http://example.com:8080"
@@ -31,17 +31,7 @@ KEY = "k" * 32
 
 @pytest.fixture(params=CONTRACT_DRIVERS)
 def driver(request: pytest.FixtureRequest, tmp_path: Path) -> Driver:
-    name: str = request.param
-    state_dir = tmp_path / "state"
-    if name.startswith("redis"):
-        server = request.getfixturevalue(
-            "redis_cluster" if name == "redis-cluster" else "redis_server")
-        prefix: str = request.getfixturevalue("redis_prefix")
-        settings = driver_settings(name, state_dir=state_dir, redis_url=server.url,
-                                   redis_prefix=prefix)
-    else:
-        settings = driver_settings(name, state_dir=state_dir)
-    return Driver(name, settings, state_dir)
+    return driver_for(request.param, tmp_path, request.getfixturevalue)
 
 
 def _robots_request(url: str = f"{ORIGIN}/robots.txt") -> Request:

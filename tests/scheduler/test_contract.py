@@ -44,7 +44,7 @@ from tests.contract_helpers import (
     CONTRACT_SETTINGS,
     Driver,
     Run,
-    driver_settings,
+    driver_for,
     next_soon,
     sleep,
     spider_named,
@@ -56,17 +56,7 @@ inline_callbacks = pytest_twisted.inlineCallbacks
 
 @pytest.fixture(params=CONTRACT_DRIVERS)
 def driver(request: pytest.FixtureRequest, tmp_path: Path) -> Driver:
-    name: str = request.param
-    state_dir = tmp_path / "state"
-    if name.startswith("redis"):
-        server = request.getfixturevalue(
-            "redis_cluster" if name == "redis-cluster" else "redis_server")
-        prefix: str = request.getfixturevalue("redis_prefix")
-        settings = driver_settings(name, state_dir=state_dir, redis_url=server.url,
-                                   redis_prefix=prefix)
-    else:
-        settings = driver_settings(name, state_dir=state_dir)
-    return Driver(name, settings, state_dir)
+    return driver_for(request.param, tmp_path, request.getfixturevalue)
 
 
 # Scrapy's tests/test_scheduler.py data.
