@@ -209,9 +209,9 @@ def open_inspector(config: FrontierConfig, settings: Any, spider: str | None) ->
 def _only_spider(settings: Any) -> str | None:
     """Inside a project with one spider, that spider."""
     try:
-        from scrapy.spiderloader import get_spider_loader
+        from scrapy_frontier.scheduler.engine import spider_loader
 
-        names = get_spider_loader(settings).list()
+        names = spider_loader(settings).list()
     except Exception:  # noqa: BLE001 - no project, or one that does not load: ask for --spider
         return None
     return names[0] if len(names) == 1 else None

@@ -487,9 +487,9 @@ def spider_class(settings: Any, spider: str | None) -> type | None:
     if spider is None:
         return None
     try:
-        from scrapy.spiderloader import get_spider_loader
+        from scrapy_frontier.scheduler.engine import spider_loader
 
-        return cast(type, get_spider_loader(settings).load(spider))
+        return cast(type, spider_loader(settings).load(spider))
     except Exception:  # noqa: BLE001 - no project, or no such spider in it: not checked
         return None
 

@@ -18,7 +18,9 @@ version number. Across the supported range (docs/quickstart.rst, "Supported vers
 * ``engine.scheduler`` (2.19), else ``engine._slot.scheduler``;
 * the ``robots_parsed`` signal and ``RobotParser.crawl_delay`` (2.18), else each
   robots.txt response the robots.txt middleware fetched (``response_received``
-  fires before that middleware parses it), read with Protego.
+  fires before that middleware parses it), read with Protego;
+* ``scrapy.spiderloader.get_spider_loader`` (2.14), else ``SPIDER_LOADER_CLASS``'s
+  ``from_settings`` (:func:`spider_loader`).
 
 It reads the feed exporter's open slots (``FeedExporter.slots``, :func:`feed_exporter`), so
 that a page's items are on disk before the frontier forgets the page.
@@ -94,6 +96,18 @@ def answer_transport(request: Request, depth: int = 12) -> Any:
             return tcp_transport(transport)  # the TCP transport, or a TLS protocol's
         frame = frame.f_back
     return None
+
+
+def spider_loader(settings: Any) -> Any:
+    """The project's spider loader, as ``scrapy crawl`` builds it."""
+    try:
+        from scrapy.spiderloader import get_spider_loader
+    except ImportError:  # Scrapy < 2.14
+        from scrapy.utils.misc import load_object
+
+        return load_object(settings["SPIDER_LOADER_CLASS"]).from_settings(
+            settings.frozencopy())
+    return get_spider_loader(settings)
 
 
 def running_engine(crawler: Crawler) -> Any:
